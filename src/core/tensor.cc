@@ -1,0 +1,112 @@
+#include "loom/core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <sstream>
+
+#include "loom/core/status.h"
+
+namespace loom {
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::string shape_to_string(const Shape& s) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << ']';
+  return os.str();
+}
+
+std::shared_ptr<void> allocate_aligned(size_t bytes) {
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (!p) throw std::bad_alloc();
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
+Tensor Tensor::empty(DType dtype, Shape shape) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.defined_ = true;
+  t.storage_ = allocate_aligned(t.nbytes());
+  t.data_ = t.storage_.get();
+  return t;
+}
+
+Tensor Tensor::zeros(DType dtype, Shape shape) {
+  Tensor t = empty(dtype, std::move(shape));
+  std::memset(t.data_, 0, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::wrap(void* data, DType dtype, Shape shape, std::shared_ptr<void> keep_alive) {
+  Tensor t;
+  t.data_ = data;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.defined_ = true;
+  t.storage_ = std::move(keep_alive);
+  return t;
+}
+
+Tensor Tensor::from_f32(const std::vector<float>& values, Shape shape) {
+  Tensor t = empty(DType::kF32, std::move(shape));
+  if (static_cast<int64_t>(values.size()) != t.numel())
+    throw Error(invalid_argument("Tensor::from_f32: " + std::to_string(values.size()) +
+                                " values for shape " + shape_to_string(t.shape_)));
+  std::memcpy(t.data_, values.data(), t.nbytes());
+  return t;
+}
+
+Tensor Tensor::from_i32(const std::vector<int32_t>& values, Shape shape) {
+  Tensor t = empty(DType::kI32, std::move(shape));
+  if (static_cast<int64_t>(values.size()) != t.numel())
+    throw Error(invalid_argument("Tensor::from_i32: " + std::to_string(values.size()) +
+                                " values for shape " + shape_to_string(t.shape_)));
+  std::memcpy(t.data_, values.data(), t.nbytes());
+  return t;
+}
+
+Tensor Tensor::reshape(Shape shape) const {
+  if (shape_numel(shape) != numel())
+    throw Error(invalid_argument("reshape " + describe() + " to " + shape_to_string(shape)));
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
+  if (rank() == 0 || begin < 0 || end > shape_[0] || begin > end)
+    throw Error(out_of_range("slice_rows [" + std::to_string(begin) + ", " + std::to_string(end) +
+                             ") of " + describe()));
+  Tensor t = *this;
+  const int64_t row = shape_[0] == 0 ? 0 : numel() / shape_[0];
+  t.shape_[0] = end - begin;
+  t.data_ = static_cast<char*>(data_) + static_cast<size_t>(begin * row) * dtype_size(dtype_);
+  return t;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  Tensor t = empty(dtype, shape_);
+  convert_elements(data_, dtype_, t.data_, dtype, static_cast<size_t>(numel()));
+  return t;
+}
+
+Tensor Tensor::clone() const { return to(dtype_); }
+
+std::vector<float> Tensor::to_f32_vector() const {
+  std::vector<float> out(static_cast<size_t>(numel()));
+  convert_elements(data_, dtype_, out.data(), DType::kF32, out.size());
+  return out;
+}
+
+std::string Tensor::describe() const { return std::string(dtype_name(dtype_)) + shape_to_string(shape_); }
+
+}  // namespace loom
