@@ -1,0 +1,11 @@
+// Each `loom <command>` lives in its own cmd_<name>.cc and adds itself to the app
+// through one of these functions, called from main.cc.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace loom::cli {
+
+void add_version_command(CLI::App& app);
+
+}  // namespace loom::cli
