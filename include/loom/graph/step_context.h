@@ -1,0 +1,44 @@
+// What a step's `attention` nodes read besides tensors: which sequences the
+// packed token rows belong to, and where their K/V live. A contiguous cache
+// (runtime/) and the paged cache (batching/) both implement KvStore, so the
+// same graph and the same attention op serve both.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace loom::graph {
+
+// K/V pages of one sequence in one layer. Logical page p holds positions
+// [p*page_size, (p+1)*page_size), each page [page_size, num_kv_heads, head_dim] F32.
+// A null page is never read (outside a sliding window).
+struct KvPageTable {
+  float* const* k_pages = nullptr;
+  float* const* v_pages = nullptr;
+  int64_t num_pages = 0;
+  int64_t page_size = 0;
+};
+
+class KvStore {
+ public:
+  virtual ~KvStore() = default;
+  // Pages of step sequence `seq` for `layer`, covering every position the step
+  // writes. Valid until the step ends.
+  virtual KvPageTable pages(int layer, int seq) = 0;
+};
+
+// One sequence's slice of a packed step: its tokens are rows
+// [q_begin, q_begin + q_len) and sit at positions [past_len, past_len + q_len).
+struct StepSequence {
+  int64_t q_begin = 0;
+  int64_t q_len = 0;
+  int64_t past_len = 0;
+};
+
+struct StepContext {
+  std::vector<StepSequence> sequences;
+  std::vector<int32_t> positions;  // one per packed token row
+  KvStore* kv = nullptr;
+};
+
+}  // namespace loom::graph

@@ -1,0 +1,220 @@
+// The built-in ops. Activations are F32 rows: [tokens, features]; heads are laid
+// out inside the feature dimension ([tokens, heads * head_dim]) so no op needs a
+// reshape; exporters expand to explicit reshapes where a runtime wants them.
+#include <map>
+#include <mutex>
+
+#include "loom/graph/op_schema.h"
+
+namespace loom::graph {
+namespace {
+
+Status expect_rank(const Value* v, size_t rank, const char* what) {
+  if (!v) return invalid_argument(std::string(what) + " is missing");
+  if (v->shape.size() != rank)
+    return invalid_argument(std::string(what) + " must have rank " + std::to_string(rank) + ", has " +
+                            std::to_string(v->shape.size()));
+  return Status::Ok();
+}
+
+Status expect_float(const Value* v, const char* what) {
+  if (!dtype_is_float(v->dtype)) return invalid_argument(std::string(what) + " must be a float tensor");
+  return Status::Ok();
+}
+
+bool dims_match(const Dim& a, const Dim& b) { return a == b; }
+
+std::string dim_str(const Dim& d) { return d.is_static() ? std::to_string(d.value) : "sym#" + std::to_string(d.symbol); }
+
+void add(std::map<std::string, OpSchema>& m, OpSchema s) { m.emplace(s.name, std::move(s)); }
+
+// Unary float op with output = input shape.
+OpSchema elementwise_unary(const std::string& name, const std::string& summary) {
+  OpSchema s;
+  s.name = name;
+  s.min_inputs = s.max_inputs = 1;
+  s.summary = summary;
+  s.infer = [](const std::vector<const Value*>& in, const Node&, std::vector<TypedShape>* out) {
+    LOOM_RETURN_IF_ERROR(expect_float(in[0], "input"));
+    out->push_back({DType::kF32, in[0]->shape});
+    return Status::Ok();
+  };
+  return s;
+}
+
+OpSchema elementwise_binary(const std::string& name, const std::string& summary) {
+  OpSchema s;
+  s.name = name;
+  s.min_inputs = s.max_inputs = 2;
+  s.summary = summary;
+  s.infer = [](const std::vector<const Value*>& in, const Node&, std::vector<TypedShape>* out) {
+    if (!in[0] || !in[1]) return invalid_argument("both inputs are required");
+    if (in[0]->shape != in[1]->shape) return invalid_argument("inputs must have the same shape");
+    out->push_back({DType::kF32, in[0]->shape});
+    return Status::Ok();
+  };
+  return s;
+}
+
+std::map<std::string, OpSchema> build_schemas() {
+  std::map<std::string, OpSchema> m;
+
+  {
+    OpSchema s;
+    s.name = "embedding";
+    s.summary = "out[t] = table[ids[t]] (rows converted to F32); ids outside [0, V) are an error";
+    s.min_inputs = s.max_inputs = 2;
+    s.infer = [](const std::vector<const Value*>& in, const Node&, std::vector<TypedShape>* out) {
+      LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "table"));
+      LOOM_RETURN_IF_ERROR(expect_rank(in[1], 1, "ids"));
+      if (in[1]->dtype != DType::kI32) return invalid_argument("ids must be I32");
+      out->push_back({DType::kF32, {in[1]->shape[0], in[0]->shape[1]}});
+      return Status::Ok();
+    };
+    add(m, s);
+  }
+  {
+    OpSchema s;
+    s.name = "linear";
+    s.summary = "y = x · Wᵀ + b, W stored [out_features, in_features] as in nn.Linear";
+    s.min_inputs = 2;
+    s.max_inputs = 3;
+    s.infer = [](const std::vector<const Value*>& in, const Node&, std::vector<TypedShape>* out) {
+      LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
+      LOOM_RETURN_IF_ERROR(expect_rank(in[1], 2, "weight"));
+      if (!dims_match(in[0]->shape[1], in[1]->shape[1]))
+        return invalid_argument("x features " + dim_str(in[0]->shape[1]) + " != weight in_features " +
+                                dim_str(in[1]->shape[1]));
+      if (in.size() > 2 && in[2]) {
+        LOOM_RETURN_IF_ERROR(expect_rank(in[2], 1, "bias"));
+        if (!dims_match(in[2]->shape[0], in[1]->shape[0])) return invalid_argument("bias size != out_features");
+      }
+      out->push_back({DType::kF32, {in[0]->shape[0], in[1]->shape[0]}});
+      return Status::Ok();
+    };
+    add(m, s);
+  }
+  {
+    OpSchema s;
+    s.name = "rms_norm";
+    s.summary = "each group of w.size elements of a row: x * rsqrt(mean(x²) + eps) * (w + weight_offset)";
+    s.min_inputs = s.max_inputs = 2;
+    s.required_attrs = {"eps"};
+    s.infer = [](const std::vector<const Value*>& in, const Node&, std::vector<TypedShape>* out) {
+      LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
+      LOOM_RETURN_IF_ERROR(expect_rank(in[1], 1, "weight"));
+      const Dim& f = in[0]->shape[1];
+      const Dim& g = in[1]->shape[0];
+      if (!f.is_static() || !g.is_static() || g.value <= 0 || f.value % g.value != 0)
+        return invalid_argument("row size " + dim_str(f) + " is not a multiple of weight size " + dim_str(g));
+      out->push_back({DType::kF32, in[0]->shape});
+      return Status::Ok();
+    };
+    add(m, s);
+  }
+  {
+    OpSchema s;
+    s.name = "layer_norm";
+    s.summary = "(x - mean) * rsqrt(var + eps) * w + b over each row";
+    s.min_inputs = 2;
+    s.max_inputs = 3;
+    s.required_attrs = {"eps"};
+    s.infer = [](const std::vector<const Value*>& in, const Node&, std::vector<TypedShape>* out) {
+      LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
+      LOOM_RETURN_IF_ERROR(expect_rank(in[1], 1, "weight"));
+      if (!dims_match(in[0]->shape[1], in[1]->shape[0])) return invalid_argument("weight size != row size");
+      out->push_back({DType::kF32, in[0]->shape});
+      return Status::Ok();
+    };
+    add(m, s);
+  }
+  add(m, elementwise_binary("add", "a + b"));
+  add(m, elementwise_binary("mul", "a * b"));
+  add(m, elementwise_unary("silu", "x * sigmoid(x)"));
+  add(m, elementwise_unary("gelu", "GELU; attr approximate = \"none\" (erf) or \"tanh\""));
+  {
+    OpSchema s = elementwise_unary("scale", "x * factor");
+    s.required_attrs = {"factor"};
+    add(m, s);
+  }
+  {
+    OpSchema s = elementwise_unary("softcap", "cap * tanh(x / cap)");
+    s.required_attrs = {"cap"};
+    add(m, s);
+  }
+  {
+    OpSchema s;
+    s.name = "rope";
+    s.summary = "rotary embedding (rotate_half convention) of each head of x at the token positions";
+    s.min_inputs = s.max_inputs = 2;
+    s.required_attrs = {"num_heads", "head_dim", "rotary_dim", "rope_type", "theta"};
+    s.infer = [](const std::vector<const Value*>& in, const Node& n, std::vector<TypedShape>* out) {
+      LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
+      LOOM_RETURN_IF_ERROR(expect_rank(in[1], 1, "positions"));
+      const Dim& f = in[0]->shape[1];
+      if (!f.is_static() || f.value != n.attr_int("num_heads") * n.attr_int("head_dim"))
+        return invalid_argument("row size " + dim_str(f) + " != num_heads * head_dim");
+      if (n.attr_int("rotary_dim") > n.attr_int("head_dim") || n.attr_int("rotary_dim") % 2)
+        return invalid_argument("rotary_dim must be even and ≤ head_dim");
+      out->push_back({DType::kF32, in[0]->shape});
+      return Status::Ok();
+    };
+    add(m, s);
+  }
+  {
+    OpSchema s;
+    s.name = "attention";
+    s.summary =
+        "causal attention of this step's tokens over the KV cache of layer `layer`: writes k/v at the tokens' "
+        "positions, then attends (GQA, optional sliding window and softcap)";
+    s.min_inputs = s.max_inputs = 3;
+    s.required_attrs = {"layer", "num_q_heads", "num_kv_heads", "head_dim", "scale"};
+    s.infer = [](const std::vector<const Value*>& in, const Node& n, std::vector<TypedShape>* out) {
+      for (int i = 0; i < 3; ++i) LOOM_RETURN_IF_ERROR(expect_rank(in[static_cast<size_t>(i)], 2, i == 0 ? "q" : i == 1 ? "k" : "v"));
+      const int64_t hq = n.attr_int("num_q_heads"), hkv = n.attr_int("num_kv_heads"), d = n.attr_int("head_dim");
+      if (hkv <= 0 || hq % hkv != 0) return invalid_argument("num_q_heads must be a multiple of num_kv_heads");
+      if (!in[0]->shape[1].is_static() || in[0]->shape[1].value != hq * d) return invalid_argument("q row size != num_q_heads * head_dim");
+      if (!in[1]->shape[1].is_static() || in[1]->shape[1].value != hkv * d) return invalid_argument("k row size != num_kv_heads * head_dim");
+      if (!in[2]->shape[1].is_static() || in[2]->shape[1].value != hkv * d) return invalid_argument("v row size != num_kv_heads * head_dim");
+      out->push_back({DType::kF32, {in[0]->shape[0], Dim::fixed(hq * d)}});
+      return Status::Ok();
+    };
+    add(m, s);
+  }
+  {
+    OpSchema s;
+    s.name = "gather_rows";
+    s.summary = "out[i] = x[indices[i]] (e.g. the last token of each sequence before the LM head)";
+    s.min_inputs = s.max_inputs = 2;
+    s.infer = [](const std::vector<const Value*>& in, const Node&, std::vector<TypedShape>* out) {
+      LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
+      LOOM_RETURN_IF_ERROR(expect_rank(in[1], 1, "indices"));
+      if (in[1]->dtype != DType::kI32) return invalid_argument("indices must be I32");
+      out->push_back({DType::kF32, {in[1]->shape[0], in[0]->shape[1]}});
+      return Status::Ok();
+    };
+    add(m, s);
+  }
+  return m;
+}
+
+const std::map<std::string, OpSchema>& schemas() {
+  static const std::map<std::string, OpSchema> table = build_schemas();
+  return table;
+}
+
+}  // namespace
+
+const OpSchema* find_op_schema(const std::string& name) {
+  const auto& t = schemas();
+  auto it = t.find(name);
+  return it == t.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> op_names() {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : schemas()) out.push_back(k);
+  return out;
+}
+
+}  // namespace loom::graph
