@@ -1,0 +1,57 @@
+// Turning one row of logits into the next token: Transformers' processors and
+// warpers in Transformers' order (repetition penalty, temperature, top-k, top-p,
+// min-p), then greedy argmax or a draw from a per-request RNG, so a request's
+// samples do not depend on its batch mates.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "loom/core/status.h"
+
+namespace loom::generation {
+
+struct SamplingParams {
+  bool do_sample = false;
+  float temperature = 1.0f;
+  int32_t top_k = 0;          // 0: off
+  float top_p = 1.0f;         // 1: off
+  float min_p = 0.0f;         // 0: off
+  float repetition_penalty = 1.0f;
+
+  Status validate() const;
+  // Temperature 0 means greedy, as in most serving APIs.
+  bool greedy() const { return !do_sample || temperature <= 0.0f; }
+};
+
+// SplitMix-seeded xoshiro256**: small, fast and identical on every platform.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed = 0) { reseed(seed); }
+  void reseed(uint64_t seed);
+  uint64_t next();
+  double uniform();  // [0, 1)
+
+ private:
+  uint64_t s_[4];
+};
+
+struct SampledToken {
+  int32_t id = -1;
+  float logprob = 0.0f;  // log p(id) under the model's unprocessed distribution
+};
+
+// Applies the penalty in place: for every token in `context`, a positive logit is
+// divided by `penalty`, a negative one multiplied (Transformers' semantics).
+void apply_repetition_penalty(float* logits, int64_t vocab, const std::vector<int32_t>& context, float penalty);
+
+// Picks the next token from `logits` (modified in place). `context` (prompt +
+// generated tokens) feeds the repetition penalty.
+SampledToken sample_next(float* logits, int64_t vocab, const SamplingParams& params,
+                         const std::vector<int32_t>& context, Rng& rng);
+
+// log softmax of one logit: logits[id] - logsumexp(logits).
+float token_logprob(const float* logits, int64_t vocab, int32_t id);
+
+}  // namespace loom::generation

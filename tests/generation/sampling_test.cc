@@ -1,0 +1,113 @@
+#include "loom/generation/sampling.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "loom/generation/stopping.h"
+
+namespace loom::generation {
+namespace {
+
+TEST(Sampling, GreedyPicksFirstMaximum) {
+  std::vector<float> l = {0.1f, 3.0f, -1.0f, 3.0f};
+  Rng rng(1);
+  SamplingParams p;
+  EXPECT_EQ(sample_next(l.data(), 4, p, {}, rng).id, 1);
+}
+
+TEST(Sampling, RepetitionPenaltyFollowsTransformers) {
+  std::vector<float> l = {2.0f, -2.0f, 1.0f};
+  apply_repetition_penalty(l.data(), 3, {0, 1, 1}, 2.0f);
+  EXPECT_FLOAT_EQ(l[0], 1.0f);   // positive: divided
+  EXPECT_FLOAT_EQ(l[1], -4.0f);  // negative: multiplied, once despite two occurrences
+  EXPECT_FLOAT_EQ(l[2], 1.0f);
+}
+
+TEST(Sampling, SameSeedSameTokens) {
+  SamplingParams p;
+  p.do_sample = true;
+  p.temperature = 0.9f;
+  p.top_p = 0.95f;
+  std::vector<float> base(100);
+  for (int i = 0; i < 100; ++i) base[i] = std::sin(i * 0.37f) * 3;
+  auto run = [&](uint64_t seed) {
+    Rng rng(seed);
+    std::vector<int32_t> out;
+    for (int i = 0; i < 50; ++i) {
+      auto l = base;
+      out.push_back(sample_next(l.data(), 100, p, out, rng).id);
+    }
+    return out;
+  };
+  EXPECT_EQ(run(42), run(42));
+  EXPECT_NE(run(42), run(43));
+}
+
+TEST(Sampling, FrequenciesMatchSoftmaxAndTopKTopPRestrict) {
+  std::vector<float> base = {2.0f, 1.0f, 0.0f, -1.0f};
+  SamplingParams p;
+  p.do_sample = true;
+  Rng rng(7);
+  std::map<int, int> counts;
+  const int n = 40000;
+  for (int i = 0; i < n; ++i) {
+    auto l = base;
+    counts[sample_next(l.data(), 4, p, {}, rng).id]++;
+  }
+  double z = 0;
+  for (float x : base) z += std::exp(x);
+  for (int k = 0; k < 4; ++k) EXPECT_NEAR(counts[k] / double(n), std::exp(base[k]) / z, 0.01) << k;
+
+  p.top_k = 2;
+  for (int i = 0; i < 2000; ++i) {
+    auto l = base;
+    EXPECT_LT(sample_next(l.data(), 4, p, {}, rng).id, 2);
+  }
+  p.top_k = 0;
+  p.top_p = 0.5f;  // p(0) ≈ 0.64 ≥ 0.5: only token 0 survives
+  for (int i = 0; i < 2000; ++i) {
+    auto l = base;
+    EXPECT_EQ(sample_next(l.data(), 4, p, {}, rng).id, 0);
+  }
+  p.top_p = 1.0f;
+  p.min_p = 0.3f;  // p(1)/p(0) = e^-1 ≈ 0.37 kept, p(2)/p(0) ≈ 0.14 dropped
+  for (int i = 0; i < 2000; ++i) {
+    auto l = base;
+    EXPECT_LT(sample_next(l.data(), 4, p, {}, rng).id, 2);
+  }
+}
+
+TEST(Sampling, LogprobIsOfRawDistribution) {
+  std::vector<float> l = {0.0f, std::log(3.0f)};
+  EXPECT_NEAR(token_logprob(l.data(), 2, 1), std::log(0.75), 1e-6);
+}
+
+TEST(Sampling, ValidateNamesTheField) {
+  SamplingParams p;
+  p.top_p = 0;
+  EXPECT_NE(p.validate().message().find("top_p"), std::string::npos);
+  p = SamplingParams();
+  p.temperature = -1;
+  EXPECT_NE(p.validate().message().find("temperature"), std::string::npos);
+}
+
+TEST(StopStrings, HoldsBackPartialMatchesAndCutsAtTheStop) {
+  StopStringMatcher m({"END", "\n\n"});
+  std::string shown;
+  for (const char* piece : {"Hello E", "N", "x wor", "ld\n", "\nmore"}) shown += m.push(piece);
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(shown, "Hello ENx world");
+  EXPECT_EQ(m.matched(), "\n\n");
+  EXPECT_EQ(m.flush(), "");
+
+  StopStringMatcher none({"zzz"});
+  std::string all = none.push("abz");
+  all += none.push("z");
+  EXPECT_EQ(all, "ab");
+  EXPECT_EQ(none.flush(), "zz");
+}
+
+}  // namespace
+}  // namespace loom::generation
