@@ -1,0 +1,222 @@
+#!/usr/bin/python3
+"""Writes a tiny random checkpoint in Hugging Face layout: config.json, model.safetensors,
+generation_config.json.
+
+Weights come from a seeded torch.Generator in float32 and are rounded to bf16 for
+--dtype bf16, so the f32 and bf16 checkpoints of one spec hold the same values up to rounding.
+They are scaled so activations stay O(1) and greedy decoding is not degenerate:
+  embeddings ~ N(0, embed_std^2) (0.2: large enough to matter, small enough that a tied lm_head
+  does not just repeat the current token); linear weights ~ N(0, 1/fan_in), so each projection
+  keeps unit scale, with q/k weights times sqrt(qk_scale) (4: sharper attention, so position,
+  RoPE scaling and windows visibly change the output; for Qwen3 the q/k RMSNorm weights carry
+  that factor instead, since the norm cancels the projection's scale); biases ~ N(0, 0.1^2); RMSNorm weights
+  ~ 1 + N(0, 0.1^2); lm_head ~ N(0, logit_scale^2 / hidden), so logits have std ~ logit_scale.
+
+Example:
+  /usr/bin/python3 tests/reference/make_checkpoint.py --arch llama --out /tmp/ck --dtype bf16 \
+      --hidden 64 --layers 2 --heads 4 --kv-heads 1 --head-dim 32 --rope '{"rope_type":"linear","factor":2}'
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_io  # noqa: E402
+
+ARCHS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+         "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+DTYPES = {"f32": (torch.float32, "float32"), "bf16": (torch.bfloat16, "bfloat16")}
+
+# Every knob with its default; make_fixtures.py passes dicts with a subset of these keys.
+DEFAULT_SPEC = dict(
+    arch="llama", dtype="f32", seed=0,
+    vocab_size=256, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=None, head_dim=None,
+    tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
+    rope_theta=10000.0, rope=None, rope_format="rope_scaling", max_position_embeddings=256,
+    sliding_window=None, use_sliding_window=False, max_window_layers=None, layer_types=None,
+    rms_norm_eps=1e-6, embed_std=0.2, logit_scale=3.0, qk_scale=4.0,
+)
+
+
+def build_config(spec):
+    """config.json contents as Transformers would save them for this architecture."""
+    s = spec
+    heads = s["num_attention_heads"]
+    kv = s["num_key_value_heads"] if s["num_key_value_heads"] is not None else heads
+    cfg = {
+        "architectures": [ARCHS[s["arch"]]],
+        "model_type": s["arch"],
+        "vocab_size": s["vocab_size"],
+        "hidden_size": s["hidden_size"],
+        "intermediate_size": s["intermediate_size"],
+        "num_hidden_layers": s["num_hidden_layers"],
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "hidden_act": "silu",
+        "max_position_embeddings": s["max_position_embeddings"],
+        "rms_norm_eps": s["rms_norm_eps"],
+        "tie_word_embeddings": s["tie_word_embeddings"],
+        "initializer_range": 0.02,
+        "attention_dropout": 0.0,
+        "use_cache": True,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": DTYPES[s["dtype"]][1],
+    }
+    head_dim = s["head_dim"]
+    if s["arch"] == "qwen3" and head_dim is None:
+        head_dim = s["hidden_size"] // heads  # Qwen3 configs always carry head_dim (default 128)
+    if head_dim is not None:
+        cfg["head_dim"] = head_dim
+    if s["arch"] in ("llama", "qwen3"):
+        cfg["attention_bias"] = s["attention_bias"]
+    elif s["attention_bias"]:
+        raise ValueError(f"{s['arch']}: attention_bias is fixed by the architecture")
+    if s["arch"] == "llama":
+        cfg["mlp_bias"] = s["mlp_bias"]
+    elif s["mlp_bias"]:
+        raise ValueError(f"{s['arch']}: mlp_bias is only a llama knob")
+    if s["arch"] == "mistral":
+        cfg["sliding_window"] = s["sliding_window"]
+    if s["arch"] in ("qwen2", "qwen3"):
+        cfg["use_sliding_window"] = s["use_sliding_window"]
+        cfg["sliding_window"] = s["sliding_window"]
+        cfg["max_window_layers"] = (s["max_window_layers"] if s["max_window_layers"] is not None
+                                    else s["num_hidden_layers"])
+        if s["layer_types"] is not None:
+            cfg["layer_types"] = s["layer_types"]
+    elif s["arch"] == "llama" and s["sliding_window"] is not None:
+        raise ValueError("llama has no sliding window")
+    rope = dict(s["rope"]) if s["rope"] else None
+    if s["rope_format"] == "rope_parameters":  # Transformers 5.x layout
+        params = {"rope_type": "default"}
+        params.update(rope or {})
+        params["rope_theta"] = s["rope_theta"]
+        cfg["rope_parameters"] = params
+    else:  # Transformers 4.x layout
+        cfg["rope_theta"] = s["rope_theta"]
+        cfg["rope_scaling"] = rope
+    return cfg
+
+
+def tensor_specs(cfg):
+    """[(name, shape)] of every tensor the checkpoint stores."""
+    arch = cfg["model_type"]
+    h, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+    kv, inter = cfg["num_key_value_heads"], cfg["intermediate_size"]
+    hd = cfg.get("head_dim") or h // heads
+    qkv_bias = arch == "qwen2" or (arch in ("llama", "qwen3") and cfg.get("attention_bias"))
+    o_bias = arch in ("llama", "qwen3") and cfg.get("attention_bias")
+    mlp_bias = arch == "llama" and cfg.get("mlp_bias")
+    out = [("model.embed_tokens.weight", [cfg["vocab_size"], h]), ("model.norm.weight", [h])]
+    if not cfg["tie_word_embeddings"]:
+        out.append(("lm_head.weight", [cfg["vocab_size"], h]))
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out += [(p + "input_layernorm.weight", [h]), (p + "post_attention_layernorm.weight", [h])]
+        for name, rows in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
+            out.append((p + f"self_attn.{name}.weight", [rows, h]))
+            if qkv_bias:
+                out.append((p + f"self_attn.{name}.bias", [rows]))
+        out.append((p + "self_attn.o_proj.weight", [h, heads * hd]))
+        if o_bias:
+            out.append((p + "self_attn.o_proj.bias", [h]))
+        if arch == "qwen3":
+            out += [(p + "self_attn.q_norm.weight", [hd]), (p + "self_attn.k_norm.weight", [hd])]
+        for name, shape in (("gate_proj", [inter, h]), ("up_proj", [inter, h]), ("down_proj", [h, inter])):
+            out.append((p + f"mlp.{name}.weight", shape))
+            if mlp_bias:
+                out.append((p + f"mlp.{name}.bias", [shape[0]]))
+    return out
+
+
+def init_tensor(name, shape, gen, spec):
+    """One tensor's random values (f32), scaled as described in the module docstring."""
+    x = torch.randn(shape, generator=gen, dtype=torch.float32)
+    if name.endswith(("q_norm.weight", "k_norm.weight")):
+        # Qwen3's q/k RMSNorm undoes the q/k weight scale; its weight sets the sharpness instead.
+        return math.sqrt(spec["qk_scale"]) * (1.0 + 0.1 * x)
+    if name.endswith("norm.weight"):
+        return 1.0 + 0.1 * x
+    if name.endswith(".bias"):
+        return 0.1 * x
+    if name == "model.embed_tokens.weight":
+        return spec["embed_std"] * x
+    if name == "lm_head.weight":
+        return spec["logit_scale"] / math.sqrt(shape[1]) * x
+    scale = 1.0 / math.sqrt(shape[1])
+    if name.endswith(("q_proj.weight", "k_proj.weight")):
+        scale *= math.sqrt(spec["qk_scale"])  # sharper or flatter attention
+    return scale * x
+
+
+def make_checkpoint(out_dir, **overrides):
+    """Writes the checkpoint for DEFAULT_SPEC updated with `overrides`; returns the config dict."""
+    unknown = set(overrides) - set(DEFAULT_SPEC)
+    if unknown:
+        raise ValueError(f"unknown checkpoint knobs: {sorted(unknown)}")
+    spec = dict(DEFAULT_SPEC, **overrides)
+    if spec["arch"] not in ARCHS:
+        raise ValueError(f"unknown arch {spec['arch']!r}; choose from {sorted(ARCHS)}")
+    if spec["dtype"] not in DTYPES:
+        raise ValueError(f"unknown dtype {spec['dtype']!r}; choose from {sorted(DTYPES)}")
+    cfg = build_config(spec)
+    os.makedirs(out_dir, exist_ok=True)
+    gen = torch.Generator().manual_seed(int(spec["seed"]))
+    dtype = DTYPES[spec["dtype"]][0]
+    # Values are drawn in a fixed (sorted-name) order so a spec always gives the same weights.
+    specs = sorted(tensor_specs(cfg))
+    tensors = {name: init_tensor(name, shape, gen, spec).to(dtype) for name, shape in specs}
+    safetensors_io.save_file(tensors, os.path.join(out_dir, "model.safetensors"), {"format": "pt"})
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": 1, "eos_token_id": 2, "do_sample": False}, f, indent=2)
+        f.write("\n")
+    return cfg
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--arch", choices=sorted(ARCHS), default="llama")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="f32")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--vocab", type=int, default=DEFAULT_SPEC["vocab_size"])
+    ap.add_argument("--hidden", type=int, default=DEFAULT_SPEC["hidden_size"])
+    ap.add_argument("--intermediate", type=int, default=DEFAULT_SPEC["intermediate_size"])
+    ap.add_argument("--layers", type=int, default=DEFAULT_SPEC["num_hidden_layers"])
+    ap.add_argument("--heads", type=int, default=DEFAULT_SPEC["num_attention_heads"])
+    ap.add_argument("--kv-heads", type=int, default=None)
+    ap.add_argument("--head-dim", type=int, default=None)
+    ap.add_argument("--tie", action="store_true", help="tie_word_embeddings")
+    ap.add_argument("--attention-bias", action="store_true")
+    ap.add_argument("--mlp-bias", action="store_true")
+    ap.add_argument("--rope-theta", type=float, default=DEFAULT_SPEC["rope_theta"])
+    ap.add_argument("--rope", default=None, help='rope scaling JSON, e.g. {"rope_type":"linear","factor":2}')
+    ap.add_argument("--rope-format", choices=("rope_scaling", "rope_parameters"), default="rope_scaling")
+    ap.add_argument("--max-pos", type=int, default=DEFAULT_SPEC["max_position_embeddings"])
+    ap.add_argument("--sliding-window", type=int, default=None)
+    ap.add_argument("--use-sliding-window", action="store_true", help="qwen2/qwen3")
+    ap.add_argument("--max-window-layers", type=int, default=None, help="qwen2/qwen3")
+    args = ap.parse_args(argv)
+    cfg = make_checkpoint(
+        args.out, arch=args.arch, dtype=args.dtype, seed=args.seed, vocab_size=args.vocab,
+        hidden_size=args.hidden, intermediate_size=args.intermediate, num_hidden_layers=args.layers,
+        num_attention_heads=args.heads, num_key_value_heads=args.kv_heads, head_dim=args.head_dim,
+        tie_word_embeddings=args.tie, attention_bias=args.attention_bias, mlp_bias=args.mlp_bias,
+        rope_theta=args.rope_theta, rope=json.loads(args.rope) if args.rope else None,
+        rope_format=args.rope_format, max_position_embeddings=args.max_pos, sliding_window=args.sliding_window,
+        use_sliding_window=args.use_sliding_window, max_window_layers=args.max_window_layers)
+    print(f"wrote {args.out} ({cfg['model_type']}, {args.dtype})")
+
+
+if __name__ == "__main__":
+    main()

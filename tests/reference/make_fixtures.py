@@ -1,0 +1,261 @@
+#!/usr/bin/python3
+"""Generates loom's end-to-end parity fixtures: tiny random checkpoints plus the reference
+model's logits and greedy tokens for each (see README.md for the variants and the JSON schema).
+
+  /usr/bin/python3 tests/reference/make_fixtures.py [OUT_DIR] [--only NAME ...] [--force] [--list]
+
+OUT_DIR defaults to build/fixtures. A variant is skipped when its files exist and its
+reference.json records the same inputs hash (generator sources + spec + torch version), so
+re-running is cheap; each variant is written to a temporary directory and moved into place,
+so an interrupted run never leaves a half-written variant that looks valid.
+"""
+
+import argparse
+import copy
+import hashlib
+import json
+import os
+import random
+import shutil
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import make_checkpoint  # noqa: E402
+import reference_model  # noqa: E402
+
+PROMPT_LEN = 64
+GREEDY_TOKENS = 32
+PROMPT_CANDIDATES = 4  # prompt seeds tried per variant; the one with the safest greedy run wins
+MIN_DISTINCT_GREEDY = 12  # fewer distinct greedy tokens than this makes a weak test
+MIN_FEATURE_EFFECT = 1e-2  # ablating a variant's feature must move some logit at least this much
+FORMAT = "loom-reference-v1"
+SOURCES = ("make_fixtures.py", "make_checkpoint.py", "reference_model.py", "safetensors_io.py")
+
+# name -> (checkpoint knobs, feature ablated to prove the fixture exercises it, or None).
+# Every variant is generated in f32 and bf16 ("<name>-f32", "<name>-bf16").
+VARIANTS = {
+    "llama": (dict(arch="llama", hidden_size=128, intermediate_size=352, num_attention_heads=8,
+                   num_key_value_heads=2, vocab_size=384, tie_word_embeddings=True, seed=1), None),
+    "llama_mha_untied": (dict(arch="llama", hidden_size=96, intermediate_size=256, num_attention_heads=4,
+                              num_key_value_heads=4, vocab_size=320, num_hidden_layers=3, seed=2), None),
+    "llama_kv1_headdim": (dict(arch="llama", hidden_size=64, intermediate_size=160, num_attention_heads=4,
+                               num_key_value_heads=1, head_dim=32, vocab_size=256, seed=3), None),
+    "llama_rope_linear": (dict(arch="llama", hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                               vocab_size=300, rope={"rope_type": "linear", "factor": 2.0},
+                               rope_format="rope_parameters", seed=4), "rope"),
+    "llama_rope_dynamic": (dict(arch="llama", hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                vocab_size=300, max_position_embeddings=32,
+                                rope={"rope_type": "dynamic", "factor": 2.0}, seed=5), "rope"),
+    "llama_rope_llama3": (dict(arch="llama", hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                               vocab_size=300, max_position_embeddings=512, rope_theta=500000.0,
+                               rope={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+                               tie_word_embeddings=True, seed=6), "rope"),
+    "llama_rope_yarn": (dict(arch="llama", hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                             vocab_size=300, max_position_embeddings=256,
+                             rope={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+                             seed=7), "rope"),
+    "llama_rope_yarn_mscale": (dict(arch="llama", hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                    vocab_size=300, max_position_embeddings=256,
+                                    rope={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                                          "beta_fast": 16.0, "beta_slow": 2.0, "mscale": 1.0,
+                                          "mscale_all_dim": 0.5, "truncate": False},
+                                    seed=8), "rope"),
+    "llama_bias": (dict(arch="llama", hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                        vocab_size=256, attention_bias=True, mlp_bias=True, seed=9), "bias"),
+    "qwen2": (dict(arch="qwen2", hidden_size=96, intermediate_size=224, num_attention_heads=6,
+                   num_key_value_heads=2, vocab_size=448, tie_word_embeddings=True, rope_theta=1000000.0,
+                   seed=10), "bias"),
+    "qwen2_sliding": (dict(arch="qwen2", hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                           vocab_size=256, num_hidden_layers=3, use_sliding_window=True, sliding_window=16,
+                           max_window_layers=1, seed=11), "window"),
+    "qwen3": (dict(arch="qwen3", hidden_size=64, intermediate_size=192, num_attention_heads=4,
+                   num_key_value_heads=2, head_dim=32, vocab_size=320, tie_word_embeddings=True,
+                   rope_theta=1000000.0, seed=12), "qk_norm"),
+    "mistral_sliding": (dict(arch="mistral", hidden_size=128, intermediate_size=320, num_attention_heads=8,
+                             num_key_value_heads=2, vocab_size=384, sliding_window=16, seed=13), "window"),
+}
+DTYPES = ("f32", "bf16")
+
+
+def variant_specs():
+    """{full name: (spec, feature)} for every variant and dtype."""
+    out = {}
+    for name, (knobs, feature) in VARIANTS.items():
+        for dtype in DTYPES:
+            out[f"{name}-{dtype}"] = (dict(knobs, dtype=dtype), feature)
+    return out
+
+
+def inputs_hash(spec):
+    h = hashlib.sha256()
+    for src in SOURCES:
+        with open(os.path.join(HERE, src), "rb") as f:
+            h.update(src.encode() + b"\0" + f.read() + b"\0")
+    h.update(json.dumps(spec, sort_keys=True).encode())
+    h.update(torch.__version__.encode())
+    return h.hexdigest()
+
+
+def is_current(vdir, digest):
+    needed = ("config.json", "model.safetensors", "generation_config.json", "reference.json")
+    if not all(os.path.exists(os.path.join(vdir, n)) for n in needed):
+        return False
+    try:
+        with open(os.path.join(vdir, "reference.json")) as f:
+            return json.load(f).get("inputs_hash") == digest
+    except (OSError, ValueError):
+        return False
+
+
+def feature_effect(model, feature, prompt, logits):
+    """Max |logit change| when the variant's feature is switched off: a fixture whose feature
+    does not change the output would not test it."""
+    cfg, w = model.cfg, model.w
+    saved_cfg, saved_w = copy.deepcopy(cfg.__dict__), dict(w)
+    try:
+        if feature == "rope":
+            theta = cfg.rope["rope_theta"]
+            cfg.rope = {"rope_type": "default", "rope_theta": theta,
+                        "partial_rotary_factor": cfg.rope["partial_rotary_factor"]}
+        elif feature == "window":
+            cfg.layer_windows = [None] * cfg.num_hidden_layers
+        elif feature == "bias":
+            for k in [k for k in w if k.endswith(".bias")]:
+                w[k] = torch.zeros_like(w[k])
+        elif feature == "qk_norm":
+            for k in [k for k in w if k.endswith(("q_norm.weight", "k_norm.weight"))]:
+                w[k] = torch.ones_like(w[k])
+            # Unit-weight RMSNorm still normalizes; switching the norm off is the real ablation.
+            cfg.qk_norm = False
+        else:
+            raise AssertionError(feature)
+        return float((model.forward(prompt) - logits).abs().max())
+    finally:
+        cfg.__dict__.update(saved_cfg)
+        w.clear()
+        w.update(saved_w)
+
+
+def choose_prompt(model, spec, vocab):
+    """Tries PROMPT_CANDIDATES prompt seeds; keeps the one whose greedy run is most robust:
+    enough distinct tokens, cached == uncached (except dynamic RoPE, where they legitimately
+    differ), and the largest smallest top-1/top-2 logit margin."""
+    dynamic = model.cfg.rope["rope_type"] == "dynamic"
+    best = None
+    for k in range(PROMPT_CANDIDATES):
+        seed = spec["seed"] * 1000 + k
+        rng = random.Random(seed)
+        prompt = [rng.randrange(vocab) for _ in range(PROMPT_LEN)]
+        ids, margins = model.greedy(prompt, GREEDY_TOKENS)
+        cached, cached_margins = model.greedy_cached(prompt, GREEDY_TOKENS)
+        ok = len(set(ids)) >= MIN_DISTINCT_GREEDY and (dynamic or cached == ids)
+        score = (ok, min(margins + cached_margins))
+        if best is None or score > best[0]:
+            best = (score, seed, prompt, ids, margins, cached, cached_margins)
+    return best
+
+
+def generate(name, spec, feature, out_dir, digest):
+    tmp = os.path.join(out_dir, f".{name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    cfg = make_checkpoint.make_checkpoint(tmp, **spec)
+    model = reference_model.Model(tmp, torch.float32)
+    (ok, min_margin), seed, prompt, ids, margins, cached, cached_margins = choose_prompt(model, spec, cfg["vocab_size"])
+    if not ok:
+        raise RuntimeError(f"{name}: no prompt seed gave a non-degenerate greedy run; tune the spec")
+    logits = model.forward(prompt)
+    checks = {"distinct_greedy_tokens": len(set(ids)), "min_greedy_margin": min_margin,
+              "greedy_cached_equals_uncached": cached == ids,
+              "layer_windows": model.cfg.layer_windows}
+    if feature is not None:
+        effect = feature_effect(model, feature, prompt, logits)
+        checks["feature"] = feature
+        checks["feature_max_abs_logit_change"] = effect
+        if effect < MIN_FEATURE_EFFECT:
+            raise RuntimeError(f"{name}: switching off {feature} changes logits by only {effect:g}")
+    ref = {
+        "format": FORMAT,
+        "variant": name,
+        "model_type": cfg["model_type"],
+        "checkpoint_dtype": cfg["torch_dtype"],
+        "compute_dtype": "float32",
+        "prompt_seed": seed,
+        "prompt_ids": prompt,
+        "logits_shape": list(logits.shape),
+        "logits": [float(f"{v:.9g}") for v in logits.reshape(-1).tolist()],
+        "greedy_new_tokens": GREEDY_TOKENS,
+        "greedy_ids": ids,
+        "greedy_margins": [float(f"{m:.6g}") for m in margins],
+        "greedy_ids_cached": cached,
+        "greedy_margins_cached": [float(f"{m:.6g}") for m in cached_margins],
+        "checks": checks,
+        "spec": spec,
+        "inputs_hash": digest,
+    }
+    with open(os.path.join(tmp, "reference.json"), "w") as f:
+        json.dump(ref, f, separators=(",", ":"))
+        f.write("\n")
+    final = os.path.join(out_dir, name)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    return checks
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out_dir", nargs="?", default="build/fixtures")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="variants to (re)generate, e.g. llama-f32 qwen3")
+    ap.add_argument("--force", action="store_true", help="regenerate even when up to date")
+    ap.add_argument("--list", action="store_true", help="print the variant names and exit")
+    args = ap.parse_args(argv)
+
+    specs = variant_specs()
+    if args.list:
+        print("\n".join(specs))
+        return 0
+    selected = list(specs)
+    if args.only:
+        unknown = [n for n in args.only if n not in specs and n not in VARIANTS]
+        if unknown:
+            ap.error(f"unknown variants {unknown}; see --list")
+        selected = [n for n in specs if n in args.only or n.rsplit("-", 1)[0] in args.only]
+
+    torch.set_num_threads(1)  # reduction order fixed, so reruns give identical bytes
+    os.makedirs(args.out_dir, exist_ok=True)
+    for stale in os.listdir(args.out_dir):  # left behind by an interrupted run
+        if stale.startswith(".") and ".tmp" in stale:
+            shutil.rmtree(os.path.join(args.out_dir, stale), ignore_errors=True)
+    start = time.time()
+    for i, name in enumerate(selected, 1):
+        spec, feature = specs[name]
+        digest = inputs_hash(spec)
+        vdir = os.path.join(args.out_dir, name)
+        tag = f"[{i}/{len(selected)}] {name}"
+        if not args.force and is_current(vdir, digest):
+            print(f"{tag}: up to date", flush=True)
+            continue
+        t = time.time()
+        checks = generate(name, spec, feature, args.out_dir, digest)
+        extra = ""
+        if "feature" in checks:
+            extra = f", {checks['feature']} effect {checks['feature_max_abs_logit_change']:.3g}"
+        print(f"{tag}: {checks['distinct_greedy_tokens']} distinct greedy tokens, min margin "
+              f"{checks['min_greedy_margin']:.3g}{extra}, cached==uncached "
+              f"{checks['greedy_cached_equals_uncached']} ({time.time() - t:.1f}s)", flush=True)
+
+    index = {"format": FORMAT, "variants": [
+        {"name": n, "arch": s["arch"], "dtype": s["dtype"], "feature": f} for n, (s, f) in specs.items()]}
+    with open(os.path.join(args.out_dir, "index.json"), "w") as f:
+        json.dump(index, f, indent=1)
+        f.write("\n")
+    print(f"fixtures in {args.out_dir} ({time.time() - start:.1f}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,531 @@
+#!/usr/bin/python3
+"""Independent PyTorch reference for decoder-only checkpoints in Hugging Face layout.
+
+Covers LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM with the
+semantics of Transformers' modeling code (eager attention path), written from scratch so that
+loom can be parity-checked without Transformers installed (Debian 12 ships only torch 1.13,
+which has no scaled_dot_product_attention: attention is written out with an explicit mask).
+
+Numerics: by default every weight is upcast to float32 and the whole model computes in float32
+(also for bf16 checkpoints: the bf16 values are exact in f32, so this is "the checkpoint's
+function evaluated in f32"). Passing dtype=torch.bfloat16 keeps bf16 weights and computes like
+Transformers' eager bf16 path (RMSNorm statistics, RoPE tables and softmax in f32, everything
+else in bf16); bench/torch_bench.py uses that.
+
+Usage:
+  /usr/bin/python3 tests/reference/reference_model.py --model DIR --prompt-ids 1,2,3 \
+      [--greedy N] [--dtype f32|bf16] --out result.json
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_io  # noqa: E402
+
+# Transformers' configuration defaults per model_type (configuration_<model>.py).
+# None for num_key_value_heads / head_dim means "derive" (heads, hidden // heads).
+_DEFAULTS = {
+    "llama": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                  num_attention_heads=32, num_key_value_heads=None, head_dim=None, hidden_act="silu",
+                  max_position_embeddings=2048, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                  rope_theta=10000.0, attention_bias=False, mlp_bias=False),
+    "mistral": dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                    num_attention_heads=32, num_key_value_heads=8, head_dim=None, hidden_act="silu",
+                    max_position_embeddings=4096 * 32, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                    rope_theta=10000.0, sliding_window=4096),
+    "qwen2": dict(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
+                  num_attention_heads=32, num_key_value_heads=32, head_dim=None, hidden_act="silu",
+                  max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                  rope_theta=10000.0, use_sliding_window=False, sliding_window=4096, max_window_layers=28,
+                  layer_types=None),
+    "qwen3": dict(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
+                  num_attention_heads=32, num_key_value_heads=32, head_dim=128, hidden_act="silu",
+                  max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                  rope_theta=10000.0, attention_bias=False, use_sliding_window=False, sliding_window=4096,
+                  max_window_layers=28, layer_types=None),
+}
+
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
+
+
+class Config:
+    """The resolved hyper-parameters the forward pass needs (no Transformers defaults left implicit)."""
+
+    def __init__(self, raw):
+        model_type = raw.get("model_type")
+        if model_type not in _DEFAULTS:
+            raise ValueError(f"config.json: unsupported model_type {model_type!r}; supported: {sorted(_DEFAULTS)}")
+        c = dict(_DEFAULTS[model_type])
+        c.update({k: v for k, v in raw.items() if k in c or k in ("rope_scaling", "rope_parameters",
+                                                                     "partial_rotary_factor")})
+        self.model_type = model_type
+        self.vocab_size = int(c["vocab_size"])
+        self.hidden_size = int(c["hidden_size"])
+        self.intermediate_size = int(c["intermediate_size"])
+        self.num_hidden_layers = int(c["num_hidden_layers"])
+        self.num_attention_heads = int(c["num_attention_heads"])
+        kv = c["num_key_value_heads"]
+        self.num_key_value_heads = int(kv if kv is not None else self.num_attention_heads)
+        hd = c.get("head_dim")
+        self.head_dim = int(hd if hd is not None else self.hidden_size // self.num_attention_heads)
+        self.rms_norm_eps = float(c["rms_norm_eps"])
+        self.max_position_embeddings = int(c["max_position_embeddings"])
+        self.tie_word_embeddings = bool(c["tie_word_embeddings"])
+        if c["hidden_act"] != "silu":
+            raise ValueError(f"config.json: hidden_act {c['hidden_act']!r} not supported (only silu)")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("config.json: num_attention_heads must be a multiple of num_key_value_heads")
+
+        # Which projections carry a bias, per architecture.
+        if model_type == "qwen2":  # q/k/v always biased, o_proj never (modeling_qwen2.py)
+            self.qkv_bias, self.o_bias, self.mlp_bias = True, False, False
+        elif model_type == "mistral":
+            self.qkv_bias, self.o_bias, self.mlp_bias = False, False, False
+        elif model_type == "qwen3":
+            ab = bool(c["attention_bias"])
+            self.qkv_bias, self.o_bias, self.mlp_bias = ab, ab, False
+        else:  # llama
+            ab = bool(c["attention_bias"])
+            self.qkv_bias, self.o_bias, self.mlp_bias = ab, ab, bool(c["mlp_bias"])
+        self.qk_norm = model_type == "qwen3"
+
+        # Per-layer sliding window (None = full causal attention).
+        if model_type == "mistral":
+            sw = c["sliding_window"]
+            self.layer_windows = [int(sw) if sw is not None else None] * self.num_hidden_layers
+        elif model_type in ("qwen2", "qwen3"):
+            sw = c["sliding_window"] if c["use_sliding_window"] else None
+            types = c["layer_types"]
+            if types is None:
+                types = ["sliding_attention" if sw is not None and i >= c["max_window_layers"] else "full_attention"
+                         for i in range(self.num_hidden_layers)]
+            if len(types) != self.num_hidden_layers:
+                raise ValueError("config.json: layer_types must have num_hidden_layers entries")
+            self.layer_windows = [int(sw) if t == "sliding_attention" and sw is not None else None for t in types]
+        else:
+            self.layer_windows = [None] * self.num_hidden_layers
+
+        # RoPE: Transformers 4.x writes {"rope_theta": x, "rope_scaling": {...}}; 5.x writes
+        # {"rope_parameters": {"rope_type", "rope_theta", ...}}. Both are accepted.
+        rope = dict(c.get("rope_parameters") or c.get("rope_scaling") or {})
+        if rope and all(isinstance(v, dict) for v in rope.values()):
+            raise ValueError("config.json: per-layer-type rope_parameters are not supported")
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type not in ROPE_TYPES:
+            raise ValueError(f"config.json: rope type {rope_type!r} not supported; supported: {ROPE_TYPES}")
+        rope["rope_type"] = rope_type
+        rope.setdefault("rope_theta", float(c["rope_theta"]))
+        rope.setdefault("partial_rotary_factor", float(c.get("partial_rotary_factor", 1.0)))
+        if rope_type in ("llama3", "yarn"):
+            rope.setdefault("original_max_position_embeddings", self.max_position_embeddings)
+        self.rope = rope
+
+    @property
+    def rotary_dim(self):
+        return int(self.head_dim * self.rope["partial_rotary_factor"])
+
+
+# ----------------------------------------------------------------------------------------------
+# RoPE (modeling_rope_utils.py). Every function returns (inv_freq [rotary_dim/2] f32,
+# attention_scaling), the factor cos/sin are multiplied by.
+
+
+def _default_inv_freq(base, dim):
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+
+
+def rope_parameters(cfg, seq_len=None):
+    """inv_freq and attention scaling for a sequence of `seq_len` positions.
+
+    seq_len only matters for "dynamic": Transformers recomputes inv_freq from the current
+    length whenever it exceeds max_position_embeddings (dynamic_rope_update).
+    """
+    r = cfg.rope
+    rope_type, base, dim = r["rope_type"], float(r["rope_theta"]), cfg.rotary_dim
+    if rope_type == "default":
+        return _default_inv_freq(base, dim), 1.0
+    if rope_type == "linear":
+        return _default_inv_freq(base, dim) / r["factor"], 1.0
+    if rope_type == "dynamic":
+        max_pos, factor = cfg.max_position_embeddings, r["factor"]
+        if seq_len is None or seq_len <= max_pos:
+            return _default_inv_freq(base, dim), 1.0
+        # Transformers passes seq_len as an int64 tensor, so the base is computed in f32.
+        s = torch.tensor(seq_len, dtype=torch.int64)
+        base_t = base * ((factor * s / max_pos) - (factor - 1)) ** (dim / (dim - 2))
+        return 1.0 / (base_t ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)), 1.0
+    if rope_type == "llama3":
+        inv_freq = _default_inv_freq(base, dim)
+        factor, low, high = r["factor"], r["low_freq_factor"], r["high_freq_factor"]
+        old_ctx = r["original_max_position_embeddings"]
+        low_wavelen, high_wavelen = old_ctx / low, old_ctx / high
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+        smooth = (old_ctx / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        is_medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+        return torch.where(is_medium, smoothed, scaled), 1.0
+    if rope_type == "yarn":
+        # Transformers 5.x semantics: `factor` is used as given; when it is missing it is the
+        # ratio max_position_embeddings / original_max_position_embeddings. (4.x instead always
+        # replaced it by that ratio when original_max_position_embeddings was present; configs
+        # where the two agree behave the same under both.)
+        orig = r["original_max_position_embeddings"]
+        factor = r.get("factor")
+        if factor is None:
+            factor = cfg.max_position_embeddings / orig
+
+        def get_mscale(scale, mscale=1.0):
+            return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+        attention_factor = r.get("attention_factor")
+        if attention_factor is None:
+            mscale, mscale_all_dim = r.get("mscale"), r.get("mscale_all_dim")
+            if mscale and mscale_all_dim:
+                attention_factor = float(get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim))
+            else:
+                attention_factor = get_mscale(factor)
+        beta_fast = r.get("beta_fast") or 32
+        beta_slow = r.get("beta_slow") or 1
+
+        def correction_dim(num_rotations):
+            return (dim * math.log(orig / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
+
+        lo, hi = correction_dim(beta_fast), correction_dim(beta_slow)
+        if r.get("truncate", True):
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, dim - 1)
+        if lo == hi:
+            hi += 0.001  # avoids a division by zero in the ramp
+        ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - lo) / (hi - lo), 0, 1)
+        pos_freqs = base ** (torch.arange(0, dim, 2).float() / dim)
+        extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+        extrapolation_factor = 1 - ramp
+        inv_freq = interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor
+        return inv_freq, attention_factor
+    raise AssertionError(rope_type)
+
+
+def rope_cos_sin(inv_freq, attention_scaling, positions, dtype):
+    """cos/sin tables [len(positions), rotary_dim], computed in f32 then cast (as Transformers)."""
+    freqs = torch.outer(positions.float(), inv_freq.float())
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return (emb.cos() * attention_scaling).to(dtype), (emb.sin() * attention_scaling).to(dtype)
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rope(x, cos, sin):
+    """x [heads, T, head_dim]; rotates the first cos.shape[-1] dims (all, unless partial_rotary_factor
+    < 1, where the rest pass through as in GPT-NeoX / Phi / Qwen-style partial rotary)."""
+    rot = cos.shape[-1]
+    x_rot, x_pass = x[..., :rot], x[..., rot:]
+    out = x_rot * cos + rotate_half(x_rot) * sin
+    return torch.cat((out, x_pass), dim=-1) if x_pass.shape[-1] else out
+
+
+class RotaryState:
+    """RoPE with Transformers' state: for "dynamic", inv_freq is recomputed when a call sees a
+    longer sequence than any before (growth), and restored when it sees one shorter than
+    max_position_embeddings after having grown (reset). Only the cached decode path needs this;
+    the no-cache forward computes inv_freq for its own length directly."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.inv_freq, self.scaling = rope_parameters(cfg)
+        self.original_inv_freq = self.inv_freq
+        self.max_seq_len_cached = cfg.max_position_embeddings
+
+    def cos_sin(self, positions, dtype):
+        if self.cfg.rope["rope_type"] == "dynamic":
+            seq_len = int(positions.max()) + 1
+            if seq_len > self.max_seq_len_cached:
+                self.inv_freq, self.scaling = rope_parameters(self.cfg, seq_len)
+                self.max_seq_len_cached = seq_len
+            orig = self.cfg.max_position_embeddings
+            if seq_len < orig and self.max_seq_len_cached > orig:
+                self.inv_freq, self.max_seq_len_cached = self.original_inv_freq, orig
+        return rope_cos_sin(self.inv_freq, self.scaling, positions, dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# Building blocks
+
+
+def rms_norm(x, weight, eps):
+    """Transformers' LlamaRMSNorm: statistics in f32, cast back, then scale by the weight."""
+    dtype = x.dtype
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(dtype)
+
+
+def causal_mask(q_positions, kv_positions, window, dtype):
+    """Additive mask [Tq, Tk]: 0 where query i may attend key j, the dtype's minimum elsewhere.
+
+    Transformers' masking_utils: causal is kv <= q; the sliding-window overlay keeps
+    kv > q - window, so a query sees itself and the window - 1 keys before it.
+    """
+    q = q_positions[:, None]
+    k = kv_positions[None, :]
+    allowed = k <= q
+    if window is not None:
+        allowed = allowed & (k > q - window)
+    mask = torch.zeros(allowed.shape, dtype=dtype)
+    return mask.masked_fill(~allowed, torch.finfo(dtype).min)
+
+
+def repeat_kv(x, n_rep):
+    """[kv_heads, T, D] -> [kv_heads * n_rep, T, D], each kv head serving n_rep query heads."""
+    if n_rep == 1:
+        return x
+    kv, t, d = x.shape
+    return x[:, None].expand(kv, n_rep, t, d).reshape(kv * n_rep, t, d)
+
+
+def linear(x, w, b):
+    return F.linear(x, w, b)
+
+
+class Model:
+    """Weights + forward. `dtype` is the compute dtype (float32 by default, see module docstring)."""
+
+    def __init__(self, model_dir, dtype=torch.float32):
+        self.dir = model_dir
+        with open(os.path.join(model_dir, "config.json")) as f:
+            self.raw_config = json.load(f)
+        self.cfg = Config(self.raw_config)
+        self.dtype = dtype
+        self.w = self._load_weights()
+
+    # -- weights ---------------------------------------------------------------------------
+    def expected_shapes(self):
+        c = self.cfg
+        h, hd, nh, nkv = c.hidden_size, c.head_dim, c.num_attention_heads, c.num_key_value_heads
+        shapes = {"model.embed_tokens.weight": [c.vocab_size, h], "model.norm.weight": [h]}
+        if not c.tie_word_embeddings:
+            shapes["lm_head.weight"] = [c.vocab_size, h]
+        for i in range(c.num_hidden_layers):
+            p = f"model.layers.{i}."
+            shapes[p + "input_layernorm.weight"] = [h]
+            shapes[p + "post_attention_layernorm.weight"] = [h]
+            for name, out in (("q_proj", nh * hd), ("k_proj", nkv * hd), ("v_proj", nkv * hd)):
+                shapes[p + f"self_attn.{name}.weight"] = [out, h]
+                if c.qkv_bias:
+                    shapes[p + f"self_attn.{name}.bias"] = [out]
+            shapes[p + "self_attn.o_proj.weight"] = [h, nh * hd]
+            if c.o_bias:
+                shapes[p + "self_attn.o_proj.bias"] = [h]
+            if c.qk_norm:
+                shapes[p + "self_attn.q_norm.weight"] = [hd]
+                shapes[p + "self_attn.k_norm.weight"] = [hd]
+            for name, shape in (("gate_proj", [c.intermediate_size, h]), ("up_proj", [c.intermediate_size, h]),
+                                ("down_proj", [h, c.intermediate_size])):
+                shapes[p + f"mlp.{name}.weight"] = shape
+                if c.mlp_bias:
+                    shapes[p + f"mlp.{name}.bias"] = [shape[0]]
+        return shapes
+
+    def _checkpoint_files(self):
+        index = os.path.join(self.dir, "model.safetensors.index.json")
+        if os.path.exists(index):
+            with open(index) as f:
+                return sorted({os.path.join(self.dir, v) for v in json.load(f)["weight_map"].values()})
+        single = os.path.join(self.dir, "model.safetensors")
+        if not os.path.exists(single):
+            raise FileNotFoundError(f"{self.dir}: no model.safetensors or model.safetensors.index.json")
+        return [single]
+
+    def _load_weights(self):
+        expected = self.expected_shapes()
+        w = {}
+        for path in self._checkpoint_files():
+            for name, t in safetensors_io.load_file(path, names=set(expected)).items():
+                if list(t.shape) != expected[name]:
+                    raise ValueError(f"{path}: tensor {name} has shape {list(t.shape)}, expected {expected[name]}")
+                w[name] = t.to(self.dtype)
+        missing = sorted(set(expected) - set(w))
+        if missing:
+            raise ValueError(f"{self.dir}: missing tensors {missing[:5]}{'...' if len(missing) > 5 else ''}")
+        if self.cfg.tie_word_embeddings:
+            w["lm_head.weight"] = w["model.embed_tokens.weight"]
+        return w
+
+    def _b(self, name):
+        return self.w.get(name)
+
+    # -- layers ----------------------------------------------------------------------------
+    def _qkv(self, i, x, cos, sin):
+        """Projects x [T, hidden] to q [H, T, D] and k, v [KV, T, D], with q/k norm and RoPE."""
+        c, p = self.cfg, f"model.layers.{i}.self_attn."
+        t = x.shape[0]
+        q = linear(x, self.w[p + "q_proj.weight"], self._b(p + "q_proj.bias")).view(t, -1, c.head_dim)
+        k = linear(x, self.w[p + "k_proj.weight"], self._b(p + "k_proj.bias")).view(t, -1, c.head_dim)
+        v = linear(x, self.w[p + "v_proj.weight"], self._b(p + "v_proj.bias")).view(t, -1, c.head_dim)
+        if c.qk_norm:  # Qwen3: RMSNorm over head_dim of each head, before RoPE
+            q = rms_norm(q, self.w[p + "q_norm.weight"], c.rms_norm_eps)
+            k = rms_norm(k, self.w[p + "k_norm.weight"], c.rms_norm_eps)
+        q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def _attend(self, i, q, k, v, mask):
+        """Eager attention: softmax in f32, cast back, as Transformers' eager_attention_forward."""
+        c, p = self.cfg, f"model.layers.{i}.self_attn."
+        n_rep = c.num_attention_heads // c.num_key_value_heads
+        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
+        scores = torch.matmul(q, k.transpose(1, 2)) * (c.head_dim ** -0.5) + mask
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        out = torch.matmul(probs, v).transpose(0, 1).reshape(q.shape[1], -1)
+        return linear(out, self.w[p + "o_proj.weight"], self._b(p + "o_proj.bias"))
+
+    def _mlp(self, i, x):
+        p = f"model.layers.{i}.mlp."
+        gate = linear(x, self.w[p + "gate_proj.weight"], self._b(p + "gate_proj.bias"))
+        up = linear(x, self.w[p + "up_proj.weight"], self._b(p + "up_proj.bias"))
+        return linear(F.silu(gate) * up, self.w[p + "down_proj.weight"], self._b(p + "down_proj.bias"))
+
+    def _layer(self, i, h, attention):
+        p, eps = f"model.layers.{i}.", self.cfg.rms_norm_eps
+        h = h + attention(i, rms_norm(h, self.w[p + "input_layernorm.weight"], eps))
+        return h + self._mlp(i, rms_norm(h, self.w[p + "post_attention_layernorm.weight"], eps))
+
+    def _check_ids(self, ids):
+        ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1)
+        if ids.numel() == 0:
+            raise ValueError("empty input_ids")
+        if int(ids.min()) < 0 or int(ids.max()) >= self.cfg.vocab_size:
+            raise ValueError(f"token id out of range [0, {self.cfg.vocab_size})")
+        return ids
+
+    def _logits(self, h):
+        h = rms_norm(h, self.w["model.norm.weight"], self.cfg.rms_norm_eps)
+        return linear(h, self.w["lm_head.weight"], None)
+
+    # -- public API ------------------------------------------------------------------------
+    @torch.no_grad()
+    def forward(self, input_ids):
+        """Logits [T, vocab] (f32) of the whole sequence, batch 1, no cache."""
+        ids = self._check_ids(input_ids)
+        t = ids.numel()
+        positions = torch.arange(t)
+        inv_freq, scaling = rope_parameters(self.cfg, seq_len=t)
+        cos, sin = rope_cos_sin(inv_freq, scaling, positions, self.dtype)
+        masks = {wnd: causal_mask(positions, positions, wnd, self.dtype) for wnd in set(self.cfg.layer_windows)}
+        h = F.embedding(ids, self.w["model.embed_tokens.weight"])
+
+        def attention(i, x):
+            q, k, v = self._qkv(i, x, cos, sin)
+            return self._attend(i, q, k, v, masks[self.cfg.layer_windows[i]])
+
+        for i in range(self.cfg.num_hidden_layers):
+            h = self._layer(i, h, attention)
+        return self._logits(h).float()
+
+    @torch.no_grad()
+    def greedy(self, prompt_ids, n):
+        """Greedy continuation of n tokens, recomputing the full forward every step (no cache).
+        Returns (ids, margins): margins[s] = top-1 minus top-2 logit at step s."""
+        ids = [int(x) for x in self._check_ids(prompt_ids)]
+        out, margins = [], []
+        for _ in range(n):
+            logits = self.forward(ids)[-1]
+            top = torch.topk(logits, 2).values
+            nxt = int(torch.argmax(logits))
+            out.append(nxt)
+            margins.append(float(top[0] - top[1]))
+            ids.append(nxt)
+        return out, margins
+
+    # -- cached decode (Transformers generate() with a DynamicCache) ---------------------------
+    def new_cache(self, max_len):
+        return KVCache(self, max_len)
+
+    @torch.no_grad()
+    def forward_cached(self, cache, input_ids, all_logits=False):
+        """Appends input_ids to the cache; returns logits of the last position (or all new ones)."""
+        ids = self._check_ids(input_ids)
+        t, start = ids.numel(), cache.length
+        if start + t > cache.max_len:
+            raise ValueError(f"cache holds {cache.max_len} positions, asked for {start + t}")
+        positions = torch.arange(start, start + t)
+        cos, sin = cache.rotary.cos_sin(positions, self.dtype)
+        kv_positions = torch.arange(start + t)
+        masks = {wnd: causal_mask(positions, kv_positions, wnd, self.dtype) for wnd in set(self.cfg.layer_windows)}
+        h = F.embedding(ids, self.w["model.embed_tokens.weight"])
+
+        def attention(i, x):
+            q, k, v = self._qkv(i, x, cos, sin)
+            cache.k[i][:, start:start + t] = k
+            cache.v[i][:, start:start + t] = v
+            return self._attend(i, q, cache.k[i][:, :start + t], cache.v[i][:, :start + t],
+                                masks[self.cfg.layer_windows[i]])
+
+        for i in range(self.cfg.num_hidden_layers):
+            h = self._layer(i, h, attention)
+        cache.length = start + t
+        return self._logits(h if all_logits else h[-1:]).float()
+
+    @torch.no_grad()
+    def greedy_cached(self, prompt_ids, n):
+        """Greedy continuation with a KV cache: prefill, then one token per step. Matches
+        Transformers' generate(); differs from greedy() only for "dynamic" RoPE, whose inv_freq
+        changes with the length while cached keys keep the rotation they were computed with.
+        Returns (ids, margins) like greedy()."""
+        ids = self._check_ids(prompt_ids)
+        cache = self.new_cache(ids.numel() + n)
+        logits = self.forward_cached(cache, ids)[-1]
+        out, margins = [], []
+        for step in range(n):
+            top = torch.topk(logits, 2).values
+            nxt = int(torch.argmax(logits))
+            out.append(nxt)
+            margins.append(float(top[0] - top[1]))
+            if step + 1 < n:
+                logits = self.forward_cached(cache, [nxt])[-1]
+        return out, margins
+
+
+class KVCache:
+    """Per-layer key/value tensors [kv_heads, max_len, head_dim] plus the RoPE state."""
+
+    def __init__(self, model, max_len):
+        c = model.cfg
+        shape = (c.num_key_value_heads, max_len, c.head_dim)
+        self.k = [torch.zeros(shape, dtype=model.dtype) for _ in range(c.num_hidden_layers)]
+        self.v = [torch.zeros(shape, dtype=model.dtype) for _ in range(c.num_hidden_layers)]
+        self.length, self.max_len = 0, max_len
+        self.rotary = RotaryState(c)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="checkpoint dir (config.json + *.safetensors)")
+    ap.add_argument("--prompt-ids", required=True, help="comma-separated token ids")
+    ap.add_argument("--greedy", type=int, default=0, help="number of greedy tokens to generate")
+    ap.add_argument("--dtype", choices=("f32", "bf16"), default="f32", help="compute dtype (default f32)")
+    ap.add_argument("--out", required=True, help="output JSON path")
+    args = ap.parse_args(argv)
+
+    ids = [int(x) for x in args.prompt_ids.split(",") if x.strip()]
+    model = Model(args.model, torch.float32 if args.dtype == "f32" else torch.bfloat16)
+    logits = model.forward(ids)
+    result = {"prompt_ids": ids, "logits_shape": list(logits.shape),
+              "logits": [float(f"{v:.9g}") for v in logits.reshape(-1).tolist()]}
+    if args.greedy:
+        result["greedy_ids"], result["greedy_margins"] = model.greedy(ids, args.greedy)
+    with open(args.out, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()
