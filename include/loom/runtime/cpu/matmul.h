@@ -1,0 +1,77 @@
+// The linear layer y = x · Wᵀ + b (Hugging Face nn.Linear: W is [N, K] row-major),
+// f32 activations in and out, F32 / BF16 / F16 weights packed once at load time.
+//
+// Numerics: every output is one f32 accumulator updated by fused multiply-adds in
+// increasing k order, then the bias is added. Weights are widened exactly to f32
+// (bf16 and f16 values are kept, not re-rounded), x stays f32. Because the order
+// never depends on M, the row's position, strides, thread count or blocking, a row
+// of y is bitwise the same whether it is computed alone or in a batch — which is
+// what makes batched greedy decoding reproduce single-request decoding. The
+// SCALAR, AVX2 and AVX512 paths agree bitwise; AVX512_BF16 (forced only, see
+// cpu_features.h) rounds x to bf16 for bf16 weights and differs at bf16 precision.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "loom/core/dtype.h"
+#include "loom/core/status.h"
+#include "loom/core/tensor.h"
+#include "loom/core/thread_pool.h"
+
+namespace loom::cpu {
+
+// Weights in the kernels' layout: panels of 32 output rows, k-major inside a
+// panel (F32: [K][32]; F16: [K][32]; BF16: [ceil(K/2)][32][2], the pair order
+// vdpbf16ps reads), N padded to a multiple of 32 with zeros. The layout does not
+// depend on the CPU, so a PackedLinear works under every code path. Copies share
+// the (immutable) packed storage.
+class PackedLinear {
+ public:
+  static constexpr int kPanel = 32;  // output rows per panel
+
+  PackedLinear() = default;
+
+  // weight [N, K] F32|BF16|F16 with N, K ≥ 1; bias [N] (any float dtype) or null.
+  // F16 weights stay F16 (widened exactly at run time); the bias is stored as F32.
+  static Result<PackedLinear> pack(const Tensor& weight, const Tensor* bias);
+
+  int64_t in_features() const { return k_; }
+  int64_t out_features() const { return n_; }
+  DType weight_dtype() const { return dtype_; }
+  bool has_bias() const { return bias_ != nullptr; }
+  bool empty() const { return data_ == nullptr; }
+  // Bytes held by the packed weights and bias (what a loaded model costs).
+  size_t packed_bytes() const { return bytes_; }
+
+  // For the kernels (src/runtime/cpu/): panel p starts at panel_stride_bytes() * p.
+  int64_t num_panels() const { return (n_ + kPanel - 1) / kPanel; }
+  size_t panel_stride_bytes() const { return panel_bytes_; }
+  const uint8_t* panel(int64_t p) const { return static_cast<const uint8_t*>(data_.get()) + panel_bytes_ * p; }
+  // num_panels() * kPanel floats, zero past N; null without bias.
+  const float* bias() const { return static_cast<const float*>(bias_.get()); }
+
+ private:
+  int64_t n_ = 0;
+  int64_t k_ = 0;
+  DType dtype_ = DType::kF32;
+  size_t panel_bytes_ = 0;
+  size_t bytes_ = 0;
+  std::shared_ptr<void> data_;
+  std::shared_ptr<void> bias_;
+};
+
+// y[M, N] = x[M, K] · Wᵀ + b on the active code path (cpu_features.h), N split
+// across the pool's threads. x and y are f32 row-major with row strides in
+// elements (x_stride ≥ K, y_stride ≥ N) and must not overlap. M = 0 does nothing.
+// Throws loom::Error (InvalidArgument) for bad strides or an empty PackedLinear.
+void linear(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, float* y, int64_t y_stride,
+            ThreadPool& pool = ThreadPool::global());
+
+// Scalar reference with double accumulation, straight from the [N, K] weight
+// tensor (F32|BF16|F16) and optional [N] bias; x is [M, K], y is [M, N], dense.
+// Throws loom::Error for shapes or dtypes that do not fit.
+void linear_ref(const float* x, int64_t M, int64_t K, const Tensor& weight, const Tensor* bias, float* y);
+
+}  // namespace loom::cpu

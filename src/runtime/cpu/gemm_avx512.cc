@@ -1,0 +1,83 @@
+// AVX-512 f32 tile (12 rows × 32 columns = 24 zmm accumulators) and the
+// widening of bf16/f16 weight blocks to f32 for the large-M path.
+#include "runtime/cpu/gemm_avx512_tile.h"
+
+#if defined(LOOM_MATMUL_X86)
+
+namespace loom::cpu::detail {
+namespace avx512 {
+namespace {
+
+struct F32Loader {
+  static constexpr int kSteps = 1;
+  const float* b;
+  LOOM_TARGET_AVX512 LOOM_INLINE void load(int64_t k, __m512 (*out)[kNv]) const {
+#pragma GCC unroll 8
+    for (int v = 0; v < kNv; ++v) out[0][v] = _mm512_load_ps(b + k * kNr + 16 * v);
+  }
+  LOOM_TARGET_AVX512 LOOM_INLINE void prefetch(int64_t k, int bytes) const {
+    _mm_prefetch(reinterpret_cast<const char*>(b + k * kNr) + bytes, _MM_HINT_T0);
+    if constexpr (kNr * 4 > 64) _mm_prefetch(reinterpret_cast<const char*>(b + k * kNr) + bytes + 64, _MM_HINT_T0);
+  }
+};
+
+// x packed by the driver with row stride kKc (compile-time addressing) and the
+// block in L1: no prefetch. Otherwise x rows at any stride and weights streamed
+// from memory.
+struct F32Tile {
+  const TileArgs& t;
+  template <int MR>
+  LOOM_TARGET_AVX512 LOOM_INLINE void run() const {
+    const F32Loader w{static_cast<const float*>(t.b)};
+    if (t.lda == kKc) {
+      tile_body<MR, kKc, 0>(t, w);
+    } else {
+      tile_body<MR, 0, 1024>(t, w);
+    }
+  }
+};
+
+}  // namespace
+}  // namespace avx512
+
+LOOM_TARGET_AVX512 void f32_tile_avx512(const TileArgs& t) { avx512::dispatch_mr(t.mr, avx512::F32Tile{t}); }
+
+LOOM_TARGET_AVX512 void widen_bf16_avx512(const void* src, int64_t k, float* dst) {
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t i = 0; i < k; i += 2) {
+#pragma GCC unroll 8
+    for (int v = 0; v < avx512::kNv; ++v) {
+      const __m512i pairs = _mm512_load_si512(s + (i / 2 * kNr + 16 * v) * 2);
+      _mm512_store_ps(dst + i * kNr + 16 * v, _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16)));
+      if (i + 1 < k) _mm512_store_ps(dst + (i + 1) * kNr + 16 * v, _mm512_castsi512_ps(_mm512_and_si512(pairs, hi)));
+    }
+  }
+}
+
+LOOM_TARGET_AVX512 void widen_f16_avx512(const void* src, int64_t k, float* dst) {
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  for (int64_t i = 0; i < k; ++i) {
+#pragma GCC unroll 8
+    for (int v = 0; v < avx512::kNv; ++v) {
+      const __m256i h = _mm256_load_si256(reinterpret_cast<const __m256i*>(s + i * kNr + 16 * v));
+      _mm512_store_ps(dst + i * kNr + 16 * v, _mm512_maskz_cvtph_ps(0xffff, h));
+    }
+  }
+}
+
+const KernelTable& kernels_avx512() {
+  static const KernelTable table{"AVX512",         kMaxMr,           f32_tile_avx512,   bf16_tile_avx512,
+                                 f16_tile_avx512,  widen_bf16_avx512, widen_f16_avx512, nullptr};
+  return table;
+}
+
+const KernelTable& kernels_avx512_bf16() {
+  static const KernelTable table{"AVX512_BF16",   kMaxMr,           f32_tile_avx512,   bf16_tile_avx512,
+                                 f16_tile_avx512, widen_bf16_avx512, widen_f16_avx512, bf16_dot_tile_avx512bf16};
+  return table;
+}
+
+}  // namespace loom::cpu::detail
+
+#endif  // LOOM_MATMUL_X86

@@ -1,0 +1,290 @@
+// PackedLinear packing and the linear() driver: picks the kernel table of the
+// active code path, then either streams each weight panel once for all rows
+// (small M, decode) or blocks over k and rows with weights widened once per block
+// (large M, prefill). See matmul_kernels.h for the kernels' contract.
+#include "loom/runtime/cpu/matmul.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "loom/runtime/cpu/cpu_features.h"
+#include "runtime/cpu/matmul_kernels.h"
+
+namespace loom::cpu {
+namespace {
+
+using detail::kKc;
+using detail::kMaxMr;
+using detail::kNr;
+using detail::KernelTable;
+using detail::TileArgs;
+using detail::TileFn;
+
+// Rows up to which linear() streams every weight panel straight from memory with
+// in-register widening (bench/matmul_bench.cc, BM_linear_rows: at M ≤ 4 the
+// weight stream is the bottleneck; above it the blocked path's single widening
+// per block wins).
+constexpr int64_t kStreamMaxRows = 4;
+// Rows of x packed per block in the large-M path: 192 × kKc f32 = 192 KB of x in
+// L2 per k block, reused by every weight panel of the thread.
+constexpr int64_t kMc = 192;
+
+const KernelTable& table_for(Isa isa) {
+#if defined(LOOM_MATMUL_X86)
+  switch (isa) {
+    case Isa::kScalar: return detail::kernels_scalar();
+    case Isa::kAvx2: return detail::kernels_avx2();
+    case Isa::kAvx512: return detail::kernels_avx512();
+    case Isa::kAvx512Bf16: return detail::kernels_avx512_bf16();
+  }
+#endif
+  (void)isa;
+  return detail::kernels_scalar();
+}
+
+// Per-thread scratch that grows and is then reused across calls (decode calls
+// linear() hundreds of times per token; no allocation in steady state).
+class Scratch {
+ public:
+  void* get(size_t bytes) {
+    if (bytes > size_) {
+      buf_ = allocate_aligned(bytes);
+      size_ = bytes;
+    }
+    return buf_.get();
+  }
+
+ private:
+  std::shared_ptr<void> buf_;
+  size_t size_ = 0;
+};
+
+struct Scratches {
+  Scratch x_block;   // packed x rows (large-M path)
+  Scratch w_block;   // widened weight block
+  Scratch x_bf16;    // x rounded to bf16 (AVX512_BF16 path), filled by the caller thread
+};
+thread_local Scratches t_scratch;
+
+struct Problem {
+  const float* x;
+  int64_t M, x_stride;
+  const PackedLinear* w;
+  float* y;
+  int64_t y_stride;
+  const KernelTable* kt;
+  const uint16_t* x_bf16;  // non-null on the vdpbf16ps path
+  int64_t x_bf16_stride;
+};
+
+// One panel, all rows, whole K: weights read exactly once per max_mr rows.
+void stream_panels(const Problem& pb, int64_t p0, int64_t p1) {
+  const PackedLinear& w = *pb.w;
+  const DType dt = w.weight_dtype();
+  const int64_t N = w.out_features(), K = w.in_features();
+  TileFn fn = dt == DType::kF32 ? pb.kt->f32 : dt == DType::kF16 ? pb.kt->f16 : pb.x_bf16 ? pb.kt->bf16_dot : pb.kt->bf16;
+  for (int64_t p = p0; p < p1; ++p) {
+    for (int64_t m0 = 0; m0 < pb.M; m0 += pb.kt->max_mr) {
+      TileArgs t;
+      if (pb.x_bf16) {
+        t.a = pb.x_bf16 + m0 * pb.x_bf16_stride;
+        t.lda = pb.x_bf16_stride;
+      } else {
+        t.a = pb.x + m0 * pb.x_stride;
+        t.lda = pb.x_stride;
+      }
+      t.b = w.panel(p);
+      t.k = K;
+      t.c = pb.y + m0 * pb.y_stride + p * kNr;
+      t.ldc = pb.y_stride;
+      t.mr = static_cast<int>(std::min<int64_t>(pb.kt->max_mr, pb.M - m0));
+      t.n_valid = static_cast<int>(std::min<int64_t>(kNr, N - p * kNr));
+      t.bias = w.bias() ? w.bias() + p * kNr : nullptr;
+      fn(t);
+    }
+  }
+}
+
+// Rows [m_begin, m_end) × panels [p0, p1), blocked: for each block of rows and of
+// k, x is packed at stride kKc and each panel's k block is widened to f32 once,
+// then swept by every row tile while it sits in L1.
+void blocked(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0, int64_t p1) {
+  const PackedLinear& w = *pb.w;
+  const DType dt = w.weight_dtype();
+  const int64_t N = w.out_features(), K = w.in_features();
+  const int max_mr = pb.kt->max_mr;
+  const int64_t mc = std::max<int64_t>(max_mr, kMc / max_mr * max_mr);
+  float* xblk = pb.x_bf16 ? nullptr : static_cast<float*>(t_scratch.x_block.get(sizeof(float) * mc * kKc));
+  float* wblk = static_cast<float*>(t_scratch.w_block.get(sizeof(float) * kKc * kNr));
+  for (int64_t mb = m_begin; mb < m_end; mb += mc) {
+    const int64_t rows = std::min(mc, m_end - mb);
+    for (int64_t kb = 0; kb < K; kb += kKc) {
+      const int64_t kc = std::min<int64_t>(kKc, K - kb);
+      const bool last = kb + kc == K;
+      if (xblk) {
+        for (int64_t r = 0; r < rows; ++r) {
+          std::memcpy(xblk + r * kKc, pb.x + (mb + r) * pb.x_stride + kb, sizeof(float) * kc);
+        }
+      }
+      for (int64_t p = p0; p < p1; ++p) {
+        const uint8_t* panel = w.panel(p);
+        TileFn fn = pb.kt->f32;
+        const void* b = nullptr;
+        if (pb.x_bf16) {
+          fn = pb.kt->bf16_dot;
+          b = panel + kb * kNr * 2;  // kb is even: kb/2 pairs of kNr × 2 bf16
+        } else if (dt == DType::kF32) {
+          b = panel + kb * kNr * 4;
+        } else if (dt == DType::kBF16) {
+          pb.kt->widen_bf16(panel + kb * kNr * 2, kc, wblk);
+          b = wblk;
+        } else {
+          pb.kt->widen_f16(panel + kb * kNr * 2, kc, wblk);
+          b = wblk;
+        }
+        for (int64_t m0 = 0; m0 < rows; m0 += max_mr) {
+          TileArgs t;
+          if (pb.x_bf16) {
+            t.a = pb.x_bf16 + (mb + m0) * pb.x_bf16_stride + kb;
+            t.lda = pb.x_bf16_stride;
+          } else {
+            t.a = xblk + m0 * kKc;
+            t.lda = kKc;
+          }
+          t.b = b;
+          t.k = kc;
+          t.c = pb.y + (mb + m0) * pb.y_stride + p * kNr;
+          t.ldc = pb.y_stride;
+          t.mr = static_cast<int>(std::min<int64_t>(max_mr, rows - m0));
+          t.n_valid = static_cast<int>(std::min<int64_t>(kNr, N - p * kNr));
+          t.accumulate = kb > 0;
+          t.bias = last && w.bias() ? w.bias() + p * kNr : nullptr;
+          fn(t);
+        }
+      }
+    }
+  }
+}
+
+[[noreturn]] void fail(const std::string& message) { throw Error(invalid_argument(message)); }
+
+}  // namespace
+
+Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias) {
+  if (!weight.defined()) return invalid_argument("PackedLinear::pack: weight tensor is undefined");
+  if (weight.rank() != 2) {
+    return invalid_argument("PackedLinear::pack: weight must be [out_features, in_features], got " +
+                            weight.describe());
+  }
+  const DType dt = weight.dtype();
+  if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16) {
+    return unsupported("PackedLinear::pack: weight dtype " + std::string(dtype_name(dt)) +
+                       " is not supported (F32, BF16, F16), got " + weight.describe());
+  }
+  const int64_t N = weight.dim(0), K = weight.dim(1);
+  if (N < 1 || K < 1) return invalid_argument("PackedLinear::pack: empty weight " + weight.describe());
+  if (weight.data() == nullptr) return invalid_argument("PackedLinear::pack: weight " + weight.describe() + " has no data");
+  if (bias) {
+    if (!bias->defined() || bias->rank() != 1 || bias->dim(0) != N || !dtype_is_float(bias->dtype()) ||
+        bias->data() == nullptr) {
+      return invalid_argument("PackedLinear::pack: bias must be a float tensor [" + std::to_string(N) +
+                              "] for weight " + weight.describe() + ", got " + bias->describe());
+    }
+  }
+
+  PackedLinear out;
+  out.n_ = N;
+  out.k_ = K;
+  out.dtype_ = dt;
+  const int64_t panels = out.num_panels();
+  const int64_t k_pairs = (K + 1) / 2;
+  out.panel_bytes_ = dt == DType::kF32 ? static_cast<size_t>(K) * kNr * 4
+                     : dt == DType::kF16 ? static_cast<size_t>(K) * kNr * 2
+                                         : static_cast<size_t>(k_pairs) * kNr * 4;
+  out.data_ = allocate_aligned(out.panel_bytes_ * panels);
+  out.bytes_ = out.panel_bytes_ * panels;
+
+  // Transposes 32-row blocks; panels are independent, so loading a model packs
+  // on all threads.
+  ThreadPool::global().parallel_for(panels, [&](int64_t p0, int64_t p1, int) {
+    for (int64_t p = p0; p < p1; ++p) {
+      uint8_t* dst = static_cast<uint8_t*>(out.data_.get()) + out.panel_bytes_ * p;
+      const int64_t rows = std::min<int64_t>(kNr, N - p * kNr);
+      if (dt == DType::kF32) {
+        const float* src = weight.data_as<const float>() + p * kNr * K;
+        float* d = reinterpret_cast<float*>(dst);
+        for (int64_t k = 0; k < K; ++k) {
+          for (int64_t j = 0; j < kNr; ++j) d[k * kNr + j] = j < rows ? src[j * K + k] : 0.0f;
+        }
+      } else if (dt == DType::kF16) {
+        const uint16_t* src = weight.data_as<const uint16_t>() + p * kNr * K;
+        uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+        for (int64_t k = 0; k < K; ++k) {
+          for (int64_t j = 0; j < kNr; ++j) d[k * kNr + j] = j < rows ? src[j * K + k] : 0;
+        }
+      } else {
+        const uint16_t* src = weight.data_as<const uint16_t>() + p * kNr * K;
+        uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+        for (int64_t kp = 0; kp < k_pairs; ++kp) {
+          for (int64_t j = 0; j < kNr; ++j) {
+            for (int64_t s = 0; s < 2; ++s) {
+              const int64_t k = 2 * kp + s;
+              d[(kp * kNr + j) * 2 + s] = (j < rows && k < K) ? src[j * K + k] : 0;
+            }
+          }
+        }
+      }
+    }
+  });
+
+  if (bias) {
+    const size_t padded = static_cast<size_t>(panels) * kNr;
+    out.bias_ = allocate_aligned(padded * sizeof(float));
+    float* b = static_cast<float*>(out.bias_.get());
+    convert_elements(bias->data(), bias->dtype(), b, DType::kF32, static_cast<size_t>(N));
+    std::fill(b + N, b + padded, 0.0f);
+    out.bytes_ += padded * sizeof(float);
+  }
+  return out;
+}
+
+void linear(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, float* y, int64_t y_stride,
+            ThreadPool& pool) {
+  if (M < 0) fail("linear: negative row count M=" + std::to_string(M));
+  if (M == 0) return;
+  if (w.empty()) fail("linear: the PackedLinear is empty (never packed)");
+  const int64_t K = w.in_features(), N = w.out_features();
+  if (x == nullptr || y == nullptr) fail("linear: null x or y");
+  if (x_stride < K) fail("linear: x_stride " + std::to_string(x_stride) + " < in_features " + std::to_string(K));
+  if (y_stride < N) fail("linear: y_stride " + std::to_string(y_stride) + " < out_features " + std::to_string(N));
+
+  const KernelTable& kt = table_for(active_isa());
+  Problem pb{x, M, x_stride, &w, y, y_stride, &kt, nullptr, 0};
+
+  if (w.weight_dtype() == DType::kBF16 && kt.bf16_dot) {
+    // vdpbf16ps reads x as bf16 pairs: round once per call, K padded to even.
+    const int64_t kp = (K + 1) / 2 * 2;
+    uint16_t* xb = static_cast<uint16_t*>(t_scratch.x_bf16.get(sizeof(uint16_t) * M * kp));
+    pool.parallel_for(M, [&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1; ++r) detail::round_to_bf16_avx512bf16(x + r * x_stride, K, kp, xb + r * kp);
+    });
+    pb.x_bf16 = xb;
+    pb.x_bf16_stride = kp;
+  }
+
+  const int64_t panels = w.num_panels();
+  const int threads = pool.num_threads();
+  if (M <= kStreamMaxRows) {
+    pool.parallel_for(panels, [&](int64_t p0, int64_t p1, int) { stream_panels(pb, p0, p1); });
+  } else if (panels >= 2 * threads || M < 2 * kt.max_mr * threads) {
+    // Split N: each thread reads only its panels; x is small next to them.
+    pool.parallel_for(panels, [&](int64_t p0, int64_t p1, int) { blocked(pb, 0, M, p0, p1); });
+  } else {
+    // Few panels, many rows: split rows (in whole tiles) instead.
+    pool.parallel_for(
+        M, [&](int64_t m0, int64_t m1, int) { blocked(pb, m0, m1, 0, panels); }, kt.max_mr);
+  }
+}
+
+}  // namespace loom::cpu

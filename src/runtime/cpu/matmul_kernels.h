@@ -1,0 +1,99 @@
+// The micro-kernels behind loom::cpu::linear, one table per code path. Each tile
+// kernel computes a block of at most max_mr rows × one 32-wide weight panel over
+// a range of k; the driver (matmul.cc) does blocking, packing and threading.
+//
+// Invariant every kernel keeps (tests check it bitwise across paths): one f32
+// accumulator per output, acc = fma(x[k], w[k], acc) for k in increasing order,
+// continuing from C when `accumulate`, and `acc + bias` at the end.
+#pragma once
+
+#include <cstdint>
+
+#include "loom/runtime/cpu/matmul.h"
+
+// Kernels are compiled per ISA with function attributes rather than per-file
+// flags, so the build needs no ISA options; every function that uses intrinsics
+// (including always-inline helpers) carries its path's attribute.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define LOOM_MATMUL_X86 1
+#define LOOM_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define LOOM_TARGET_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
+#define LOOM_TARGET_AVX512BF16 \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
+#define LOOM_INLINE inline __attribute__((always_inline))
+#endif
+
+namespace loom::cpu::detail {
+
+constexpr int kNr = PackedLinear::kPanel;
+// k-block of the blocked (large-M) path and the fixed row stride of its packed x
+// block; 256 × 32 f32 weights = 32 KB, which stays in L1 while every row block of x
+// streams past it.
+constexpr int kKc = 256;
+// Most rows any path's tile handles (AVX-512: 12 rows × 2 zmm = 24 accumulators).
+constexpr int kMaxMr = 12;
+
+struct TileArgs {
+  // x rows: element (m, k) at a[m * lda + k]; for bf16_dot, a is bf16 bits with k
+  // padded to even (pairs read as 32 bits).
+  const void* a = nullptr;
+  int64_t lda = 0;
+  // Weight block: the panel's data advanced to the first k of the block, in the
+  // layout the kernel states.
+  const void* b = nullptr;
+  int64_t k = 0;  // number of k steps (may be odd)
+  float* c = nullptr;
+  int64_t ldc = 0;
+  int mr = 0;       // 1..max_mr rows
+  int n_valid = 0;  // 1..kNr columns of the panel that exist in y
+  bool accumulate = false;       // C holds the sum over earlier k blocks
+  const float* bias = nullptr;   // kNr values added at the end, or null
+};
+using TileFn = void (*)(const TileArgs&);
+
+struct KernelTable {
+  const char* name;
+  int max_mr;
+  // B f32 [k][kNr]. Used for F32 weights and for widened blocks of the others.
+  TileFn f32;
+  // B bf16 pairs [ceil(k/2)][kNr][2] / f16 [k][kNr], widened in registers:
+  // the small-M (decode) kernels, where weights stream once from memory.
+  TileFn bf16;
+  TileFn f16;
+  // Widen a block of k steps to f32 [k][kNr] (the large-M path: once per block,
+  // reused by every row block). src starts at an even k for bf16.
+  void (*widen_bf16)(const void* src, int64_t k, float* dst);
+  void (*widen_f16)(const void* src, int64_t k, float* dst);
+  // vdpbf16ps with x rounded to bf16 (AVX512_BF16 only, else null).
+  TileFn bf16_dot = nullptr;
+};
+
+const KernelTable& kernels_scalar();
+const KernelTable& kernels_avx2();
+const KernelTable& kernels_avx512();
+const KernelTable& kernels_avx512_bf16();
+
+// Per-ISA pieces the tables are built from.
+void f32_tile_scalar(const TileArgs& t);
+void bf16_tile_scalar(const TileArgs& t);
+void f16_tile_scalar(const TileArgs& t);
+void widen_bf16_scalar(const void* src, int64_t k, float* dst);
+void widen_f16_scalar(const void* src, int64_t k, float* dst);
+
+void f32_tile_avx2(const TileArgs& t);
+void bf16_tile_avx2(const TileArgs& t);
+void f16_tile_avx2(const TileArgs& t);
+void widen_bf16_avx2(const void* src, int64_t k, float* dst);
+void widen_f16_avx2(const void* src, int64_t k, float* dst);
+
+void f32_tile_avx512(const TileArgs& t);
+void bf16_tile_avx512(const TileArgs& t);
+void f16_tile_avx512(const TileArgs& t);
+void widen_bf16_avx512(const void* src, int64_t k, float* dst);
+void widen_f16_avx512(const void* src, int64_t k, float* dst);
+
+void bf16_dot_tile_avx512bf16(const TileArgs& t);
+// Rounds n floats to bf16 (nearest even) and zero-fills up to n_padded.
+void round_to_bf16_avx512bf16(const float* src, int64_t n, int64_t n_padded, uint16_t* dst);
+
+}  // namespace loom::cpu::detail

@@ -1,0 +1,299 @@
+#include "loom/runtime/cpu/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "loom/runtime/cpu/cpu_features.h"
+
+namespace loom::cpu {
+namespace {
+
+constexpr float kSentinel = -12345.5f;
+
+}  // namespace
+
+// Names the path in gtest messages instead of "1-byte object <02>".
+void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }
+
+namespace {
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+    if (isa_supported(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+Tensor make_weight(int64_t N, int64_t K, DType dt, uint32_t seed) {
+  return Tensor::from_f32(random_floats(static_cast<size_t>(N * K), seed, 0.5f), {N, K}).to(dt);
+}
+
+// The vdpbf16ps path rounds x to bf16; every other combination computes in f32.
+bool rounds_x(Isa isa, DType dt) { return isa == Isa::kAvx512Bf16 && dt == DType::kBF16; }
+
+struct Shape3 {
+  int64_t M, K, N;
+};
+
+// Runs linear() on strided x/y, checks the padding of y is untouched, and returns
+// the dense [M, N] result.
+std::vector<float> run_linear(const std::vector<float>& x, int64_t M, int64_t K, const PackedLinear& w,
+                              ThreadPool& pool, int64_t x_pad = 0, int64_t y_pad = 0) {
+  const int64_t N = w.out_features();
+  const int64_t xs = K + x_pad, ys = N + y_pad;
+  std::vector<float> xb(static_cast<size_t>(M * xs), std::numeric_limits<float>::quiet_NaN());
+  for (int64_t m = 0; m < M; ++m) std::memcpy(&xb[m * xs], &x[m * K], sizeof(float) * K);
+  std::vector<float> yb(static_cast<size_t>(M * ys), kSentinel);
+  linear(xb.data(), M, xs, w, yb.data(), ys, pool);
+  std::vector<float> y(static_cast<size_t>(M * N));
+  for (int64_t m = 0; m < M; ++m) {
+    std::memcpy(&y[m * N], &yb[m * ys], sizeof(float) * N);
+    for (int64_t j = N; j < ys; ++j) {
+      EXPECT_EQ(yb[m * ys + j], kSentinel) << "row " << m << " padding column " << j << " overwritten";
+    }
+  }
+  return y;
+}
+
+// Checks y against the double-precision reference with a rigorous bound: a
+// K-term dot product in f32 (fma or not) is within K·u·Σ|x·w| of the exact value
+// (Higham, γ_K), plus one rounding for the bias. Rounding x to bf16 adds up to
+// 2⁻⁸·Σ|x·w|.
+void expect_close_to_ref(const std::vector<float>& y, const std::vector<float>& x, int64_t M, int64_t K,
+                         const Tensor& weight, const Tensor* bias, bool x_rounded, const std::string& what) {
+  const int64_t N = weight.dim(0);
+  std::vector<float> ref(static_cast<size_t>(M * N));
+  linear_ref(x.data(), M, K, weight, bias, ref.data());
+  const std::vector<float> w = weight.to_f32_vector();
+  const std::vector<float> b = bias ? bias->to_f32_vector() : std::vector<float>();
+  const double u = std::ldexp(1.0, -24);
+  double err2 = 0, ref2 = 0;
+  int reported = 0;
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      double mag = 0;
+      for (int64_t k = 0; k < K; ++k) mag += std::fabs(static_cast<double>(x[m * K + k]) * w[n * K + k]);
+      const double bmag = bias ? std::fabs(b[n]) : 0.0;
+      const double rel = (K + 2) * u + (x_rounded ? std::ldexp(1.0, -8) : 0.0);
+      const double bound = 1.01 * rel * (mag + bmag) + 1e-30;
+      const double got = y[m * N + n], want = ref[m * N + n];
+      err2 += (got - want) * (got - want);
+      ref2 += want * want;
+      if (!(std::fabs(got - want) <= bound) && reported++ < 5) {
+        ADD_FAILURE() << what << ": y[" << m << "," << n << "] = " << got << ", reference " << want
+                      << ", |diff| " << std::fabs(got - want) << " > bound " << bound;
+      }
+    }
+  }
+  // Mean-square error relative to the output's power: f32 paths sit near 1e-14,
+  // bf16-rounded x near 1e-6 — both far below the 1e-4 model parity budget.
+  const double nmse = ref2 > 0 ? err2 / ref2 : err2;
+  EXPECT_LE(nmse, x_rounded ? 1e-5 : 1e-10) << what << ": NMSE " << nmse;
+}
+
+class LinearIsaTest : public ::testing::TestWithParam<Isa> {};
+
+std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) {
+  return std::string(isa_name(info.param));
+}
+
+// Shapes around every boundary the kernels have: tile rows (AVX2 6, AVX-512 12),
+// the decode/blocked switch at M = 4, panel width 32, k blocks of 256, row blocks
+// of 192, odd K (bf16 pairs), and N = 1 / K = 1.
+const std::vector<Shape3>& shapes() {
+  static const std::vector<Shape3> s = {
+      {1, 1, 1},     {1, 1, 33},   {1, 7, 1},     {1, 64, 32},   {1, 257, 65},  {1, 300, 100}, {2, 3, 5},
+      {2, 31, 31},   {3, 33, 64},  {4, 16, 96},   {4, 511, 33},  {5, 2, 3},     {5, 17, 40},   {6, 64, 64},
+      {7, 255, 97},  {11, 40, 31}, {12, 256, 32}, {13, 257, 33}, {16, 100, 129}, {17, 513, 50}, {24, 9, 160},
+      {33, 65, 1},   {40, 1, 70},  {47, 130, 257}, {64, 258, 63}, {70, 31, 99},  {70, 300, 33}, {200, 300, 45},
+  };
+  return s;
+}
+
+TEST_P(LinearIsaTest, MatchesReferenceAcrossShapesAndDtypes) {
+  ScopedIsa force(GetParam());
+  ASSERT_EQ(isa_name(), std::string(isa_name(GetParam())));
+  ThreadPool pool(2);
+  uint32_t seed = 1;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const Shape3& s : shapes()) {
+      for (bool with_bias : {false, true}) {
+        ++seed;
+        const Tensor weight = make_weight(s.N, s.K, dt, seed);
+        const Tensor bias = Tensor::from_f32(random_floats(s.N, seed + 1000), {s.N});
+        Result<PackedLinear> packed = PackedLinear::pack(weight, with_bias ? &bias : nullptr);
+        ASSERT_TRUE(packed.ok()) << packed.status().to_string();
+        const std::vector<float> x = random_floats(static_cast<size_t>(s.M * s.K), seed + 2000);
+        const std::string what = std::string(dtype_name(dt)) + " M=" + std::to_string(s.M) +
+                                 " K=" + std::to_string(s.K) + " N=" + std::to_string(s.N) +
+                                 (with_bias ? " bias" : "");
+        // Strided x and y on every other case, dense on the rest.
+        const int64_t pad = (seed % 2) ? 3 : 0;
+        const std::vector<float> y = run_linear(x, s.M, s.K, *packed, pool, pad, pad * 2);
+        expect_close_to_ref(y, x, s.M, s.K, weight, with_bias ? &bias : nullptr, rounds_x(GetParam(), dt), what);
+      }
+    }
+  }
+}
+
+// Every path other than vdpbf16ps performs the same fma sequence as the scalar
+// code, so their results are bitwise identical to it.
+TEST_P(LinearIsaTest, BitwiseEqualToScalarPath) {
+  ThreadPool pool(2);
+  uint32_t seed = 77;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    if (rounds_x(GetParam(), dt)) continue;  // checked against the reference above
+    for (const Shape3& s : {Shape3{1, 300, 70}, Shape3{3, 33, 33}, Shape3{9, 257, 65}, Shape3{70, 513, 40}}) {
+      ++seed;
+      const Tensor weight = make_weight(s.N, s.K, dt, seed);
+      const Tensor bias = Tensor::from_f32(random_floats(s.N, seed + 5), {s.N});
+      PackedLinear w = PackedLinear::pack(weight, &bias).value();
+      const std::vector<float> x = random_floats(static_cast<size_t>(s.M * s.K), seed + 9);
+      std::vector<float> want, got;
+      {
+        ScopedIsa force(Isa::kScalar);
+        want = run_linear(x, s.M, s.K, w, pool);
+      }
+      {
+        ScopedIsa force(GetParam());
+        got = run_linear(x, s.M, s.K, w, pool);
+      }
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size()))
+          << dtype_name(dt) << " M=" << s.M << " K=" << s.K << " N=" << s.N;
+    }
+  }
+}
+
+// A row's result does not depend on how many rows run with it, where it sits, the
+// strides, or the thread count (what keeps batched greedy decoding identical to
+// decoding alone).
+TEST_P(LinearIsaTest, RowsAreBitwiseIndependentOfBatchAndThreads) {
+  ScopedIsa force(GetParam());
+  ThreadPool pool1(1), pool2(2), pool3(3);
+  const int64_t M = 70, K = 300, N = 200;
+  uint32_t seed = 500;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    ++seed;
+    const Tensor weight = make_weight(N, K, dt, seed);
+    const Tensor bias = Tensor::from_f32(random_floats(N, seed + 1), {N});
+    PackedLinear w = PackedLinear::pack(weight, &bias).value();
+    const std::vector<float> x = random_floats(static_cast<size_t>(M * K), seed + 2);
+    const std::vector<float> full = run_linear(x, M, K, w, pool2);
+    EXPECT_EQ(0, std::memcmp(full.data(), run_linear(x, M, K, w, pool1, 5, 1).data(), sizeof(float) * M * N))
+        << dtype_name(dt) << ": 1 thread differs from 2";
+    EXPECT_EQ(0, std::memcmp(full.data(), run_linear(x, M, K, w, pool3).data(), sizeof(float) * M * N))
+        << dtype_name(dt) << ": 3 threads differ from 2";
+    // Sub-batches of assorted sizes, including the single-row decode case.
+    for (int64_t rows : {1, 2, 4, 5, 13, 29}) {
+      for (int64_t m0 = 0; m0 + rows <= M; m0 += rows + 7) {
+        std::vector<float> xs(x.begin() + m0 * K, x.begin() + (m0 + rows) * K);
+        const std::vector<float> part = run_linear(xs, rows, K, w, pool2);
+        ASSERT_EQ(0, std::memcmp(part.data(), full.data() + m0 * N, sizeof(float) * rows * N))
+            << dtype_name(dt) << ": rows [" << m0 << ", " << m0 + rows << ") alone differ from the batch of " << M;
+      }
+    }
+  }
+}
+
+TEST_P(LinearIsaTest, PropagatesNonFiniteValues) {
+  ScopedIsa force(GetParam());
+  ThreadPool pool(2);
+  const int64_t K = 40, N = 3;
+  std::vector<float> w(N * K, 0.25f);
+  w[1 * K + 5] = std::numeric_limits<float>::infinity();
+  const Tensor weight = Tensor::from_f32(w, {N, K}).to(DType::kBF16);
+  PackedLinear packed = PackedLinear::pack(weight, nullptr).value();
+  std::vector<float> x(2 * K, 1.0f);
+  x[1 * K + 7] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> y = run_linear(x, 2, K, packed, pool);
+  EXPECT_FLOAT_EQ(y[0], 10.0f);  // 40 × 0.25 × 1
+  EXPECT_TRUE(std::isinf(y[1]) && y[1] > 0);
+  EXPECT_FLOAT_EQ(y[2], 10.0f);
+  for (int n = 0; n < N; ++n) EXPECT_TRUE(std::isnan(y[N + n])) << "column " << n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, LinearIsaTest, ::testing::ValuesIn(supported_isas()), isa_param_name);
+
+TEST(PackedLinear, ReportsShapeDtypeAndSize) {
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const Tensor weight = make_weight(70, 33, dt, 3);
+    const Tensor bias = Tensor::from_f32(random_floats(70, 4), {70}).to(DType::kBF16);
+    PackedLinear w = PackedLinear::pack(weight, &bias).value();
+    EXPECT_EQ(w.in_features(), 33);
+    EXPECT_EQ(w.out_features(), 70);
+    EXPECT_EQ(w.weight_dtype(), dt);
+    EXPECT_TRUE(w.has_bias());
+    // At least the weights and bias themselves; padding to whole panels of 32 rows
+    // (and bf16 K to even) costs at most 2 × 31 extra rows here.
+    const size_t raw = weight.nbytes() + 70 * sizeof(float);
+    EXPECT_GE(w.packed_bytes(), raw);
+    EXPECT_LE(w.packed_bytes(), (70 + 31 + 31) * 34 * dtype_size(dt) + 96 * sizeof(float));
+    PackedLinear copy = w;  // shares storage
+    EXPECT_EQ(copy.panel(0), w.panel(0));
+  }
+}
+
+TEST(PackedLinear, RejectsBadWeightsAndBiasWithClearErrors) {
+  const Tensor w = make_weight(4, 8, DType::kF32, 1);
+  auto expect_error = [](const Result<PackedLinear>& r, const std::string& needle) {
+    ASSERT_FALSE(r.ok()) << "expected an error mentioning " << needle;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().to_string();
+  };
+  expect_error(PackedLinear::pack(Tensor(), nullptr), "undefined");
+  expect_error(PackedLinear::pack(w.reshape({32}), nullptr), "[out_features, in_features]");
+  expect_error(PackedLinear::pack(Tensor::from_i32(std::vector<int32_t>(8, 1), {2, 4}), nullptr), "I32");
+  expect_error(PackedLinear::pack(Tensor::zeros(DType::kF32, {0, 8}), nullptr), "empty");
+  const Tensor bad_bias = Tensor::from_f32({1, 2, 3}, {3});
+  expect_error(PackedLinear::pack(w, &bad_bias), "bias must be a float tensor [4]");
+  const Tensor int_bias = Tensor::from_i32({1, 2, 3, 4}, {4});
+  expect_error(PackedLinear::pack(w, &int_bias), "bias");
+}
+
+TEST(Linear, RejectsBadArgumentsWithoutCrashing) {
+  ThreadPool pool(2);
+  PackedLinear w = PackedLinear::pack(make_weight(4, 8, DType::kF32, 1), nullptr).value();
+  std::vector<float> x(16), y(8);
+  EXPECT_THROW(linear(x.data(), 2, 7, w, y.data(), 4, pool), Error);   // x_stride < K
+  EXPECT_THROW(linear(x.data(), 2, 8, w, y.data(), 3, pool), Error);   // y_stride < N
+  EXPECT_THROW(linear(x.data(), -1, 8, w, y.data(), 4, pool), Error);
+  EXPECT_THROW(linear(x.data(), 1, 8, PackedLinear(), y.data(), 4, pool), Error);
+  try {
+    linear(x.data(), 2, 7, w, y.data(), 4, pool);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("x_stride 7 < in_features 8"), std::string::npos) << e.what();
+  }
+  // M = 0 touches nothing.
+  std::vector<float> untouched(8, kSentinel);
+  linear(nullptr, 0, 8, w, untouched.data(), 4, pool);
+  for (float v : untouched) EXPECT_EQ(v, kSentinel);
+  EXPECT_THROW(linear_ref(x.data(), 2, 9, make_weight(4, 8, DType::kF32, 1), nullptr, y.data()), Error);
+}
+
+// The reference itself, against sums worked out by hand.
+TEST(LinearRef, ComputesXTimesWTransposedPlusBias) {
+  const Tensor w = Tensor::from_f32({1, 2, 3, -1, 0, 4}, {2, 3});  // rows: (1,2,3), (-1,0,4)
+  const Tensor b = Tensor::from_f32({0.5f, -2}, {2});
+  const std::vector<float> x = {1, 1, 1, 2, 0, -1};  // rows: (1,1,1), (2,0,-1)
+  std::vector<float> y(4);
+  linear_ref(x.data(), 2, 3, w, &b, y.data());
+  EXPECT_EQ(y, (std::vector<float>{6.5f, 1.0f, -0.5f, -8.0f}));
+}
+
+}  // namespace
+}  // namespace loom::cpu
