@@ -1,0 +1,67 @@
+// generation_config.json, typed, with Transformers' GenerationConfig defaults
+// for the options loom implements. Unknown keys are ignored (Transformers keeps
+// them as attributes; nothing in loom reads them).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "loom/core/status.h"
+
+namespace loom {
+
+struct GenerationConfig {
+  std::string source = "defaults";  // where it was read from, for messages
+
+  // Length, as in Transformers: when max_new_tokens is unset, max_length (20 by
+  // default) bounds prompt + generated tokens, so a 15-token prompt gets 5 new
+  // tokens and a prompt of 20 or more gets none. Setting max_new_tokens
+  // overrides max_length. Use new_token_budget() rather than reading either.
+  std::optional<int64_t> max_new_tokens;
+  int64_t max_length = 20;
+
+  bool do_sample = false;
+  double temperature = 1.0;
+  int64_t top_k = 50;  // 0 disables
+  double top_p = 1.0;
+  std::optional<double> min_p;
+  double repetition_penalty = 1.0;
+  int64_t num_return_sequences = 1;
+
+  std::vector<int64_t> eos_token_ids;  // int or list in the file
+  std::optional<int64_t> bos_token_id;
+  std::optional<int64_t> pad_token_id;
+  std::vector<std::string> stop_strings;  // string or list in the file
+
+  // loom extension: seeds the sampler so a request is reproducible.
+  std::optional<uint64_t> seed;
+
+  // Parses the keys above; null means "use the default". Type errors are
+  // kParseError naming the source and field; the result is validate()d.
+  static Result<GenerationConfig> from_json(const nlohmann::json& j, const std::string& source);
+  static Result<GenerationConfig> from_file(const std::string& path);
+  // dir/generation_config.json, or the defaults when that file does not exist
+  // (a checkpoint need not ship one). kNotFound if `dir` itself is missing.
+  static Result<GenerationConfig> from_dir_or_default(const std::string& dir);
+
+  // kInvalidArgument naming the field: temperature >= 0, top_k >= 0,
+  // 0 < top_p <= 1, 0 <= min_p <= 1, repetition_penalty > 0,
+  // max_new_tokens > 0, max_length > 0, num_return_sequences >= 1,
+  // eos/bos ids >= 0 (a negative pad id, seen in old Llama exports, is
+  // allowed as Transformers only warns), no empty stop string.
+  Status validate() const;
+
+  // How many tokens may be generated after a prompt of `prompt_length` tokens.
+  int64_t new_token_budget(int64_t prompt_length) const;
+
+  // Fills eos/bos/pad from the model's config.json where this config leaves
+  // them unset (what Transformers does when generation_config.json lacks them).
+  void inherit_special_tokens(const std::vector<int64_t>& eos, std::optional<int64_t> bos,
+                              std::optional<int64_t> pad);
+};
+
+}  // namespace loom
