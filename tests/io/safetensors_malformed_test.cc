@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <random>
 
 #include "io/io_test_util.h"
 #include "loom/io/safetensors.h"
+#include "loom/io/safetensors_writer.h"
 
 namespace loom {
 namespace {
@@ -181,6 +183,56 @@ TEST(SafetensorsLenient, GapsTrailingBytesAndEmptyTensorsAreAccepted) {
   for (const TensorInfo& t : (*file)->tensors()) order.push_back(t.name);
   // Sorted by offset; the two empty tensors tied at 8 keep their header order.
   EXPECT_EQ(order, (std::vector<std::string>{"a", "z_empty", "a_empty", "b"}));
+}
+
+// Opening must never crash: every truncation and many random corruptions of a
+// valid file either open (and then every view reads only mapped bytes, which
+// the sanitizer build checks) or fail with a Status.
+void open_and_touch(const std::string& path) {
+  auto file = SafetensorsFile::open(path);
+  if (!file.ok()) {
+    EXPECT_NE(file.status().message().find(path), std::string::npos) << file.status().message();
+    return;
+  }
+  for (const TensorInfo& t : (*file)->tensors()) {
+    Tensor v = (*file)->view(t);
+    const auto* p = static_cast<const uint8_t*>(v.data());
+    unsigned sum = 0;
+    for (size_t i = 0; i < v.nbytes(); ++i) sum += p[i];
+    (void)sum;
+  }
+}
+
+TEST(SafetensorsRobustness, TruncationsAndCorruptionsNeverCrash) {
+  testing::TempDir dir;
+  const std::string good = dir.file("good.safetensors");
+  ASSERT_TRUE(write_safetensors(good,
+                                {{"a", Tensor::from_f32({1, 2, 3, 4, 5, 6}, {2, 3})},
+                                 {"b", Tensor::from_f32({7, 8}, {2}).to(DType::kBF16)},
+                                 {"c", Tensor::zeros(DType::kI64, {3})}},
+                                {{"format", "pt"}}, SafetensorsOrder::kLikePython)
+                  .ok());
+  const std::string bytes = testing::read_file(good);
+  const std::string path = dir.file("mutant.safetensors");
+  for (size_t len = 0; len < bytes.size(); ++len) {
+    testing::write_file(path, bytes.substr(0, len));
+    auto file = SafetensorsFile::open(path);
+    EXPECT_FALSE(file.ok()) << "truncated to " << len;  // offsets then point past the end
+  }
+  std::mt19937 rng(1234);
+  size_t header_end = 8;
+  for (int i = 0; i < 8; ++i) header_end += static_cast<size_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
+  const char alphabet[] = "0123456789,:[]{}\"-eE. FIU";
+  for (int trial = 0; trial < 500; ++trial) {
+    std::string m = bytes;
+    const int edits = 1 + static_cast<int>(rng() % 3);
+    for (int e = 0; e < edits; ++e) {
+      const size_t pos = rng() % header_end;
+      m[pos] = rng() % 2 ? static_cast<char>(rng() % 256) : alphabet[rng() % (sizeof(alphabet) - 1)];
+    }
+    testing::write_file(path, m);
+    open_and_touch(path);
+  }
 }
 
 }  // namespace
