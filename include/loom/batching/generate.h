@@ -1,0 +1,60 @@
+// One request, start to finish, on a contiguous KV cache: prefill the prompt,
+// then decode token by token, streaming each token (and its text, when a
+// decoder is given) to a callback.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loom/batching/model_runner.h"
+#include "loom/generation/sampling.h"
+#include "loom/generation/stopping.h"
+
+namespace loom::batching {
+
+// Turns tokens into text as they arrive (the tokenizer's incremental
+// detokenizer, adapted by the caller).
+class TextStream {
+ public:
+  virtual ~TextStream() = default;
+  virtual Result<std::string> push(int32_t id) = 0;
+  virtual Result<std::string> flush() = 0;
+};
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 20;
+  generation::SamplingParams sampling;
+  uint64_t seed = 0;
+  std::vector<int32_t> eos_token_ids;
+  std::vector<std::string> stop_strings;  // need a TextStream
+};
+
+struct TokenEvent {
+  int32_t id;
+  float logprob;
+  std::string text;  // newly final text (may be empty)
+};
+
+struct GenerateTimings {
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+  int64_t prompt_tokens = 0;
+  int64_t decode_steps = 0;  // tokens produced by decode steps (all but the first)
+};
+
+struct GenerateResult {
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> generated_ids;
+  std::vector<float> logprobs;
+  std::string text;
+  generation::FinishReason finish_reason = generation::FinishReason::kNone;
+  GenerateTimings timings;
+};
+
+Result<GenerateResult> generate(ModelRunner& runner, const std::vector<int32_t>& prompt_ids, const GenerateOptions& options,
+                                TextStream* text = nullptr,
+                                const std::function<void(const TokenEvent&)>& on_token = nullptr);
+
+}  // namespace loom::batching

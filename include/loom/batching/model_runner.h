@@ -1,0 +1,51 @@
+// A model bound to a backend: runs one packed step (any mix of prefill chunks and
+// decode tokens from several sequences) against a KvStore and returns logits.
+// Single-request generation, perplexity and the continuous-batching manager all
+// drive the model through this one class.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/core/status.h"
+#include "loom/models/model.h"
+#include "loom/runtime/executor.h"
+#include "loom/runtime/kv_cache_contiguous.h"
+
+namespace loom::batching {
+
+struct SequenceChunk {
+  const int32_t* tokens = nullptr;  // the new tokens of this sequence in this step
+  int64_t num_tokens = 0;
+  int64_t past_len = 0;             // tokens already in its KV cache
+};
+
+enum class LogitsRows { kLastOfEachSequence, kAllTokens };
+
+class ModelRunner {
+ public:
+  static Result<std::unique_ptr<ModelRunner>> create(std::shared_ptr<const models::Model> model,
+                                                      const std::string& backend = "cpu", ThreadPool* pool = nullptr);
+
+  // Sequence i of `chunks` uses kv.pages(layer, i). Returns F32 logits, one row
+  // per sequence (or per token with kAllTokens): a view valid until the next step.
+  // Token ids outside the vocabulary are an error naming the sequence and position.
+  Result<Tensor> step(const std::vector<SequenceChunk>& chunks, graph::KvStore& kv,
+                      LogitsRows rows = LogitsRows::kLastOfEachSequence);
+
+  const models::Model& model() const { return *model_; }
+  runtime::KvLayout kv_layout() const;
+  const std::string& backend_name() const { return executor_->backend().name(); }
+  ThreadPool& pool() const { return *pool_; }
+
+ private:
+  ModelRunner() = default;
+  std::shared_ptr<const models::Model> model_;
+  std::unique_ptr<runtime::Executor> executor_;
+  ThreadPool* pool_ = nullptr;
+  graph::StepContext ctx_;
+  std::vector<int32_t> ids_, rows_;
+};
+
+}  // namespace loom::batching

@@ -1,0 +1,78 @@
+// The decoder-only transformer shared by the Llama family (Llama, Mistral, Qwen2,
+// Qwen3): embeddings → N × (norm, attention, residual, norm, MLP, residual) →
+// norm → LM head. Architectures differ only in DecoderSettings.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/graph/graph.h"
+#include "loom/models/layers.h"
+
+namespace loom::models {
+
+struct DecoderSettings {
+  std::string class_prefix = "Llama";  // class names: <prefix>Attention, <prefix>MLP, …
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  double norm_eps = 1e-6;
+  std::string hidden_act = "silu";
+  bool mlp_bias = false;
+  bool tie_word_embeddings = false;
+  std::vector<AttentionSettings> layers;  // one per decoder layer
+};
+
+class DecoderLayer : public Module {
+ public:
+  DecoderLayer(const std::string& path, const DecoderSettings& s, const AttentionSettings& attn);
+  ValueId forward(GraphBuilder& b, ValueId x, ValueId positions) const;
+  const SelfAttention& attention() const { return *self_attn_; }
+
+ private:
+  RMSNorm* input_layernorm_;
+  SelfAttention* self_attn_;
+  RMSNorm* post_attention_layernorm_;
+  GatedMLP* mlp_;
+};
+
+class DecoderModel : public Module {
+ public:
+  DecoderModel(const std::string& path, const DecoderSettings& s);
+  ValueId forward(GraphBuilder& b, ValueId ids, ValueId positions) const;
+  const std::vector<DecoderLayer*>& layers() const { return layers_; }
+
+ private:
+  Embedding* embed_tokens_;
+  std::vector<DecoderLayer*> layers_;
+  RMSNorm* norm_;
+};
+
+// The names of a step graph's inputs and outputs.
+namespace step_io {
+inline constexpr const char* kInputIds = "input_ids";            // I32 [tokens]
+inline constexpr const char* kPositions = "positions";            // I32 [tokens]
+inline constexpr const char* kLogitsIndices = "logits_indices";   // I32 [sequences]: rows whose logits are wanted
+inline constexpr const char* kLogits = "logits";                  // F32 [sequences, vocab]
+inline constexpr const char* kTokens = "tokens";                  // symbol
+inline constexpr const char* kSequences = "sequences";            // symbol
+}  // namespace step_io
+
+class CausalLM : public Module {
+ public:
+  explicit CausalLM(const DecoderSettings& s);
+  const DecoderSettings& settings() const { return s_; }
+  const DecoderModel& model() const { return *model_; }
+
+  // Records the whole step graph: inputs input_ids/positions/logits_indices,
+  // output logits for the selected rows. Parameters come from `params`.
+  graph::Graph build_graph(const graph::GraphBuilder::ParameterSource& params) const;
+
+ private:
+  DecoderSettings s_;
+  DecoderModel* model_;
+  Linear* lm_head_;
+};
+
+}  // namespace loom::models

@@ -1,0 +1,102 @@
+// The building blocks shared by the decoder architectures.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "loom/models/module.h"
+
+namespace loom::models {
+
+class Linear : public Module {
+ public:
+  Linear(const std::string& path, int64_t in_features, int64_t out_features, bool bias,
+         std::string weight_name = "");
+  ValueId forward(GraphBuilder& b, ValueId x) const;
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+
+ private:
+  int64_t in_, out_;
+  bool bias_;
+  std::string weight_name_;  // differs from path + ".weight" when tied
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(const std::string& path, int64_t num_embeddings, int64_t dim);
+  ValueId forward(GraphBuilder& b, ValueId ids) const;
+
+ private:
+  int64_t num_, dim_;
+};
+
+class RMSNorm : public Module {
+ public:
+  // weight_offset 1 for Gemma's (1 + w).
+  RMSNorm(const std::string& path, std::string class_name, int64_t size, double eps, double weight_offset = 0.0);
+  ValueId forward(GraphBuilder& b, ValueId x) const;
+
+ private:
+  int64_t size_;
+  double eps_, offset_;
+};
+
+// gate/up/down with an activation: down(act(gate(x)) * up(x)).
+class GatedMLP : public Module {
+ public:
+  GatedMLP(const std::string& path, std::string class_name, int64_t hidden, int64_t intermediate, bool bias,
+           std::string activation);
+  ValueId forward(GraphBuilder& b, ValueId x) const;
+
+ private:
+  Linear *gate_, *up_, *down_;
+  std::string activation_;
+};
+
+// Rotary embedding settings, copied verbatim into each `rope` node's attributes.
+struct RopeSettings {
+  std::string type = "default";
+  double theta = 10000.0;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 0;
+  int64_t max_position_embeddings = 0;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  std::optional<double> mscale, mscale_all_dim, attention_factor;
+  bool truncate = true;
+  int64_t rotary_dim = 0;
+};
+
+struct AttentionSettings {
+  int layer = 0;
+  int64_t hidden = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  bool qkv_bias = false;
+  bool o_bias = false;
+  bool qk_norm = false;        // Qwen3: RMSNorm over each head of q and k before RoPE
+  double norm_eps = 1e-6;
+  int64_t sliding_window = 0;  // 0: full attention
+  double scale = 0.0;          // 0: head_dim^-0.5
+  double softcap = 0.0;
+  RopeSettings rope;
+};
+
+class SelfAttention : public Module {
+ public:
+  SelfAttention(const std::string& path, std::string class_name, const AttentionSettings& s);
+  ValueId forward(GraphBuilder& b, ValueId x, ValueId positions) const;
+  const AttentionSettings& settings() const { return s_; }
+
+ private:
+  std::string class_name_prefix() const;  // "Qwen3" for "Qwen3Attention"
+  AttentionSettings s_;
+  Linear *q_, *k_, *v_, *o_;
+  RMSNorm *q_norm_ = nullptr, *k_norm_ = nullptr;
+};
+
+}  // namespace loom::models

@@ -1,0 +1,66 @@
+// Modules mirror Transformers' nn.Module tree: each has the path of its
+// parameters ("model.layers.3.mlp"), a class name ("LlamaMLP") and a kernel layer
+// name ("MLP") that KernelConfig can target. Calling forward records ops.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/core/tensor.h"
+#include "loom/graph/builder.h"
+
+namespace loom::models {
+
+using graph::GraphBuilder;
+using graph::ValueId;
+
+// A parameter a module expects in the checkpoint, with its shape.
+struct ParameterSpec {
+  std::string name;
+  Shape shape;
+};
+
+class Module {
+ public:
+  Module(std::string path, std::string class_name, std::string layer_name)
+      : path_(std::move(path)), class_name_(std::move(class_name)), layer_name_(std::move(layer_name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::string& class_name() const { return class_name_; }
+  const std::string& layer_name() const { return layer_name_; }
+  const std::vector<Module*>& children() const { return children_; }
+  // This module's own parameters (not its children's).
+  const std::vector<ParameterSpec>& parameters() const { return params_; }
+
+  // Every parameter in the subtree, depth first.
+  void collect_parameters(std::vector<ParameterSpec>* out) const;
+  // Every module in the subtree, depth first (this one included).
+  void collect_modules(std::vector<const Module*>* out) const;
+
+ protected:
+  template <typename T, typename... Args>
+  T* add_child(Args&&... args) {
+    owned_.push_back(std::make_unique<T>(std::forward<Args>(args)...));
+    T* raw = static_cast<T*>(owned_.back().get());
+    children_.push_back(raw);
+    return raw;
+  }
+  std::string param_name(const std::string& leaf) const { return path_.empty() ? leaf : path_ + "." + leaf; }
+  void declare_parameter(const std::string& leaf, Shape shape) { params_.push_back({param_name(leaf), std::move(shape)}); }
+
+ private:
+  std::string path_;
+  std::string class_name_;
+  std::string layer_name_;
+  std::vector<Module*> children_;
+  std::vector<std::unique_ptr<Module>> owned_;
+  std::vector<ParameterSpec> params_;
+};
+
+inline std::string join_path(const std::string& a, const std::string& b) { return a.empty() ? b : a + "." + b; }
+
+}  // namespace loom::models

@@ -1,0 +1,38 @@
+// The simplest KvStore: each sequence slot owns one page big enough for its whole
+// context, per layer. Used for single-request generation, perplexity and tests;
+// the paged cache of batching/ replaces it behind the same interface.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "loom/graph/step_context.h"
+
+namespace loom::runtime {
+
+struct KvLayout {
+  int num_layers = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t row_floats() const { return num_kv_heads * head_dim; }
+};
+
+class ContiguousKvCache : public graph::KvStore {
+ public:
+  // `slots` sequences, each holding up to `capacity` positions per layer.
+  ContiguousKvCache(const KvLayout& layout, int slots, int64_t capacity);
+
+  graph::KvPageTable pages(int layer, int seq) override;
+  int64_t capacity() const { return capacity_; }
+  int slots() const { return slots_; }
+  size_t bytes() const;
+
+ private:
+  KvLayout layout_;
+  int slots_;
+  int64_t capacity_;
+  std::shared_ptr<void> storage_;
+  std::vector<float*> k_ptrs_, v_ptrs_;  // [layer * slots + slot]
+};
+
+}  // namespace loom::runtime

@@ -1,0 +1,83 @@
+#include "loom/batching/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace loom::batching {
+
+Result<GenerateResult> generate(ModelRunner& runner, const std::vector<int32_t>& prompt_ids, const GenerateOptions& o,
+                                TextStream* text, const std::function<void(const TokenEvent&)>& on_token) {
+  using Clock = std::chrono::steady_clock;
+  if (prompt_ids.empty()) return invalid_argument("the prompt is empty (at least one token is needed)");
+  if (o.max_new_tokens < 0) return invalid_argument("max_new_tokens must be ≥ 0");
+  LOOM_RETURN_IF_ERROR(o.sampling.validate());
+  if (!o.stop_strings.empty() && !text) return invalid_argument("stop strings need a tokenizer to decode text");
+
+  GenerateResult r;
+  r.prompt_ids = prompt_ids;
+  r.timings.prompt_tokens = static_cast<int64_t>(prompt_ids.size());
+  if (o.max_new_tokens == 0) {
+    r.finish_reason = generation::FinishReason::kLength;
+    return r;
+  }
+  const int64_t capacity = static_cast<int64_t>(prompt_ids.size()) + o.max_new_tokens;
+  runtime::ContiguousKvCache cache(runner.kv_layout(), 1, capacity);
+  generation::Rng rng(o.seed);
+  generation::StopStringMatcher stops(o.stop_strings);
+  std::vector<int32_t> context = prompt_ids;
+  const int64_t vocab = runner.model().vocab_size();
+
+  std::vector<int32_t> pending = prompt_ids;  // tokens to feed next step
+  int64_t past = 0;
+  auto t0 = Clock::now();
+  while (true) {
+    SequenceChunk chunk{pending.data(), static_cast<int64_t>(pending.size()), past};
+    LOOM_ASSIGN_OR_RETURN(Tensor logits, runner.step({chunk}, cache));
+    past += chunk.num_tokens;
+    auto t1 = Clock::now();
+    const double dt = std::chrono::duration<double>(t1 - t0).count();
+    if (r.generated_ids.empty()) r.timings.prefill_seconds = dt;
+    else {
+      r.timings.decode_seconds += dt;
+      r.timings.decode_steps += 1;
+    }
+    const generation::SampledToken tok =
+        generation::sample_next(logits.data_as<float>(), vocab, o.sampling, context, rng);
+    r.generated_ids.push_back(tok.id);
+    r.logprobs.push_back(tok.logprob);
+    context.push_back(tok.id);
+
+    const bool is_eos = std::find(o.eos_token_ids.begin(), o.eos_token_ids.end(), tok.id) != o.eos_token_ids.end();
+    TokenEvent ev{tok.id, tok.logprob, ""};
+    if (text && !is_eos) {
+      LOOM_ASSIGN_OR_RETURN(std::string piece, text->push(tok.id));
+      ev.text = stops.push(piece);
+      r.text += ev.text;
+    }
+    if (on_token) on_token(ev);
+    if (is_eos) {
+      r.finish_reason = generation::FinishReason::kEos;
+      break;
+    }
+    if (stops.stopped()) {
+      r.finish_reason = generation::FinishReason::kStopString;
+      break;
+    }
+    if (static_cast<int64_t>(r.generated_ids.size()) >= o.max_new_tokens) {
+      r.finish_reason = generation::FinishReason::kLength;
+      break;
+    }
+    pending.assign(1, tok.id);
+    t0 = Clock::now();
+  }
+  if (text && r.finish_reason != generation::FinishReason::kStopString) {
+    LOOM_ASSIGN_OR_RETURN(std::string tail, text->flush());
+    std::string shown = stops.push(tail);
+    if (!stops.stopped()) shown += stops.flush();
+    r.text += shown;
+    if (on_token && !shown.empty()) on_token(TokenEvent{-1, 0.0f, shown});
+  }
+  return r;
+}
+
+}  // namespace loom::batching

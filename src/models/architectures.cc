@@ -1,0 +1,107 @@
+// The Llama family: one decoder, four configurations.
+#include <cmath>
+
+#include "loom/models/architecture.h"
+
+namespace loom::models {
+namespace {
+
+RopeSettings rope_from_config(const ModelConfig& c) {
+  RopeSettings r;
+  r.theta = c.rope_theta;
+  r.max_position_embeddings = c.max_position_embeddings;
+  r.original_max_position_embeddings = c.max_position_embeddings;
+  const RopeScaling& s = c.rope_scaling;
+  r.type = s.rope_type;
+  r.factor = s.factor;
+  r.low_freq_factor = s.low_freq_factor;
+  r.high_freq_factor = s.high_freq_factor;
+  if (s.original_max_position_embeddings > 0) r.original_max_position_embeddings = s.original_max_position_embeddings;
+  r.beta_fast = s.beta_fast;
+  r.beta_slow = s.beta_slow;
+  // ModelConfig uses 0 for "not given"; Transformers treats a missing mscale as None.
+  if (s.mscale > 0) r.mscale = s.mscale;
+  if (s.mscale_all_dim > 0) r.mscale_all_dim = s.mscale_all_dim;
+  if (s.attention_factor_given) r.attention_factor = s.attention_factor;
+  r.truncate = s.truncate;
+  const int64_t rotary = c.rotary_dim();
+  r.rotary_dim = rotary - rotary % 2;
+  return r;
+}
+
+// What each Transformers class hard-codes instead of reading from config.json.
+struct FamilyTraits {
+  const char* prefix;
+  bool qkv_bias_always;         // Qwen2: q/k/v have biases, o_proj none, whatever the config says
+  bool reads_attention_bias;    // Llama, Qwen3 honour attention_bias; Mistral has no biases
+  bool reads_mlp_bias;          // only Llama honours mlp_bias
+  bool qk_norm;                 // Qwen3
+};
+
+Result<std::unique_ptr<CausalLM>> build_decoder(const ModelConfig& c, const FamilyTraits& t) {
+  if (c.hidden_act != "silu" && c.hidden_act != "gelu" && c.hidden_act != "gelu_pytorch_tanh")
+    return unsupported("config.json: hidden_act '" + c.hidden_act + "' is not supported (silu, gelu, gelu_pytorch_tanh)");
+  DecoderSettings s;
+  s.class_prefix = t.prefix;
+  s.vocab_size = c.vocab_size;
+  s.hidden_size = c.hidden_size;
+  s.intermediate_size = c.intermediate_size;
+  s.norm_eps = c.rms_norm_eps;
+  s.hidden_act = c.hidden_act;
+  s.mlp_bias = t.reads_mlp_bias && c.mlp_bias;
+  s.tie_word_embeddings = c.tie_word_embeddings;
+  const RopeSettings rope = rope_from_config(c);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    AttentionSettings a;
+    a.layer = static_cast<int>(i);
+    a.hidden = c.hidden_size;
+    a.num_heads = c.num_attention_heads;
+    a.num_kv_heads = c.num_key_value_heads;
+    a.head_dim = c.head_dim;
+    a.qkv_bias = t.qkv_bias_always || (t.reads_attention_bias && c.attention_bias);
+    a.o_bias = t.reads_attention_bias && c.attention_bias;
+    a.qk_norm = t.qk_norm;
+    a.norm_eps = c.rms_norm_eps;
+    const bool sliding = static_cast<size_t>(i) < c.layer_types.size() && c.layer_types[static_cast<size_t>(i)] == "sliding_attention";
+    if (sliding) {
+      if (!c.sliding_window || *c.sliding_window <= 0)
+        return invalid_argument("config.json: layer " + std::to_string(i) + " uses sliding attention but sliding_window is unset");
+      a.sliding_window = *c.sliding_window;
+    }
+    a.rope = rope;
+    s.layers.push_back(a);
+  }
+  return std::make_unique<CausalLM>(s);
+}
+
+std::vector<Architecture> make_architectures() {
+  auto family = [](const char* type, const char* cls, FamilyTraits t) {
+    return Architecture{type, cls, [t](const ModelConfig& c) { return build_decoder(c, t); }};
+  };
+  return {
+      family("llama", "LlamaForCausalLM", {"Llama", false, true, true, false}),
+      family("mistral", "MistralForCausalLM", {"Mistral", false, false, false, false}),
+      family("qwen2", "Qwen2ForCausalLM", {"Qwen2", true, false, false, false}),
+      family("qwen3", "Qwen3ForCausalLM", {"Qwen3", false, true, false, true}),
+  };
+}
+
+}  // namespace
+
+const std::vector<Architecture>& architectures() {
+  static const std::vector<Architecture> table = make_architectures();
+  return table;
+}
+
+Result<const Architecture*> find_architecture(const ModelConfig& config) {
+  for (const auto& a : architectures())
+    if (a.model_type == config.model_type) return &a;
+  for (const auto& name : config.architectures)
+    for (const auto& a : architectures())
+      if (a.class_name == name) return &a;
+  std::string supported;
+  for (const auto& a : architectures()) supported += (supported.empty() ? "" : ", ") + a.model_type;
+  return unsupported("config.json: model_type '" + config.model_type + "' is not supported (supported: " + supported + ")");
+}
+
+}  // namespace loom::models

@@ -1,0 +1,68 @@
+#include "loom/models/decoder.h"
+
+namespace loom::models {
+
+DecoderLayer::DecoderLayer(const std::string& path, const DecoderSettings& s, const AttentionSettings& attn)
+    : Module(path, s.class_prefix + "DecoderLayer", "DecoderLayer") {
+  const std::string norm_class = s.class_prefix + "RMSNorm";
+  input_layernorm_ = add_child<RMSNorm>(join_path(path, "input_layernorm"), norm_class, s.hidden_size, s.norm_eps);
+  self_attn_ = add_child<SelfAttention>(join_path(path, "self_attn"), s.class_prefix + "Attention", attn);
+  post_attention_layernorm_ =
+      add_child<RMSNorm>(join_path(path, "post_attention_layernorm"), norm_class, s.hidden_size, s.norm_eps);
+  mlp_ = add_child<GatedMLP>(join_path(path, "mlp"), s.class_prefix + "MLP", s.hidden_size, s.intermediate_size,
+                             s.mlp_bias, s.hidden_act);
+}
+
+ValueId DecoderLayer::forward(GraphBuilder& b, ValueId x, ValueId positions) const {
+  ValueId h = self_attn_->forward(b, input_layernorm_->forward(b, x), positions);
+  ValueId residual;
+  {
+    GraphBuilder::Scope scope(b, path());
+    residual = b.op("add", {x, h});
+  }
+  ValueId m = mlp_->forward(b, post_attention_layernorm_->forward(b, residual));
+  GraphBuilder::Scope scope(b, path());
+  return b.op("add", {residual, m});
+}
+
+DecoderModel::DecoderModel(const std::string& path, const DecoderSettings& s)
+    : Module(path, s.class_prefix + "Model", "Model") {
+  embed_tokens_ = add_child<Embedding>(join_path(path, "embed_tokens"), s.vocab_size, s.hidden_size);
+  for (size_t i = 0; i < s.layers.size(); ++i)
+    layers_.push_back(add_child<DecoderLayer>(join_path(path, "layers." + std::to_string(i)), s, s.layers[i]));
+  norm_ = add_child<RMSNorm>(join_path(path, "norm"), s.class_prefix + "RMSNorm", s.hidden_size, s.norm_eps);
+}
+
+ValueId DecoderModel::forward(GraphBuilder& b, ValueId ids, ValueId positions) const {
+  ValueId x = embed_tokens_->forward(b, ids);
+  for (const DecoderLayer* layer : layers_) x = layer->forward(b, x, positions);
+  return norm_->forward(b, x);
+}
+
+CausalLM::CausalLM(const DecoderSettings& s) : Module("", s.class_prefix + "ForCausalLM", "CausalLM"), s_(s) {
+  model_ = add_child<DecoderModel>("model", s);
+  lm_head_ = add_child<Linear>("lm_head", s.hidden_size, s.vocab_size, false,
+                               s.tie_word_embeddings ? "model.embed_tokens.weight" : "");
+}
+
+graph::Graph CausalLM::build_graph(const graph::GraphBuilder::ParameterSource& params) const {
+  graph::Graph g;
+  const int tokens = g.add_symbol(step_io::kTokens);
+  const int sequences = g.add_symbol(step_io::kSequences);
+  ValueId ids = g.add_input(step_io::kInputIds, DType::kI32, {graph::Dim::sym(tokens)});
+  ValueId positions = g.add_input(step_io::kPositions, DType::kI32, {graph::Dim::sym(tokens)});
+  ValueId rows = g.add_input(step_io::kLogitsIndices, DType::kI32, {graph::Dim::sym(sequences)});
+  graph::GraphBuilder b(&g, params);
+  ValueId hidden = model_->forward(b, ids, positions);
+  ValueId last;
+  {
+    GraphBuilder::Scope scope(b, "");
+    // Only the rows whose next token is wanted go through the LM head.
+    last = b.op("gather_rows", {hidden, rows});
+  }
+  ValueId logits = lm_head_->forward(b, last);
+  g.mark_output(step_io::kLogits, logits);
+  return g;
+}
+
+}  // namespace loom::models

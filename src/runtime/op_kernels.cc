@@ -1,0 +1,351 @@
+// The graph ops on the CPU, in two flavours built from the same code: `cpu` calls
+// the SIMD/BLAS routines of runtime/cpu, `reference` their scalar _ref twins.
+// Validation and data movement (KV writes, row gathers) are shared, so the two
+// backends differ only where the arithmetic does.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "loom/runtime/backend.h"
+#include "loom/runtime/cpu/attention.h"
+#include "loom/runtime/cpu/elementwise.h"
+#include "loom/runtime/cpu/matmul.h"
+#include "loom/runtime/cpu/norm.h"
+#include "loom/runtime/cpu/rope.h"
+
+namespace loom::runtime {
+namespace {
+
+using graph::Node;
+
+struct F32Weight : NodeState {
+  std::vector<float> w;
+};
+struct PackedWeight : NodeState {
+  cpu::PackedLinear packed;
+};
+struct RopeState : NodeState {
+  cpu::RopeParams params;
+  int64_t head_dim = 0, rotary_dim = 0, num_heads = 0;
+  std::vector<float> inv_freq;  // for every type but dynamic
+  float attention_scaling = 1.0f;
+};
+
+std::vector<float> to_f32(const Tensor& t) { return t.to_f32_vector(); }
+
+int64_t rows_of(const Tensor& t) { return t.dim(0); }
+int64_t cols_of(const Tensor& t) { return t.dim(1); }
+
+Status require_step(const KernelArgs& a) {
+  if (!a.step || !a.step->kv)
+    return failed_precondition("attention needs a StepContext with a KV store (run the graph through a ModelRunner)");
+  return Status::Ok();
+}
+
+// ── embedding ──
+Status run_embedding(KernelArgs& a) {
+  const Tensor& table = a.in[0];
+  const Tensor& ids = a.in[1];
+  const int64_t v = table.dim(0), h = table.dim(1), n = ids.dim(0);
+  const int32_t* id = ids.data_as<int32_t>();
+  for (int64_t i = 0; i < n; ++i)
+    if (id[i] < 0 || id[i] >= v)
+      return out_of_range("token id " + std::to_string(id[i]) + " at row " + std::to_string(i) +
+                          " is outside the embedding table [0, " + std::to_string(v) + ")");
+  float* out = a.out[0].data_as<float>();
+  const size_t esz = dtype_size(table.dtype());
+  a.pool.parallel_for(n, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i)
+      convert_elements(static_cast<const char*>(table.data()) + static_cast<size_t>(id[i]) * static_cast<size_t>(h) * esz,
+                       table.dtype(), out + i * h, DType::kF32, static_cast<size_t>(h));
+  });
+  return Status::Ok();
+}
+
+// ── gather_rows ──
+Status run_gather_rows(KernelArgs& a) {
+  const Tensor& x = a.in[0];
+  const int64_t n = rows_of(x), h = cols_of(x), m = a.in[1].dim(0);
+  const int32_t* idx = a.in[1].data_as<int32_t>();
+  for (int64_t i = 0; i < m; ++i) {
+    if (idx[i] < 0 || idx[i] >= n)
+      return out_of_range("gather_rows: index " + std::to_string(idx[i]) + " outside [0, " + std::to_string(n) + ")");
+    std::memcpy(a.out[0].data_as<float>() + i * h, x.data_as<float>() + idx[i] * h, static_cast<size_t>(h) * 4);
+  }
+  return Status::Ok();
+}
+
+// ── linear ──
+template <bool kRef>
+OpKernel linear_kernel() {
+  OpKernel k;
+  if (!kRef) {
+    k.prepare = [](const graph::Graph& g, const Node& n) -> Result<std::unique_ptr<NodeState>> {
+      auto s = std::make_unique<PackedWeight>();
+      const Tensor& w = g.value(n.inputs[1]).tensor;
+      const bool has_bias = n.inputs.size() > 2 && n.inputs[2] != graph::kNoValue;
+      const Tensor* b = has_bias ? &g.value(n.inputs[2]).tensor : nullptr;
+      LOOM_ASSIGN_OR_RETURN(s->packed, cpu::PackedLinear::pack(w, b));
+      return std::unique_ptr<NodeState>(std::move(s));
+    };
+  }
+  k.run = [](KernelArgs& a) -> Status {
+    const Tensor& x = a.in[0];
+    const int64_t m = rows_of(x), kdim = cols_of(x);
+    if (kRef) {
+      const Tensor* bias = a.in.size() > 2 && a.in[2].defined() ? &a.in[2] : nullptr;
+      cpu::linear_ref(x.data_as<float>(), m, kdim, a.in[1], bias, a.out[0].data_as<float>());
+    } else {
+      const auto& p = static_cast<PackedWeight*>(a.state)->packed;
+      cpu::linear(x.data_as<float>(), m, kdim, p, a.out[0].data_as<float>(), p.out_features(), a.pool);
+    }
+    return Status::Ok();
+  };
+  return k;
+}
+
+// ── rms_norm ──
+template <bool kRef>
+OpKernel rms_norm_kernel() {
+  OpKernel k;
+  k.prepare = [](const graph::Graph& g, const Node& n) -> Result<std::unique_ptr<NodeState>> {
+    auto s = std::make_unique<F32Weight>();
+    s->w = to_f32(g.value(n.inputs[1]).tensor);
+    return std::unique_ptr<NodeState>(std::move(s));
+  };
+  k.run = [](KernelArgs& a) -> Status {
+    const auto& w = static_cast<F32Weight*>(a.state)->w;
+    const int64_t group = static_cast<int64_t>(w.size());
+    const int64_t rows = rows_of(a.in[0]) * (cols_of(a.in[0]) / group);
+    const float eps = static_cast<float>(a.node.attr_float("eps"));
+    const float offset = static_cast<float>(a.node.attr_float("weight_offset", 0.0));
+    if (kRef)
+      cpu::rmsnorm_ref(a.in[0].data_as<float>(), group, rows, group, w.data(), eps, offset, a.out[0].data_as<float>(), group);
+    else
+      cpu::rmsnorm(a.in[0].data_as<float>(), rows, group, w.data(), eps, offset, a.out[0].data_as<float>(), a.pool);
+    return Status::Ok();
+  };
+  return k;
+}
+
+// ── elementwise ──
+template <bool kRef>
+OpKernel binary_kernel(bool is_add) {
+  OpKernel k;
+  k.run = [is_add](KernelArgs& a) -> Status {
+    const int64_t n = a.in[0].numel();
+    const float *x = a.in[0].data_as<float>(), *y = a.in[1].data_as<float>();
+    float* o = a.out[0].data_as<float>();
+    if (kRef) (is_add ? cpu::add_ref : cpu::mul_ref)(x, y, n, o);
+    else (is_add ? cpu::add : cpu::mul)(x, y, n, o, a.pool);
+    return Status::Ok();
+  };
+  return k;
+}
+
+template <bool kRef>
+OpKernel activation_kernel(bool is_gelu) {
+  OpKernel k;
+  k.run = [is_gelu](KernelArgs& a) -> Status {
+    cpu::Activation act = cpu::Activation::kSilu;
+    if (is_gelu) act = a.node.attr_str("approximate", "none") == "tanh" ? cpu::Activation::kGeluTanh : cpu::Activation::kGeluErf;
+    if (kRef) cpu::activation_ref(act, a.in[0].data_as<float>(), a.in[0].numel(), a.out[0].data_as<float>());
+    else cpu::activation(act, a.in[0].data_as<float>(), a.in[0].numel(), a.out[0].data_as<float>(), a.pool);
+    return Status::Ok();
+  };
+  return k;
+}
+
+template <bool kRef>
+OpKernel scale_kernel() {
+  OpKernel k;
+  k.run = [](KernelArgs& a) -> Status {
+    const float f = static_cast<float>(a.node.attr_float("factor"));
+    if (kRef) cpu::scale_ref(a.in[0].data_as<float>(), f, a.in[0].numel(), a.out[0].data_as<float>());
+    else cpu::scale(a.in[0].data_as<float>(), f, a.in[0].numel(), a.out[0].data_as<float>(), a.pool);
+    return Status::Ok();
+  };
+  return k;
+}
+
+OpKernel softcap_kernel() {
+  OpKernel k;
+  k.run = [](KernelArgs& a) -> Status {
+    const float cap = static_cast<float>(a.node.attr_float("cap"));
+    const float* x = a.in[0].data_as<float>();
+    float* o = a.out[0].data_as<float>();
+    const int64_t n = a.in[0].numel();
+    for (int64_t i = 0; i < n; ++i) o[i] = cap * std::tanh(x[i] / cap);
+    return Status::Ok();
+  };
+  return k;
+}
+
+// ── rope ──
+cpu::RopeParams rope_params(const Node& n) {
+  cpu::RopeParams p;
+  p.type = n.attr_str("rope_type");
+  p.theta = n.attr_float("theta");
+  p.factor = n.attr_float("factor", 1.0);
+  p.low_freq_factor = n.attr_float("low_freq_factor", 1.0);
+  p.high_freq_factor = n.attr_float("high_freq_factor", 4.0);
+  p.original_max_position_embeddings = n.attr_int("original_max_position_embeddings", 0);
+  p.max_position_embeddings = n.attr_int("max_position_embeddings", 0);
+  p.beta_fast = n.attr_float("beta_fast", 32.0);
+  p.beta_slow = n.attr_float("beta_slow", 1.0);
+  auto opt = [&](const char* key) -> std::optional<double> {
+    const double v = n.attr_float(key, -1.0);
+    return v < 0 ? std::nullopt : std::optional<double>(v);
+  };
+  p.mscale = opt("mscale");
+  p.mscale_all_dim = opt("mscale_all_dim");
+  p.attention_factor = opt("attention_factor");
+  p.truncate = n.attr_int("truncate", 1) != 0;
+  p.partial_rotary_factor = static_cast<double>(n.attr_int("rotary_dim")) / static_cast<double>(n.attr_int("head_dim"));
+  return p;
+}
+
+template <bool kRef>
+OpKernel rope_kernel() {
+  OpKernel k;
+  k.prepare = [](const graph::Graph&, const Node& n) -> Result<std::unique_ptr<NodeState>> {
+    auto s = std::make_unique<RopeState>();
+    s->params = rope_params(n);
+    s->head_dim = n.attr_int("head_dim");
+    s->rotary_dim = n.attr_int("rotary_dim");
+    s->num_heads = n.attr_int("num_heads");
+    if (s->params.type != "dynamic")
+      LOOM_RETURN_IF_ERROR(cpu::compute_inv_freq(s->params, s->head_dim, 0, &s->inv_freq, &s->attention_scaling));
+    return std::unique_ptr<NodeState>(std::move(s));
+  };
+  k.run = [](KernelArgs& a) -> Status {
+    auto* s = static_cast<RopeState*>(a.state);
+    const Tensor& x = a.in[0];
+    float* out = a.out[0].data_as<float>();
+    if (out != x.data_as<float>()) std::memcpy(out, x.data(), x.nbytes());
+    const int32_t* pos = a.in[1].data_as<int32_t>();
+    const int64_t rows = rows_of(x), stride = cols_of(x);
+    auto apply = [&](int64_t begin, int64_t count, const std::vector<float>& inv_freq, float scaling) {
+      if (kRef)
+        cpu::rope_apply_ref(out + begin * stride, count, s->num_heads, s->head_dim, stride, pos + begin, inv_freq.data(),
+                            s->rotary_dim, scaling);
+      else
+        cpu::rope_apply(out + begin * stride, count, s->num_heads, s->head_dim, stride, pos + begin, inv_freq.data(),
+                        s->rotary_dim, scaling, a.pool);
+    };
+    if (s->params.type != "dynamic") {
+      apply(0, rows, s->inv_freq, s->attention_scaling);
+      return Status::Ok();
+    }
+    // Dynamic NTK depends on the sequence length, so each sequence gets its own
+    // frequencies (Transformers uses max(position_ids) + 1 of the forward call).
+    std::vector<graph::StepSequence> seqs;
+    if (a.step && !a.step->sequences.empty()) seqs = a.step->sequences;
+    else seqs.push_back({0, rows, 0});
+    std::vector<float> inv_freq;
+    float scaling = 1.0f;
+    for (const auto& sq : seqs) {
+      int32_t max_pos = 0;
+      for (int64_t i = 0; i < sq.q_len; ++i) max_pos = std::max(max_pos, pos[sq.q_begin + i]);
+      LOOM_RETURN_IF_ERROR(cpu::compute_inv_freq(s->params, s->head_dim, max_pos + 1, &inv_freq, &scaling));
+      apply(sq.q_begin, sq.q_len, inv_freq, scaling);
+    }
+    return Status::Ok();
+  };
+  return k;
+}
+
+// ── attention ──
+template <bool kRef>
+OpKernel attention_kernel() {
+  OpKernel k;
+  k.run = [](KernelArgs& a) -> Status {
+    LOOM_RETURN_IF_ERROR(require_step(a));
+    const Node& n = a.node;
+    const int layer = static_cast<int>(n.attr_int("layer"));
+    cpu::AttentionParams p;
+    p.num_q_heads = n.attr_int("num_q_heads");
+    p.num_kv_heads = n.attr_int("num_kv_heads");
+    p.head_dim = n.attr_int("head_dim");
+    p.scale = static_cast<float>(n.attr_float("scale"));
+    p.sliding_window = n.attr_int("sliding_window", 0);
+    p.softcap = static_cast<float>(n.attr_float("softcap", 0.0));
+    const Tensor &q = a.in[0], &k_new = a.in[1], &v_new = a.in[2];
+    const int64_t kv_row = p.num_kv_heads * p.head_dim;
+    const auto& step = *a.step;
+    if (static_cast<int64_t>(step.positions.size()) != q.dim(0))
+      return internal_error("attention: step has " + std::to_string(step.positions.size()) + " positions for " +
+                            std::to_string(q.dim(0)) + " rows");
+    std::vector<cpu::AttentionSequence> seqs;
+    seqs.reserve(step.sequences.size());
+    for (size_t s = 0; s < step.sequences.size(); ++s) {
+      const graph::StepSequence& sq = step.sequences[s];
+      const graph::KvPageTable t = step.kv->pages(layer, static_cast<int>(s));
+      for (int64_t i = 0; i < sq.q_len; ++i) {
+        const int64_t row = sq.q_begin + i;
+        const int64_t pos = step.positions[static_cast<size_t>(row)];
+        const int64_t page = pos / t.page_size, off = pos % t.page_size;
+        if (page >= t.num_pages || !t.k_pages[page] || !t.v_pages[page])
+          return out_of_range("attention layer " + std::to_string(layer) + ": sequence " + std::to_string(s) +
+                              " has no KV page for position " + std::to_string(pos));
+        std::memcpy(t.k_pages[page] + off * kv_row, k_new.data_as<float>() + row * kv_row, static_cast<size_t>(kv_row) * 4);
+        std::memcpy(t.v_pages[page] + off * kv_row, v_new.data_as<float>() + row * kv_row, static_cast<size_t>(kv_row) * 4);
+      }
+      cpu::AttentionSequence as;
+      as.q_begin = sq.q_begin;
+      as.q_len = sq.q_len;
+      as.positions = step.positions.data() + sq.q_begin;
+      as.kv = cpu::KvPages{t.k_pages, t.v_pages, t.num_pages, t.page_size, sq.past_len + sq.q_len};
+      seqs.push_back(as);
+    }
+    const int64_t q_row = p.num_q_heads * p.head_dim;
+    LOOM_RETURN_IF_ERROR(cpu::check_paged_attention_args(q.data_as<float>(), q_row, seqs.data(),
+                                                         static_cast<int64_t>(seqs.size()), p, a.out[0].data_as<float>(), q_row));
+    if (kRef)
+      cpu::paged_attention_ref(q.data_as<float>(), q_row, seqs.data(), static_cast<int64_t>(seqs.size()), p,
+                               a.out[0].data_as<float>(), q_row);
+    else
+      cpu::paged_attention(q.data_as<float>(), q_row, seqs.data(), static_cast<int64_t>(seqs.size()), p,
+                           a.out[0].data_as<float>(), q_row, a.pool);
+    return Status::Ok();
+  };
+  return k;
+}
+
+template <bool kRef>
+Backend make_backend(const char* name) {
+  Backend b(name);
+  b.add("embedding", OpKernel{nullptr, run_embedding});
+  b.add("gather_rows", OpKernel{nullptr, run_gather_rows});
+  b.add("linear", linear_kernel<kRef>());
+  b.add("rms_norm", rms_norm_kernel<kRef>());
+  b.add("add", binary_kernel<kRef>(true));
+  b.add("mul", binary_kernel<kRef>(false));
+  b.add("silu", activation_kernel<kRef>(false));
+  b.add("gelu", activation_kernel<kRef>(true));
+  b.add("scale", scale_kernel<kRef>());
+  b.add("softcap", softcap_kernel());
+  b.add("rope", rope_kernel<kRef>());
+  b.add("attention", attention_kernel<kRef>());
+  return b;
+}
+
+}  // namespace
+
+const Backend& reference_backend() {
+  static const Backend b = make_backend<true>("reference");
+  return b;
+}
+
+const Backend& cpu_backend() {
+  static const Backend b = make_backend<false>("cpu");
+  return b;
+}
+
+const Backend* find_backend(const std::string& name) {
+  if (name == "cpu") return &cpu_backend();
+  if (name == "reference") return &reference_backend();
+  return nullptr;
+}
+
+}  // namespace loom::runtime
