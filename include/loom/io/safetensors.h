@@ -47,6 +47,7 @@ struct TensorInfo {
   int64_t numel() const { return shape_numel(shape); }
 };
 
+// Immutable after open(): one instance may be shared by any number of threads.
 class SafetensorsFile {
  public:
   static Result<std::shared_ptr<SafetensorsFile>> open(const std::string& path);
