@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loom/runtime/cpu/cpu_features.h"
+#include "runtime/cpu/matmul_baselines.h"
 
 namespace loom::cpu {
 namespace {
@@ -283,6 +284,29 @@ TEST(Linear, RejectsBadArgumentsWithoutCrashing) {
   linear(nullptr, 0, 8, w, untouched.data(), 4, pool);
   for (float v : untouched) EXPECT_EQ(v, kSentinel);
   EXPECT_THROW(linear_ref(x.data(), 2, 9, make_weight(4, 8, DType::kF32, 1), nullptr, y.data()), Error);
+}
+
+// The library baselines the benchmark compares against compute the same layer.
+TEST(MatmulBaselines, OnednnAndOpenblasMatchReference) {
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (const Shape3& s : {Shape3{1, 257, 33}, Shape3{13, 64, 70}, Shape3{70, 300, 40}}) {
+      const Tensor weight = make_weight(s.N, s.K, dt, 11);
+      const Tensor bias = Tensor::from_f32(random_floats(s.N, 12), {s.N});
+      const std::vector<float> x = random_floats(static_cast<size_t>(s.M * s.K), 13);
+      std::vector<float> y(static_cast<size_t>(s.M * s.N));
+      const std::string what = std::string(dtype_name(dt)) + " M=" + std::to_string(s.M);
+      auto blas = baseline::OpenblasLinear::create(weight, &bias);
+      ASSERT_TRUE(blas.ok()) << blas.status().to_string();
+      (*blas)->run(x.data(), s.M, y.data());
+      expect_close_to_ref(y, x, s.M, s.K, weight, &bias, false, "openblas " + what);
+      if (baseline::OnednnLinear::available()) {
+        auto dnnl = baseline::OnednnLinear::create(weight, &bias);
+        ASSERT_TRUE(dnnl.ok()) << dnnl.status().to_string();
+        (*dnnl)->run(x.data(), s.M, y.data());
+        expect_close_to_ref(y, x, s.M, s.K, weight, &bias, dt == DType::kBF16, "onednn " + what);
+      }
+    }
+  }
 }
 
 // The reference itself, against sums worked out by hand.

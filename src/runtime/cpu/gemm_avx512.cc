@@ -49,7 +49,7 @@ LOOM_TARGET_AVX512 void widen_bf16_avx512(const void* src, int64_t k, float* dst
 #pragma GCC unroll 8
     for (int v = 0; v < avx512::kNv; ++v) {
       const __m512i pairs = _mm512_load_si512(s + (i / 2 * kNr + 16 * v) * 2);
-      _mm512_store_ps(dst + i * kNr + 16 * v, _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16)));
+      _mm512_store_ps(dst + i * kNr + 16 * v, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, pairs, 16)));
       if (i + 1 < k) _mm512_store_ps(dst + (i + 1) * kNr + 16 * v, _mm512_castsi512_ps(_mm512_and_si512(pairs, hi)));
     }
   }

@@ -24,7 +24,7 @@ struct Bf16PairLoader {
 #pragma GCC unroll 8
     for (int v = 0; v < kNv; ++v) {
       const __m512i pairs = _mm512_load_si512(b + (k / 2 * kNr + 16 * v) * 2);
-      out[0][v] = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+      out[0][v] = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, pairs, 16));
       out[1][v] = _mm512_castsi512_ps(_mm512_and_si512(pairs, hi));
     }
   }
@@ -32,7 +32,7 @@ struct Bf16PairLoader {
 #pragma GCC unroll 8
     for (int v = 0; v < kNv; ++v) {
       const __m512i pairs = _mm512_load_si512(b + (k / 2 * kNr + 16 * v) * 2);
-      out[v] = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+      out[v] = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, pairs, 16));
     }
   }
   LOOM_TARGET_AVX512 LOOM_INLINE void prefetch(int64_t k, int bytes) const {

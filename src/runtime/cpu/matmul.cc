@@ -5,6 +5,7 @@
 #include "loom/runtime/cpu/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -26,6 +27,7 @@ using detail::TileFn;
 // weight stream is the bottleneck; above it the blocked path's single widening
 // per block wins).
 constexpr int64_t kStreamMaxRows = 4;
+std::atomic<int64_t> g_stream_max_rows{kStreamMaxRows};
 // Rows of x packed per block in the large-M path: 192 × kKc f32 = 192 KB of x in
 // L2 per k block, reused by every weight panel of the thread.
 constexpr int64_t kMc = 192;
@@ -171,6 +173,10 @@ void blocked(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0, int6
 
 }  // namespace
 
+namespace detail {
+void set_stream_max_rows(int64_t rows) { g_stream_max_rows.store(rows < 0 ? kStreamMaxRows : rows); }
+}  // namespace detail
+
 Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias) {
   if (!weight.defined()) return invalid_argument("PackedLinear::pack: weight tensor is undefined");
   if (weight.rank() != 2) {
@@ -275,7 +281,7 @@ void linear(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, 
 
   const int64_t panels = w.num_panels();
   const int threads = pool.num_threads();
-  if (M <= kStreamMaxRows) {
+  if (M <= g_stream_max_rows.load(std::memory_order_relaxed)) {
     pool.parallel_for(panels, [&](int64_t p0, int64_t p1, int) { stream_panels(pb, p0, p1); });
   } else if (panels >= 2 * threads || M < 2 * kt.max_mr * threads) {
     // Split N: each thread reads only its panels; x is small next to them.

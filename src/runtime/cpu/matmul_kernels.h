@@ -73,6 +73,11 @@ const KernelTable& kernels_avx2();
 const KernelTable& kernels_avx512();
 const KernelTable& kernels_avx512_bf16();
 
+// Benchmark hook (bench/matmul_bench.cc): the row count up to which linear()
+// streams weight panels instead of blocking; a negative value restores the
+// default. Numerics do not depend on it.
+void set_stream_max_rows(int64_t rows);
+
 // Per-ISA pieces the tables are built from.
 void f32_tile_scalar(const TileArgs& t);
 void bf16_tile_scalar(const TileArgs& t);

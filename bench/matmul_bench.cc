@@ -1,0 +1,161 @@
+// Linear layer y = x·Wᵀ + b: loom's kernels on each code path against oneDNN and
+// OpenBLAS, for decode (M = 1, reported as GB/s of weights read) and prefill
+// (M = 512, GFLOP/s), plus the row sweep behind linear()'s decode/blocked switch.
+//
+//   matmul_bench [--benchmark_filter=gemv/bf16] [--benchmark_repetitions=3]
+//
+// Threads: loom uses ThreadPool::global() (LOOM_NUM_THREADS, default all cores);
+// oneDNN its OpenMP team (OMP_NUM_THREADS); OpenBLAS is set to the same count.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "loom/core/thread_pool.h"
+#include "loom/runtime/cpu/cpu_features.h"
+#include "loom/runtime/cpu/matmul.h"
+#include "runtime/cpu/matmul_baselines.h"
+#include "runtime/cpu/matmul_kernels.h"
+
+namespace loom::cpu {
+namespace {
+
+struct LinearShape {
+  int64_t K, N;
+};
+// Llama-3.2-1B / 3B-like projections: q/o, up/gate, down, lm_head.
+const LinearShape kShapes[] = {{2048, 2048}, {2048, 8192}, {8192, 2048}, {2048, 128256}};
+
+enum class Impl { kLoom, kOnednn, kOpenblas };
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+// One prepared layer at a time (the lm_head in f32 is 1 GB per copy), reused
+// across the repeated calls Google Benchmark makes for the same case.
+struct Prepared {
+  std::string key;
+  int64_t K = 0, N = 0;
+  DType dt = DType::kF32;
+  PackedLinear loom;
+  std::unique_ptr<baseline::OnednnLinear> onednn;
+  std::unique_ptr<baseline::OpenblasLinear> openblas;
+};
+
+Prepared& prepare(const LinearShape& s, DType dt, Impl impl) {
+  static Prepared cur;
+  const std::string key = std::to_string(s.K) + "x" + std::to_string(s.N) + std::string(dtype_name(dt)) +
+                          std::to_string(static_cast<int>(impl));
+  if (cur.key == key) return cur;
+  cur = Prepared();
+  const Tensor weight = Tensor::from_f32(random_floats(static_cast<size_t>(s.N * s.K), 1), {s.N, s.K}).to(dt);
+  const Tensor bias = Tensor::from_f32(random_floats(static_cast<size_t>(s.N), 2), {s.N});
+  cur.K = s.K;
+  cur.N = s.N;
+  cur.dt = dt;
+  switch (impl) {
+    case Impl::kLoom: cur.loom = PackedLinear::pack(weight, &bias).value(); break;
+    case Impl::kOnednn: cur.onednn = std::move(baseline::OnednnLinear::create(weight, &bias).value()); break;
+    case Impl::kOpenblas: cur.openblas = std::move(baseline::OpenblasLinear::create(weight, &bias).value()); break;
+  }
+  cur.key = key;
+  return cur;
+}
+
+void run_case(benchmark::State& state, const LinearShape& s, DType dt, Impl impl, int64_t M, Isa isa) {
+  std::unique_ptr<ScopedIsa> force;
+  if (impl == Impl::kLoom) force = std::make_unique<ScopedIsa>(isa);
+  Prepared& p = prepare(s, dt, impl);
+  const std::vector<float> x = random_floats(static_cast<size_t>(M * s.K), 3);
+  std::vector<float> y(static_cast<size_t>(M * s.N));
+  ThreadPool& pool = ThreadPool::global();
+  for (auto _ : state) {
+    switch (impl) {
+      case Impl::kLoom: linear(x.data(), M, s.K, p.loom, y.data(), s.N, pool); break;
+      case Impl::kOnednn: p.onednn->run(x.data(), M, y.data()); break;
+      case Impl::kOpenblas: p.openblas->run(x.data(), M, y.data()); break;
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  // Weight bytes as the caller stores them (OpenBLAS actually reads f32).
+  const double weight_bytes = static_cast<double>(s.N) * s.K * dtype_size(dt);
+  const double flops = 2.0 * M * s.N * s.K;
+  state.counters["GB/s"] = benchmark::Counter(weight_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+std::string shape_name(const LinearShape& s) { return std::to_string(s.K) + "->" + std::to_string(s.N); }
+
+void register_all() {
+  const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF16};
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+    if (isa_supported(isa)) isas.push_back(isa);
+  }
+  auto add = [](const std::string& name, std::function<void(benchmark::State&)> fn) {
+    benchmark::RegisterBenchmark(name.c_str(), [fn](benchmark::State& st) { fn(st); })
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  };
+  for (int64_t M : {int64_t{1}, int64_t{512}}) {
+    const std::string kind = M == 1 ? "gemv" : "gemm";
+    for (DType dt : dtypes) {
+      for (const LinearShape& s : kShapes) {
+        if (M > 1 && s.N > 8192) continue;  // 270 GFLOP per call: minutes per case
+        const std::string base = kind + "/" + std::string(dtype_name(dt)) + "/" + shape_name(s) + "/";
+        for (Isa isa : isas) {
+          if (isa == Isa::kAvx512Bf16 && dt != DType::kBF16) continue;  // same kernels as AVX512
+          add(base + "loom_" + std::string(isa_name(isa)),
+              [=](benchmark::State& st) { run_case(st, s, dt, Impl::kLoom, M, isa); });
+        }
+        if (baseline::OnednnLinear::available() && dt != DType::kF16) {
+          add(base + "onednn", [=](benchmark::State& st) { run_case(st, s, dt, Impl::kOnednn, M, best_isa()); });
+        }
+        if (dt == DType::kF32) {
+          add(base + "openblas", [=](benchmark::State& st) { run_case(st, s, dt, Impl::kOpenblas, M, best_isa()); });
+        }
+      }
+    }
+  }
+  // Row sweep for the decode/blocked switch (kStreamMaxRows in matmul.cc): the
+  // same layer with each strategy forced.
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    for (int64_t M : {1, 2, 3, 4, 6, 8, 12, 16, 32}) {
+      for (bool stream : {true, false}) {
+        const LinearShape s{2048, 8192};
+        add("rows/" + std::string(dtype_name(dt)) + "/" + shape_name(s) + "/M=" + std::to_string(M) +
+                (stream ? "/stream" : "/blocked"),
+            [=](benchmark::State& st) {
+              detail::set_stream_max_rows(stream ? M : 0);
+              run_case(st, s, dt, Impl::kLoom, M, best_isa());
+              detail::set_stream_max_rows(-1);
+            });
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom::cpu
+
+int main(int argc, char** argv) {
+  loom::cpu::baseline::OpenblasLinear::set_num_threads(loom::ThreadPool::global().num_threads());
+  std::printf("loom threads %d, code path %s, cpu: %s\n", loom::ThreadPool::global().num_threads(),
+              loom::cpu::isa_name().c_str(), loom::cpu::cpu_features_string().c_str());
+  loom::cpu::register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,47 @@
+// Library implementations of the same linear layer, kept so the benchmark can
+// justify loom's own kernels against them (bench/matmul_bench.cc) and the tests
+// can hold them to the same reference. Not used by linear().
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "loom/core/status.h"
+#include "loom/core/tensor.h"
+
+namespace loom::cpu::baseline {
+
+// oneDNN matmul with the weights reordered once into the blocked layout oneDNN
+// picks (format_tag::any) and one primitive per M. BF16 weights take x rounded
+// to bf16, as PyTorch's oneDNN path does. oneDNN runs its own OpenMP threads;
+// call it from one thread. Unsupported when loom is built without oneDNN.
+class OnednnLinear {
+ public:
+  static Result<std::unique_ptr<OnednnLinear>> create(const Tensor& weight /*F32|BF16 [N,K]*/, const Tensor* bias);
+  ~OnednnLinear();
+  // y[M, N] = x[M, K] · Wᵀ + b, dense rows.
+  void run(const float* x, int64_t M, float* y);
+  static bool available();
+
+ private:
+  OnednnLinear() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// OpenBLAS sgemm/sgemv on an f32 copy of the weights (bf16/f16 are widened at
+// creation, doubling their memory). Threads: OpenBLAS's own pool.
+class OpenblasLinear {
+ public:
+  static Result<std::unique_ptr<OpenblasLinear>> create(const Tensor& weight, const Tensor* bias);
+  void run(const float* x, int64_t M, float* y);
+  static void set_num_threads(int n);
+
+ private:
+  int64_t n_ = 0, k_ = 0;
+  std::vector<float> w_, b_;
+};
+
+}  // namespace loom::cpu::baseline
