@@ -21,6 +21,13 @@ inline Status field_error(const std::string& path, const std::string& what) {
   return parse_error(path + ": " + what);
 }
 
+// Parses JSON with floats converted the way serde_json (the library's parser, default
+// features) converts them: significand as u64, then one multiply/divide by a power of
+// ten. That can differ from correct rounding by an ulp, and Unigram's Viterbi breaks
+// score ties on exact doubles, so loom must read the same doubles.
+Result<json> parse_json_like_serde(std::string_view text, const std::string& name);
+double serde_f64(std::string_view number);
+
 // Missing or null → fallback.
 Result<bool> read_bool(const json& j, const std::string& path, const char* key, bool fallback);
 Result<std::string> read_string(const json& j, const std::string& path, const char* key);

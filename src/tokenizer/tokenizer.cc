@@ -119,12 +119,7 @@ Status TokenizerImpl::decode_tokens(std::vector<std::string>& tokens, std::strin
 }
 
 Result<std::unique_ptr<TokenizerImpl>> parse_tokenizer_json(std::string_view text, const std::string& name) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    return parse_error(name + ": invalid JSON: " + e.what());
-  }
+  LOOM_ASSIGN_OR_RETURN(json j, parse_json_like_serde(text, name));
   auto ctx = [&](const Status& s) { return Status(s.code(), name + ": " + s.message()); };
   if (!j.is_object()) return parse_error(name + ": expected a JSON object");
   auto impl = std::make_unique<TokenizerImpl>();
