@@ -1,0 +1,60 @@
+// Causal attention of new query tokens over a paged KV cache (f32), for prefill, chunked
+// prefill and batched decode in one call. The optimized kernel streams K/V page by page with
+// an online (flash-attention style) softmax: no dense mask, no gathering of pages into a
+// contiguous copy, so a decode step costs one read of the live K/V and nothing more.
+#pragma once
+
+#include <cstdint>
+
+#include "loom/core/status.h"
+#include "loom/core/thread_pool.h"
+
+namespace loom::cpu {
+
+// K/V of one sequence for one layer, stored in fixed-size pages. Logical page p holds positions
+// [p*page_size, (p+1)*page_size); each page is [page_size, num_kv_heads, head_dim] f32 row-major.
+// Entries may be null for pages no longer needed (sliding-window ring): never read.
+struct KvPages {
+  const float* const* k_pages;
+  const float* const* v_pages;
+  int64_t num_pages;
+  int64_t page_size;
+  int64_t num_tokens;  // positions [0, num_tokens) hold written K/V
+};
+
+struct AttentionSequence {
+  int64_t q_begin;           // first row of this sequence's queries in q / out
+  int64_t q_len;             // number of new tokens (1 for decode)
+  const int32_t* positions;  // absolute positions of the q_len new tokens
+  KvPages kv;
+};
+
+struct AttentionParams {
+  int64_t num_q_heads, num_kv_heads, head_dim;
+  float scale;              // multiplies q·k (usually 1/sqrt(head_dim))
+  int64_t sliding_window;   // 0 = none
+  float softcap;            // 0 = none; else scores = softcap * tanh(scores / softcap)
+};
+
+// q: [total_q, num_q_heads, head_dim] with row stride q_stride (elements per token), out likewise.
+// Causal: the query at absolute position p attends to kv positions [max(0, p - sliding_window + 1), p]
+// (Transformers' sliding window: `q_idx - kv_idx < sliding_window`, so the window holds
+// sliding_window positions including p itself). GQA: q head h uses kv head
+// h / (num_q_heads / num_kv_heads). out must not overlap q.
+// Bad arguments (see check_paged_attention_args) throw loom::Error naming the sequence and field.
+void paged_attention(const float* q, int64_t q_stride, const AttentionSequence* seqs, int64_t num_seqs,
+                     const AttentionParams& p, float* out, int64_t out_stride, ThreadPool& pool);
+
+// Scalar reference with the same contract: one query row at a time, two passes (max, then
+// exp-sum and weighted V) accumulated in double. Single-threaded.
+void paged_attention_ref(const float* q, int64_t q_stride, const AttentionSequence* seqs, int64_t num_seqs,
+                         const AttentionParams& p, float* out, int64_t out_stride);
+
+// What both kernels validate before touching memory: head counts and strides, every position
+// in [0, kv.num_tokens), kv.num_tokens within num_pages * page_size, and a non-null K and V page
+// for every position in [min(pos) - window + 1, max(pos)] of each sequence (the range the
+// kernels read).
+Status check_paged_attention_args(const float* q, int64_t q_stride, const AttentionSequence* seqs, int64_t num_seqs,
+                                  const AttentionParams& p, const float* out, int64_t out_stride);
+
+}  // namespace loom::cpu
