@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 
+#include "loom/tokenizer/incremental_detokenizer.h"
 #include "loom/tokenizer/tokenizer.h"
 #include "tokenizer/oracle_data.h"
 
@@ -29,6 +30,28 @@ std::string show(const std::string& s) {
     else out.push_back(static_cast<char>(c));
   }
   return out;
+}
+
+bool valid_utf8(const std::string& s) {
+  // Well-formed UTF-8 (Unicode Table 3-7).
+  const auto* u = reinterpret_cast<const unsigned char*>(s.data());
+  size_t i = 0, n = s.size();
+  while (i < n) {
+    unsigned char b = u[i];
+    int len = b < 0x80 ? 1 : (b >= 0xC2 && b <= 0xDF) ? 2 : (b >= 0xE0 && b <= 0xEF) ? 3 : (b >= 0xF0 && b <= 0xF4) ? 4 : 0;
+    if (len == 0 || i + len > n) return false;
+    for (int k = 1; k < len; ++k) {
+      unsigned char c = u[i + k];
+      unsigned char lo = 0x80, hi = 0xBF;
+      if (k == 1 && b == 0xE0) lo = 0xA0;
+      if (k == 1 && b == 0xED) hi = 0x9F;
+      if (k == 1 && b == 0xF0) lo = 0x90;
+      if (k == 1 && b == 0xF4) hi = 0x8F;
+      if (c < lo || c > hi) return false;
+    }
+    i += len;
+  }
+  return true;
 }
 
 // Compares one encoding; returns a description of the first difference, or "".
@@ -99,6 +122,27 @@ TEST_P(Parity, EncodeAndDecodeMatchTheLibrary) {
         ++failures;
         ADD_FAILURE() << GetParam() << " case " << name << ": decode differs\n  loom:    " << show(*dec)
                       << "\n  library: " << show(want);
+      }
+      // Streaming decode, one id at a time, must add up to the full decode.
+      for (bool skip_special : {false, true}) {
+        IncrementalDetokenizer stream(*tok, skip_special);
+        std::string streamed;
+        for (int32_t id : enc->ids) {
+          std::string piece = stream.push(id);
+          if (!valid_utf8(piece)) {
+            ++failures;
+            ADD_FAILURE() << GetParam() << " case " << name << ": streamed piece is not valid UTF-8: " << show(piece);
+          }
+          streamed += piece;
+        }
+        streamed += stream.flush();
+        auto full = (*tok)->decode(enc->ids, skip_special);
+        ASSERT_TRUE(full.ok());
+        if (streamed != *full) {
+          ++failures;
+          ADD_FAILURE() << GetParam() << " case " << name << ": streamed decode (skip_special_tokens=" << skip_special
+                        << ") differs\n  streamed: " << show(streamed) << "\n  decode:   " << show(*full);
+        }
       }
       if (special) {
         auto skip = (*tok)->decode(enc->ids, true);
