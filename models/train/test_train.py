@@ -113,6 +113,17 @@ class TrainPipelineTest(unittest.TestCase):
         self.assertEqual(count, valid.numel())
         self.assertAlmostEqual(loss, self.result["valid_loss"], places=4)
 
+    def test_perplexity_reference_cli(self):
+        # perplexity.py is the oracle for `loom perplexity`: from the files alone
+        # (model dir + valid.txt) it must give the loss the card reports.
+        proc = subprocess.run([sys.executable, os.path.join(HERE, "perplexity.py"), "--model", self.out,
+                               "--file", os.path.join(self.work, "valid.txt"),
+                               "--seq-len", str(self.result["args"]["seq_len"])],
+                              stdout=subprocess.PIPE, check=True)
+        got = json.loads(proc.stdout)
+        self.assertEqual(got["tokens"], self.result["valid_tokens"])
+        self.assertAlmostEqual(got["loss"], self.result["valid_loss"], places=4)
+
     def test_validation_chunking_scores_every_token_once(self):
         # A model whose logits ignore the input makes the loss a plain average
         # over the scored targets, so the count and the value check the chunking.
