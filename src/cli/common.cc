@@ -1,0 +1,94 @@
+#include "cli/common.h"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+
+#include "loom/core/thread_pool.h"
+
+namespace loom::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+constexpr const char* kDefaultModelName = "loom-kjv-tiny";
+
+std::string executable_dir() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  buf[n] = '\0';
+  return fs::path(buf).parent_path().string();
+}
+}  // namespace
+
+void add_model_options(CLI::App* cmd, ModelOptions* o, bool model_required) {
+  auto* opt = cmd->add_option("--model,-m", o->model_dir,
+                              model_required ? "Checkpoint folder (config.json, *.safetensors, tokenizer.json)"
+                                             : "Checkpoint folder (default: the bundled model)");
+  if (model_required) opt->required();
+  cmd->add_option("--threads,-t", o->threads, "Worker threads (default: all cores, or LOOM_NUM_THREADS)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--backend", o->backend, "Kernel backend: cpu (SIMD) or reference (scalar, slow)")
+      ->check(CLI::IsMember({"cpu", "reference"}));
+}
+
+std::string default_model_dir() {
+  if (const char* env = std::getenv("LOOM_DEFAULT_MODEL")) return env;
+  const std::vector<fs::path> candidates = {
+      fs::path(executable_dir()) / ".." / "models" / kDefaultModelName,          // build/loom → models/
+      fs::path(executable_dir()) / ".." / "share" / "loom" / "models" / kDefaultModelName,
+#ifdef LOOM_SOURCE_DIR
+      fs::path(LOOM_SOURCE_DIR) / "models" / kDefaultModelName,
+#endif
+  };
+  for (const auto& c : candidates)
+    if (fs::exists(c / "config.json")) return fs::weakly_canonical(c).string();
+  return (fs::path("models") / kDefaultModelName).string();
+}
+
+Result<std::string> resolve_model_dir(const ModelOptions& o) {
+  std::string dir = o.model_dir.empty() ? default_model_dir() : o.model_dir;
+  if (!fs::is_directory(dir)) {
+    if (o.model_dir.empty())
+      return not_found("no --model given and the bundled model was not found at '" + dir +
+                       "' (set LOOM_DEFAULT_MODEL or pass --model DIR)");
+    return not_found("model directory '" + dir + "' does not exist");
+  }
+  return dir;
+}
+
+void apply_threads(const ModelOptions& o) {
+  if (o.threads > 0) ThreadPool::set_global_threads(o.threads);
+}
+
+Result<std::vector<int32_t>> parse_id_list(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::string cur;
+  size_t index = 0;
+  auto flush = [&]() -> Status {
+    if (cur.empty()) return Status::Ok();
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(cur.c_str(), &end, 10);
+    if (*end != '\0' || errno != 0 || v < 0 || v > 0x7fffffff)
+      return invalid_argument("token id #" + std::to_string(index) + " '" + cur + "' is not a valid id");
+    ids.push_back(static_cast<int32_t>(v));
+    ++index;
+    cur.clear();
+    return Status::Ok();
+  };
+  for (char ch : text) {
+    if (ch == ',' || ch == '[' || ch == ']' || std::isspace(static_cast<unsigned char>(ch))) {
+      LOOM_RETURN_IF_ERROR(flush());
+    } else {
+      cur += ch;
+    }
+  }
+  LOOM_RETURN_IF_ERROR(flush());
+  return ids;
+}
+
+}  // namespace loom::cli

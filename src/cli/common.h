@@ -1,0 +1,35 @@
+// What every model-loading command shares: --model (default: the bundled
+// model), --threads, --backend; parsing id lists; JSON output helpers.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "loom/batching/model_runner.h"
+#include "loom/core/status.h"
+
+namespace loom::cli {
+
+struct ModelOptions {
+  std::string model_dir;
+  int threads = 0;  // 0: LOOM_NUM_THREADS or all cores
+  std::string backend = "cpu";
+};
+
+// Adds --model, --threads, --backend to `cmd`.
+void add_model_options(CLI::App* cmd, ModelOptions* o, bool model_required = false);
+
+// The bundled default model: $LOOM_DEFAULT_MODEL, else models/<default> next to
+// the source tree or the installed binary.
+std::string default_model_dir();
+// Resolves the model dir (default when empty), applies --threads.
+Result<std::string> resolve_model_dir(const ModelOptions& o);
+void apply_threads(const ModelOptions& o);
+
+// "1,2, 3" or "[1, 2, 3]" → ids; the error names the bad entry.
+Result<std::vector<int32_t>> parse_id_list(const std::string& text);
+
+}  // namespace loom::cli
