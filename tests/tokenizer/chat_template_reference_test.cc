@@ -117,7 +117,7 @@ TEST_F(ChatTemplateReference, RealChatTemplatesMatchJinja2ByteForByte) {
   // Each real template must render most conversations, so the comparison is not
   // just "both failed".
   for (const auto& t : templates) {
-    EXPECT_GE(rendered_ok[t["name"].get<std::string>()], 12) << t["name"];
+    EXPECT_GE(rendered_ok[t["name"].get<std::string>()], 10) << t["name"];
   }
 }
 
