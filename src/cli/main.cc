@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   loom::cli::add_inspect_command(app);
   loom::cli::add_generate_command(app);
   loom::cli::add_bench_command(app);
+  loom::cli::add_perplexity_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
