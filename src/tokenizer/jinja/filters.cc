@@ -56,9 +56,16 @@ Value f_abs(const Value& v, CallArgs& a) {
   throw RenderError("bad operand type for abs(): '" + v.type_name() + "'");
 }
 
+// Python getattr only: unlike `obj.name`, dict items are not consulted.
 Value f_attr(const Value& v, CallArgs& a) {
   a.check("attr", 1, {"name"});
-  return get_attribute(v, a.get(0, "name").to_str());
+  const std::string name = a.get(0, "name").to_str();
+  if (v.is_namespace()) return get_attribute(v, name);
+  Value m = method_of(v, name);
+  if (m.is_undefined() && m.undefined_hint().empty()) {
+    return Value::undefined("'" + v.type_name() + " object' has no attribute '" + name + "'");
+  }
+  return m;
 }
 
 Value f_batch(const Value& v, CallArgs& a) {

@@ -242,8 +242,6 @@ bool normalize_index(int64_t& i, int64_t n) {
 
 }  // namespace
 
-Value method_of(const Value& obj, const std::string& name);  // string_methods.cc
-
 Value get_attribute(const Value& obj, const std::string& name) {
   if (obj.is_undefined()) obj.require_defined();
   if (obj.is_namespace()) {

@@ -23,6 +23,9 @@ TestFn find_test(const std::string& name);
 // (methods) then items; `obj[key]` prefers items then attributes. Missing →
 // Undefined carrying jinja2's message.
 Value get_attribute(const Value& obj, const std::string& name);
+// Only the Python method `name` of str/dict/list (bound), an Undefined carrying
+// the sandbox's refusal for mutating ones, or a hint-less Undefined if none.
+Value method_of(const Value& obj, const std::string& name);
 Value get_item(const Value& obj, const Value& key);
 // obj[start:stop:step] for str and sequences (missing bounds are Undefined/None).
 Value slice_value(const Value& obj, const Value& start, const Value& stop, const Value& step);
