@@ -70,6 +70,10 @@ def main(argv=None):
     for name, load_s, prefill_s, decode_s, la0, la1 in rows:
         print(f"| {name} | {load_s:.1f} | {args.prompt_len / prefill_s:.1f} | {args.decode / decode_s:.2f} "
               f"| {la0:.2f} / {la1:.2f} |")
+    busiest = max(max(r[4], r[5]) for r in rows)
+    if busiest > os.cpu_count():
+        print(f"WARNING: load average {busiest:.1f} on {os.cpu_count()} cores: other processes shared the CPU, "
+              "so these timings understate PyTorch's speed (OpenMP threads suffer most); rerun on an idle machine.")
 
 
 if __name__ == "__main__":
