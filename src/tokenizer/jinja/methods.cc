@@ -230,6 +230,15 @@ bool is_alpha(char32_t c) { return (c < 0x80) ? std::isalpha(static_cast<int>(c)
 bool is_digit_cp(char32_t c) { return c >= '0' && c <= '9'; }
 
 Value string_method(const Value& self, const std::string& name) {
+  // Attribute lookups on strings are mostly misses (`content.role`); answer
+  // those before building anything.
+  static const std::set<std::string> kNames = {
+      "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "startswith", "endswith", "replace", "upper",
+      "lower", "title", "capitalize", "swapcase", "find", "rfind", "index", "rindex", "count", "join", "center",
+      "ljust", "rjust", "zfill", "removeprefix", "removesuffix", "partition", "rpartition", "format", "isdigit",
+      "isdecimal", "isnumeric", "isalpha", "isalnum", "isspace", "islower", "isupper", "casefold", "encode",
+      "expandtabs", "format_map", "isascii", "isidentifier", "isprintable", "istitle", "maketrans", "translate"};
+  if (!kNames.count(name)) return Value::undefined();
   const std::string method = "str." + name;
   auto bind = [&](auto fn) {
     return Value::function(method, [self, fn](CallArgs& a) { return fn(self.as_string(), a); });
@@ -462,6 +471,9 @@ Value unsafe(const Value& obj, const std::string& name) {
 }
 
 Value dict_method(const Value& self, const std::string& name) {
+  static const std::set<std::string> kNames = {"get", "items", "keys", "values", "copy",
+                                               "clear", "pop", "popitem", "setdefault", "update"};
+  if (!kNames.count(name)) return Value::undefined();  // the common case: `message.role` is an item
   const std::string method = "dict." + name;
   if (name == "get") {
     return Value::function(method, [self, method](CallArgs& a) {

@@ -339,30 +339,34 @@ class Renderer {
     }
     if (items.empty()) return exec_body(s.else_body, scope, out);
     const int64_t n = static_cast<int64_t>(items.size());
+    // The loop object's keys, shared by every iteration (Values are immutable).
+    static const Value kIndex("index"), kIndex0("index0"), kRevindex("revindex"), kRevindex0("revindex0"),
+        kFirst("first"), kLast("last"), kLength("length"), kDepth("depth"), kDepth0("depth0"), kPrev("previtem"),
+        kNext("nextitem"), kCycle("cycle"), kChanged("changed");
     auto changed_last = std::make_shared<std::pair<bool, Value>>(false, Value());
     for (int64_t i = 0; i < n; ++i) {
       auto iter_scope = std::make_shared<Scope>(scope);
       bind_targets(s, items[static_cast<size_t>(i)], *iter_scope);
       auto loop = std::make_shared<Dict>();
       loop->entries.reserve(14);
-      loop->entries.emplace_back(Value("index"), Value(i + 1));
-      loop->entries.emplace_back(Value("index0"), Value(i));
-      loop->entries.emplace_back(Value("revindex"), Value(n - i));
-      loop->entries.emplace_back(Value("revindex0"), Value(n - i - 1));
-      loop->entries.emplace_back(Value("first"), Value(i == 0));
-      loop->entries.emplace_back(Value("last"), Value(i == n - 1));
-      loop->entries.emplace_back(Value("length"), Value(n));
-      loop->entries.emplace_back(Value("depth"), Value(1));
-      loop->entries.emplace_back(Value("depth0"), Value(0));
-      loop->entries.emplace_back(Value("previtem"), i > 0 ? items[static_cast<size_t>(i - 1)]
+      loop->entries.emplace_back(kIndex, Value(i + 1));
+      loop->entries.emplace_back(kIndex0, Value(i));
+      loop->entries.emplace_back(kRevindex, Value(n - i));
+      loop->entries.emplace_back(kRevindex0, Value(n - i - 1));
+      loop->entries.emplace_back(kFirst, Value(i == 0));
+      loop->entries.emplace_back(kLast, Value(i == n - 1));
+      loop->entries.emplace_back(kLength, Value(n));
+      loop->entries.emplace_back(kDepth, Value(1));
+      loop->entries.emplace_back(kDepth0, Value(0));
+      loop->entries.emplace_back(kPrev, i > 0 ? items[static_cast<size_t>(i - 1)]
                                                           : Value::undefined("there is no previous item"));
-      loop->entries.emplace_back(Value("nextitem"), i + 1 < n ? items[static_cast<size_t>(i + 1)]
+      loop->entries.emplace_back(kNext, i + 1 < n ? items[static_cast<size_t>(i + 1)]
                                                               : Value::undefined("there is no next item"));
-      loop->entries.emplace_back(Value("cycle"), Value::function("cycle", [i](CallArgs& a) {
+      loop->entries.emplace_back(kCycle, Value::function("cycle", [i](CallArgs& a) {
                                    if (a.positional.empty()) throw RenderError("no items for cycling given");
                                    return a.positional[static_cast<size_t>(i) % a.positional.size()];
                                  }));
-      loop->entries.emplace_back(Value("changed"), Value::function("changed", [changed_last](CallArgs& a) {
+      loop->entries.emplace_back(kChanged, Value::function("changed", [changed_last](CallArgs& a) {
                                    Value v = Value::tuple(a.positional);
                                    if (changed_last->first && changed_last->second.equals(v)) return Value(false);
                                    changed_last->first = true;
