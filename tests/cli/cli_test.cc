@@ -1,0 +1,120 @@
+// The `loom` command as a user runs it: JSON output scripts rely on, streamed
+// output, and one-line errors with exit code 2 instead of crashes.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CommandResult {
+  int exit_code;
+  std::string out;  // stdout and stderr together
+};
+
+CommandResult loom(const std::string& args) {
+  const std::string cmd = std::string(LOOM_BINARY_DIR) + "/loom " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string fixture(const std::string& name) {
+  const char* env = std::getenv("LOOM_FIXTURES_DIR");
+  return ((env ? fs::path(env) : fs::path(LOOM_BINARY_DIR) / "fixtures") / name).string();
+}
+
+nlohmann::json reference(const std::string& name) {
+  std::ifstream in(fs::path(fixture(name)) / "reference.json");
+  return nlohmann::json::parse(in);
+}
+
+std::string join(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s;
+}
+
+TEST(Cli, GenerateJsonMatchesPyTorchGreedy) {
+  for (const char* variant : {"llama-f32", "mistral_sliding-f32"}) {
+    const auto ref = reference(variant);
+    const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
+    CommandResult r = loom("generate --model " + fixture(variant) + " --prompt-ids " + join(prompt) +
+                 " --max-new-tokens 32 --greedy --json");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["prompt_ids"].get<std::vector<int32_t>>(), prompt);
+    EXPECT_EQ(j["generated_ids"].get<std::vector<int32_t>>(), ref["greedy_ids_cached"].get<std::vector<int32_t>>()) << variant;
+    EXPECT_EQ(j["finish_reason"], "length");
+    EXPECT_EQ(j["logprobs"].size(), 32u);
+    EXPECT_GT(j["timings"]["decode_tokens_per_second"].get<double>(), 0.0);
+  }
+}
+
+TEST(Cli, SampledOutputIsReproducibleAcrossThreadCounts) {
+  const std::string base = "generate --model " + fixture("qwen2-f32") +
+                           " --prompt-ids 3,1,4,1,5 -n 24 --temperature 1.2 --top-k 30 --seed 11 --json";
+  CommandResult a = loom(base + " --threads 1"), b = loom(base + " --threads 2"), c = loom(base + " --threads 2");
+  ASSERT_EQ(a.exit_code, 0) << a.out;
+  const auto ids = nlohmann::json::parse(a.out)["generated_ids"];
+  EXPECT_EQ(ids, nlohmann::json::parse(b.out)["generated_ids"]);
+  EXPECT_EQ(ids, nlohmann::json::parse(c.out)["generated_ids"]);
+}
+
+TEST(Cli, StreamsIdsWithoutTokenizer) {
+  CommandResult r = loom("generate --model " + fixture("llama-f32") + " --prompt-ids 1,2,3 -n 5 --greedy");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  int count = 0;
+  std::istringstream in(r.out);
+  int id;
+  while (in >> id) ++count;
+  EXPECT_EQ(count, 5) << r.out;
+}
+
+TEST(Cli, BadInputGivesOneLineErrorAndExitCode2) {
+  struct Case {
+    std::string args, expect;
+  };
+  const std::vector<Case> cases = {
+      {"generate --model /nonexistent/dir --prompt-ids 1", "does not exist"},
+      {"generate --model " + fixture("llama-f32") + " --prompt-ids 1,999999", "outside the vocabulary"},
+      {"generate --model " + fixture("llama-f32") + " --prompt-ids 1,x2", "'x2'"},
+      {"generate --model " + fixture("llama-f32") + " --prompt hello", "tokenizer.json"},
+      {"generate --model " + fixture("llama-f32") + " --prompt-ids 1 --top-p 0", "top_p"},
+      {"generate --model " + fixture("llama-f32"), "--prompt"},
+      {"inspect /nonexistent/dir", "does not exist"},
+  };
+  for (const auto& c : cases) {
+    CommandResult r = loom(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("terminate called"), std::string::npos) << r.out;
+  }
+}
+
+TEST(Cli, InspectDescribesTheCheckpoint) {
+  CommandResult r = loom("inspect " + fixture("qwen2_sliding-bf16"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const char* s : {"Qwen2ForCausalLM", "BF16", "sliding_attention", "rope", "GQA"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+}
+
+TEST(Cli, BenchPrintsATable) {
+  CommandResult r = loom("bench --model " + fixture("llama-f32") + " --prompt-tokens 32 --decode-tokens 8");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("prefill tok/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| LlamaForCausalLM |"), std::string::npos) << r.out;
+}
+
+}  // namespace
