@@ -13,14 +13,23 @@ Result<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const graph::
     const OpKernel* k = backend.find(n.op);
     if (!k) return unsupported("backend '" + backend.name() + "' has no kernel for op '" + n.op + "' (" + n.scope + ")");
     ex->kernels_.push_back(k);
-    std::unique_ptr<NodeState> state;
-    if (k->prepare) {
-      auto prepared = k->prepare(g, n);
-      if (!prepared.ok()) return prepared.status().with_context("preparing " + n.op + " in " + n.scope);
-      state = std::move(prepared).value();
-    }
-    ex->states_.push_back(std::move(state));
   }
+  // Preparing packs every weight once: the bulk of load time, so nodes are
+  // prepared in parallel (each prepare touches only its own node).
+  const auto& nodes = g.nodes();
+  ex->states_.resize(nodes.size());
+  std::vector<Status> statuses(nodes.size());
+  ex->pool_->parallel_for(static_cast<int64_t>(nodes.size()), [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      const graph::Node& n = nodes[static_cast<size_t>(i)];
+      const OpKernel* k = ex->kernels_[static_cast<size_t>(i)];
+      if (!k->prepare) continue;
+      auto prepared = k->prepare(g, n);
+      if (!prepared.ok()) statuses[static_cast<size_t>(i)] = prepared.status().with_context("preparing " + n.op + " in " + n.scope);
+      else ex->states_[static_cast<size_t>(i)] = std::move(prepared).value();
+    }
+  });
+  for (const Status& st : statuses) LOOM_RETURN_IF_ERROR(st);
   ex->last_use_.assign(g.values().size(), -1);
   ex->is_output_.assign(g.values().size(), false);
   for (const graph::Node& n : g.nodes())
