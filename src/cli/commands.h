@@ -8,7 +8,6 @@ namespace loom::cli {
 
 void add_version_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);  // tokenize + detokenize
-void add_tokenize_command(CLI::App& app);  // tokenize + detokenize
 void add_inspect_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);

@@ -12,7 +12,6 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("loom ") + LOOM_VERSION);
   loom::cli::add_version_command(app);
   loom::cli::add_tokenize_command(app);
-  loom::cli::add_tokenize_command(app);
   loom::cli::add_inspect_command(app);
   loom::cli::add_generate_command(app);
   loom::cli::add_bench_command(app);
