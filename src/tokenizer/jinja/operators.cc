@@ -230,8 +230,20 @@ std::string object_description(const Value& obj) {
   return obj.type_name() + " object";
 }
 
+// "'dict object'" — built by appending (GCC 12's -Wrestrict misfires on "'" + str).
+std::string quoted_description(const Value& obj) {
+  std::string s = "'";
+  s += object_description(obj);
+  s += "'";
+  return s;
+}
+
 Value missing_attribute(const Value& obj, const std::string& name) {
-  return Value::undefined("'" + object_description(obj) + "' has no attribute '" + name + "'");
+  std::string hint = quoted_description(obj);
+  hint += " has no attribute '";
+  hint += name;
+  hint += "'";
+  return Value::undefined(std::move(hint));
 }
 
 // Python index normalization; false when out of range.
@@ -288,7 +300,7 @@ Value get_item(const Value& obj, const Value& key) {
       break;
   }
   if (key.is_string()) return get_attribute(obj, key.as_string());
-  return Value::undefined("'" + object_description(obj) + "' has no element " + key.repr());
+  return Value::undefined(quoted_description(obj) + " has no element " + key.repr());
 }
 
 Value slice_value(const Value& obj, const Value& start_v, const Value& stop_v, const Value& step_v) {
@@ -315,7 +327,7 @@ Value slice_value(const Value& obj, const Value& start_v, const Value& stop_v, c
     items = &obj.as_list();
     n = static_cast<int64_t>(items->size());
   } else {
-    return Value::undefined("'" + object_description(obj) + "' cannot be sliced");
+    return Value::undefined(quoted_description(obj) + " cannot be sliced");
   }
   // CPython's PySlice_AdjustIndices.
   auto adjust = [&](std::optional<int64_t> v, int64_t dflt) {

@@ -692,7 +692,8 @@ class Parser {
       std::string name = expect_identifier("a filter name");
       while (is_op(".")) {
         next();
-        name += "." + expect_identifier("a filter name");
+        name += '.';
+        name += expect_identifier("a filter name");
       }
       if (!find_filter(name)) fail(name_tok.offset, "unknown filter '" + name + "'");
       auto e = std::make_unique<Expr>(ExprType::kFilter, name_tok.offset);
@@ -726,7 +727,8 @@ class Parser {
     std::string name = expect_identifier("a test name");
     while (is_op(".")) {
       next();
-      name += "." + expect_identifier("a test name");
+      name += '.';
+      name += expect_identifier("a test name");
     }
     if (!find_test(name)) fail(name_tok.offset, "unknown test '" + name + "'");
     auto e = std::make_unique<Expr>(ExprType::kTest, name_tok.offset);
