@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -23,6 +22,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "runtime/cpu/attention.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
 
@@ -312,6 +312,40 @@ void TileRowsInLanes(const Job& job, const Tile& tile, Scratch& s) {
 // --- head_dim in lanes -----------------------------------------------------------------------
 // Buffers: a = q rows [R][D] (pre-scaled), b = acc rows [R][D], c = scores/probabilities [R][chunk].
 
+// Horizontal sums of four vectors, written to out[0..3]. Interleaving pairs within 128-bit
+// blocks, then folding blocks, costs about a third of four separate reductions.
+HWY_INLINE void Sum4(DF d, VF a0, VF a1, VF a2, VF a3, float* out) {
+#if HWY_TARGET == HWY_SCALAR || !HWY_HAVE_FLOAT64
+  out[0] = hn::GetLane(hn::SumOfLanes(d, a0));
+  out[1] = hn::GetLane(hn::SumOfLanes(d, a1));
+  out[2] = hn::GetLane(hn::SumOfLanes(d, a2));
+  out[3] = hn::GetLane(hn::SumOfLanes(d, a3));
+#else
+  // Per block: s01 = [a0 0+2, a1 0+2, a0 1+3, a1 1+3], s23 likewise for a2, a3.
+  const VF s01 = hn::Add(hn::InterleaveLower(d, a0, a1), hn::InterleaveUpper(d, a0, a1));
+  const VF s23 = hn::Add(hn::InterleaveLower(d, a2, a3), hn::InterleaveUpper(d, a2, a3));
+  // 64-bit interleave: per block [a0, a1, a2, a3] partial sums.
+  const hn::Repartition<double, DF> dd;
+  const auto w01 = hn::BitCast(dd, s01), w23 = hn::BitCast(dd, s23);
+  const VF s = hn::Add(hn::BitCast(d, hn::InterleaveLower(dd, w01, w23)),
+                       hn::BitCast(d, hn::InterleaveUpper(dd, w01, w23)));
+  HWY_ALIGN float buf[HWY_MAX_BYTES / sizeof(float)];
+  hn::Store(s, d, buf);
+  const size_t N = hn::Lanes(d);
+  float r0 = buf[0], r1 = buf[1], r2 = buf[2], r3 = buf[3];
+  for (size_t b = 4; b < N; b += 4) {
+    r0 += buf[b];
+    r1 += buf[b + 1];
+    r2 += buf[b + 2];
+    r3 += buf[b + 3];
+  }
+  out[0] = r0;
+  out[1] = r1;
+  out[2] = r2;
+  out[3] = r3;
+#endif
+}
+
 // Scores of NR rows against K row kr.
 template <int NR>
 HWY_INLINE void DotRows(const float* const* qr, const float* kr, int64_t D, int64_t D_vec, float* out) {
@@ -323,29 +357,46 @@ HWY_INLINE void DotRows(const float* const* qr, const float* kr, int64_t D, int6
     const VF kv = hn::LoadU(d, kr + k);
     for (int j = 0; j < NR; ++j) a[j] = hn::MulAdd(hn::LoadU(d, qr[j] + k), kv, a[j]);
   }
-  for (int j = 0; j < NR; ++j) {
-    float sum = hn::GetLane(hn::SumOfLanes(d, a[j]));
-    for (int64_t k = D_vec; k < D; ++k) sum += qr[j][k] * kr[k];
-    out[j] = sum;
+  if constexpr (NR == 4) {
+    Sum4(d, a[0], a[1], a[2], a[3], out);
+  } else {
+    for (int j = 0; j < NR; ++j) out[j] = hn::GetLane(hn::SumOfLanes(d, a[j]));
   }
+  for (int64_t k = D_vec; k < D; ++k)
+    for (int j = 0; j < NR; ++j) out[j] += qr[j][k] * kr[k];
 }
 
-// acc rows += p[row][i] * V_i over the chunk, for NR rows.
+// acc rows += p[row][i] * V_i over the chunk, for NR rows, KB vectors of head_dim at a time
+// kept in registers.
+template <int NR, int KB>
+HWY_INLINE void AxpyBlock(float* const* acc, const float* const* pr, const float* const* vp, int64_t cn, int64_t k0) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  VF a[NR][KB];
+  for (int j = 0; j < NR; ++j)
+    for (int b = 0; b < KB; ++b) a[j][b] = hn::LoadU(d, acc[j] + k0 + b * N);
+  for (int64_t i = 0; i < cn; ++i) {
+    VF v[KB];
+    for (int b = 0; b < KB; ++b) v[b] = hn::LoadU(d, vp[i] + k0 + b * N);
+    for (int j = 0; j < NR; ++j) {
+      const VF pj = hn::Set(d, pr[j][i]);
+      for (int b = 0; b < KB; ++b) a[j][b] = hn::MulAdd(pj, v[b], a[j][b]);
+    }
+  }
+  for (int j = 0; j < NR; ++j)
+    for (int b = 0; b < KB; ++b) hn::StoreU(a[j][b], d, acc[j] + k0 + b * N);
+}
+
 template <int NR>
 HWY_INLINE void AxpyRows(float* const* acc, const float* const* pr, const float* const* vp, int64_t cn, int64_t D,
                          int64_t D_vec) {
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  for (int64_t k = 0; k < D_vec; k += N) {
-    VF a[NR];
-    for (int j = 0; j < NR; ++j) a[j] = hn::LoadU(d, acc[j] + k);
-    for (int64_t i = 0; i < cn; ++i) {
-      const VF vv = hn::LoadU(d, vp[i] + k);
-      for (int j = 0; j < NR; ++j) a[j] = hn::MulAdd(hn::Set(d, pr[j][i]), vv, a[j]);
-    }
-    for (int j = 0; j < NR; ++j) hn::StoreU(a[j], d, acc[j] + k);
-  }
-  for (int64_t k = D_vec; k < D; ++k)
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  // Accumulators for NR rows × KB vectors: 16 of AVX-512's 32 registers, 8 of AVX2's 16.
+  constexpr int KB = (HWY_TARGET <= HWY_AVX3 ? 16 : 8) / NR > 0 ? (HWY_TARGET <= HWY_AVX3 ? 16 : 8) / NR : 1;
+  int64_t k = 0;
+  for (; k + KB * N <= D_vec; k += KB * N) AxpyBlock<NR, KB>(acc, pr, vp, cn, k);
+  for (; k < D_vec; k += N) AxpyBlock<NR, 1>(acc, pr, vp, cn, k);
+  for (k = D_vec; k < D; ++k)
     for (int j = 0; j < NR; ++j) {
       float sum = acc[j][k];
       for (int64_t i = 0; i < cn; ++i) sum += pr[j][i] * vp[i][k];
@@ -363,7 +414,8 @@ void TileDimsInLanes(const Job& job, const Tile& tile, Scratch& s) {
   const AttentionSequence& seq = job.seqs[tile.seq];
   const int64_t ng = tile.g1 - tile.g0;
   const int64_t R = (tile.t1 - tile.t0) * ng;
-  constexpr int64_t C = attention_detail::kChunkDimsInLanes;  // a multiple of every lane count
+  // Score rows are read in whole vectors: the chunk must be a multiple of the lane count.
+  const int64_t C = std::max<int64_t>(attention_detail::kChunkDimsInLanes, N);
 
   s.a.resize(static_cast<size_t>(R * D));
   s.b.assign(static_cast<size_t>(R * D), 0.0f);
@@ -372,8 +424,16 @@ void TileDimsInLanes(const Job& job, const Tile& tile, Scratch& s) {
   s.l.assign(static_cast<size_t>(R), 0.0f);
   s.lo.resize(static_cast<size_t>(R));
   s.hi.resize(static_cast<size_t>(R));
-  s.kp.resize(C);
-  s.vp.resize(C);
+  // Row pointers of the current chunk and of the next one, whose rows are prefetched while
+  // the current chunk computes: a kv head's rows are num_kv_heads * head_dim floats apart,
+  // a stride the hardware prefetcher follows poorly across 4 KiB pages.
+  s.kp.resize(2 * C);
+  s.vp.resize(2 * C);
+  const float** kp = s.kp.data();
+  const float** vp = s.vp.data();
+  const float** kp_next = kp + C;
+  const float** vp_next = vp + C;
+  const int64_t row_bytes = D * static_cast<int64_t>(sizeof(float));
   for (int64_t r = 0; r < R; ++r) {
     const int64_t t = tile.t0 + r / ng, h = tile.kv_head * group + tile.g0 + r % ng;
     const float* qr = job.q + (seq.q_begin + t) * job.q_stride + h * D;
@@ -392,12 +452,22 @@ void TileDimsInLanes(const Job& job, const Tile& tile, Scratch& s) {
   const float* p_rows[4];
   float dots[4];
 
+  attention_detail::kv_rows(seq.kv, p.num_kv_heads, D, tile.kv_head, tile.span_lo,
+                            std::min(C, tile.span_hi - tile.span_lo + 1), kp, vp);
   for (int64_t c0 = tile.span_lo; c0 <= tile.span_hi; c0 += C) {
     const int64_t cn = std::min(C, tile.span_hi - c0 + 1);
-    attention_detail::kv_rows(seq.kv, p.num_kv_heads, D, tile.kv_head, c0, cn, s.kp.data(), s.vp.data());
+    const int64_t next_cn = std::min(C, tile.span_hi - (c0 + C) + 1);
+    if (next_cn > 0)
+      attention_detail::kv_rows(seq.kv, p.num_kv_heads, D, tile.kv_head, c0 + C, next_cn, kp_next, vp_next);
 
     for (int64_t i = 0; i < cn; ++i) {
-      const float* kr = s.kp[static_cast<size_t>(i)];
+      const float* kr = kp[i];
+      if (i < next_cn) {
+        for (int64_t b = 0; b < row_bytes; b += 64) {
+          hwy::Prefetch(reinterpret_cast<const char*>(kp_next[i]) + b);
+          hwy::Prefetch(reinterpret_cast<const char*>(vp_next[i]) + b);
+        }
+      }
       for (int64_t r = 0; r < R; r += 4) {
         const int64_t nr = std::min<int64_t>(4, R - r);
         for (int64_t j = 0; j < nr; ++j) q_rows[j] = s.a.data() + (r + j) * D;
@@ -451,12 +521,14 @@ void TileDimsInLanes(const Job& job, const Tile& tile, Scratch& s) {
         p_rows[j] = s.c.data() + (r + j) * C;
       }
       switch (nr) {
-        case 4: AxpyRows<4>(acc_rows, p_rows, s.vp.data(), cn, D, D_vec); break;
-        case 3: AxpyRows<3>(acc_rows, p_rows, s.vp.data(), cn, D, D_vec); break;
-        case 2: AxpyRows<2>(acc_rows, p_rows, s.vp.data(), cn, D, D_vec); break;
-        default: AxpyRows<1>(acc_rows, p_rows, s.vp.data(), cn, D, D_vec); break;
+        case 4: AxpyRows<4>(acc_rows, p_rows, vp, cn, D, D_vec); break;
+        case 3: AxpyRows<3>(acc_rows, p_rows, vp, cn, D, D_vec); break;
+        case 2: AxpyRows<2>(acc_rows, p_rows, vp, cn, D, D_vec); break;
+        default: AxpyRows<1>(acc_rows, p_rows, vp, cn, D, D_vec); break;
       }
     }
+    std::swap(kp, kp_next);
+    std::swap(vp, vp_next);
   }
 
   for (int64_t r = 0; r < R; ++r) {
