@@ -32,7 +32,11 @@ Result<std::pair<Value, Value>> convert(const Json& messages, const Json& extra)
     return invalid_argument(std::string("chat template: extra variables must be a JSON object, got ") +
                             extra.type_name());
   }
-  return std::make_pair(Value::from_json(messages), extra.is_null() ? Value::empty_dict() : Value::from_json(extra));
+  try {
+    return std::make_pair(Value::from_json(messages), extra.is_null() ? Value::empty_dict() : Value::from_json(extra));
+  } catch (const jinja::RenderError& e) {
+    return invalid_argument(std::string("chat template: ") + e.what());
+  }
 }
 
 }  // namespace

@@ -3,6 +3,10 @@
 // jinja2 is checked in chat_template_reference_test.cc.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -162,6 +166,71 @@ TEST(JinjaTemplate, BadContentNeverCrashes) {
   EXPECT_NE(render_error_of("{{ 9223372036854775807 + 1 }}").find("integer overflow"), std::string::npos);
   EXPECT_NE(render_error_of("{{ 1 // 0 }}").find("division or modulo by zero"), std::string::npos);
   EXPECT_EQ(render("{{ x }}", nlohmann::ordered_json::parse("[1]")).rfind("RENDER ERROR", 0), 0u);
+}
+
+TEST(JinjaTemplate, HostileInputIsBoundedNotFatal) {
+  EXPECT_NE(parse_error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nests too deeply"),
+            std::string::npos);
+  std::string deep_ifs;
+  for (int i = 0; i < 1000; ++i) deep_ifs += "{% if true %}";
+  EXPECT_NE(parse_error_of(deep_ifs).find("nests too deeply"), std::string::npos);
+  EXPECT_NE(render_error_of("{{ 'ab' * 1000000000000 }}").find("too large"), std::string::npos);
+  EXPECT_NE(render_error_of("{{ '%999999999999s' % 'x' }}").find("too wide"), std::string::npos);
+  nlohmann::ordered_json deep = 1;
+  for (int i = 0; i < 1000; ++i) deep = nlohmann::ordered_json::array({deep});
+  EXPECT_THROW(Value::from_json(deep), RenderError);
+  // Python pads %s by code point.
+  EXPECT_EQ(render("[{{ '%-4s|%4s|%.2s' % ('\u00e9', '\u00e9', '\u00e9\u00e9\u00e9') }}]"),
+            "[\xC3\xA9   |   \xC3\xA9|\xC3\xA9\xC3\xA9]");
+}
+
+// Random edits of the real chat templates: every result must be a template or
+// a parse error, and every render a string or an error — never a crash.
+TEST(JinjaTemplate, MutatedRealTemplatesNeverCrash) {
+  const std::string dir = std::string(LOOM_SOURCE_DIR) + "/tests/reference/chat_templates/templates";
+  std::vector<std::string> sources;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path());
+    std::stringstream ss;
+    ss << in.rdbuf();
+    sources.push_back(ss.str());
+  }
+  ASSERT_GE(sources.size(), 10u);
+  nlohmann::ordered_json ctx = nlohmann::ordered_json::parse(R"({
+    "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                 {"role": "assistant", "content": "a", "tool_calls": [{"type": "function",
+                   "function": {"name": "f", "arguments": {"x": 1}}}]},
+                 {"role": "tool", "content": "r"}, {"role": "user", "content": "u2"}],
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+    "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})");
+  const Value context = Value::from_json(ctx);
+  const std::string alphabet = "{}%#-+()[]|.,:'\"~*/ \nxif0";
+  std::mt19937 rng(1234);
+  int parsed = 0, rendered = 0;
+  for (int iter = 0; iter < 3000; ++iter) {
+    std::string src = sources[iter % sources.size()];
+    const int edits = 1 + static_cast<int>(rng() % 3);
+    for (int e = 0; e < edits && !src.empty(); ++e) {
+      const size_t pos = rng() % src.size();
+      switch (rng() % 3) {
+        case 0: src.erase(pos, 1 + rng() % 4); break;
+        case 1: src.insert(pos, 1, alphabet[rng() % alphabet.size()]); break;
+        default: src[pos] = alphabet[rng() % alphabet.size()]; break;
+      }
+    }
+    auto t = Template::parse(src);
+    if (!t.ok()) {
+      EXPECT_FALSE(t.status().message().empty());
+      continue;
+    }
+    ++parsed;
+    auto r = t->render(context);
+    if (r.ok()) ++rendered;
+    else EXPECT_NE(r.status().code(), ErrorCode::kInternal) << r.status().to_string();
+  }
+  // The mutations must leave plenty of templates that still parse and render.
+  EXPECT_GT(parsed, 300);
+  EXPECT_GT(rendered, 100);
 }
 
 TEST(JinjaTemplate, ParsedTemplateIsReusableAcrossThreads) {

@@ -21,8 +21,9 @@ Value resolve_attribute(const Value& item, const std::string& path) {
   while (true) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    v = numeric ? get_item(v, Value(static_cast<int64_t>(std::stoll(part)))) : get_item(v, Value(part));
+    const bool numeric = !part.empty() && part.size() < 19 &&
+                         std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    v = numeric ? get_item(v, Value(static_cast<int64_t>(std::strtoll(part.c_str(), nullptr, 10)))) : get_item(v, Value(part));
     if (dot == std::string::npos) return v;
     start = dot + 1;
   }

@@ -185,8 +185,8 @@ std::string str_format(const std::string& fmt, const CallArgs& a) {
       if (field.empty()) {
         if (auto_index >= a.positional.size()) throw RenderError("Replacement index " + std::to_string(auto_index) + " out of range for positional args tuple");
         v = a.positional[auto_index++];
-      } else if (std::all_of(field.begin(), field.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
-        const size_t idx = std::stoul(field);
+      } else if (field.size() < 10 && std::all_of(field.begin(), field.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+        const size_t idx = std::strtoul(field.c_str(), nullptr, 10);
         if (idx >= a.positional.size()) throw RenderError("Replacement index " + field + " out of range for positional args tuple");
         v = a.positional[idx];
       } else {

@@ -23,7 +23,14 @@ void check_overflow(bool overflow) {
   if (overflow) throw RenderError("integer overflow (loom's integers are 64-bit)");
 }
 
+// Generous for any prompt, small enough that a template cannot exhaust memory.
+constexpr size_t kMaxRepeatResult = size_t{1} << 26;
+
 Value repeat(const Value& seq, int64_t times) {
+  const size_t unit = seq.is_string() ? seq.as_string().size() : seq.as_list().size();
+  if (times > 0 && unit > 0 && static_cast<uint64_t>(times) > kMaxRepeatResult / unit) {
+    throw RenderError("sequence repetition result too large (" + std::to_string(unit) + " x " + std::to_string(times) + ")");
+  }
   if (seq.is_string()) {
     std::string out;
     for (int64_t i = 0; i < times; ++i) out += seq.as_string();
@@ -362,6 +369,20 @@ Value call_value(const Value& callee, CallArgs& args) {
   throw RenderError("'" + callee.type_name() + "' object is not callable");
 }
 
+namespace {
+
+template <typename T>
+std::string snprintf_string(const char* fmt, T value) {
+  const int n = std::snprintf(nullptr, 0, fmt, value);
+  if (n < 0) throw RenderError(std::string("bad format '") + fmt + "'");
+  std::string out(static_cast<size_t>(n) + 1, '\0');
+  std::snprintf(out.data(), out.size(), fmt, value);
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+}  // namespace
+
 std::string printf_format(const std::string& fmt, const List& args) {
   std::string out;
   size_t next_arg = 0;
@@ -386,13 +407,28 @@ std::string printf_format(const std::string& fmt, const List& args) {
     const char conv = fmt[i];
     if (next_arg >= args.size()) throw RenderError("not enough arguments for format string");
     const Value& arg = args[next_arg++];
-    char buf[512];
+    // Width/precision come from the template: cap them so output stays bounded.
+    if (spec.size() > 12) throw RenderError("format field '" + spec + conv + "' is too wide");
     switch (conv) {
       case 's':
       case 'r': {
-        const std::string s = conv == 's' ? arg.to_str() : arg.repr();
-        std::snprintf(buf, sizeof(buf), (spec + "s").c_str(), s.c_str());
-        out += s.size() + 64 > sizeof(buf) ? s : std::string(buf);
+        // Python pads and truncates by code point, not byte.
+        std::string s = conv == 's' ? arg.to_str() : arg.repr();
+        const size_t dot = spec.find('.');
+        if (dot != std::string::npos) {
+          const size_t precision = std::strtoul(spec.c_str() + dot + 1, nullptr, 10);
+          auto cps = utf8::decode(s);
+          if (cps.size() > precision) {
+            cps.resize(precision);
+            s = utf8::encode(cps);
+          }
+        }
+        size_t digits = 1;
+        while (digits < spec.size() && !std::isdigit(static_cast<unsigned char>(spec[digits])) && spec[digits] != '.') ++digits;
+        const size_t width = digits < spec.size() && spec[digits] != '.' ? std::strtoul(spec.c_str() + digits, nullptr, 10) : 0;
+        const size_t len = utf8::length(s);
+        const std::string padding(width > len ? width - len : 0, ' ');
+        out += spec.find('-') != std::string::npos ? s + padding : padding + s;
         break;
       }
       case 'd':
@@ -402,8 +438,7 @@ std::string printf_format(const std::string& fmt, const List& args) {
       case 'o': {
         if (!arg.is_number()) throw RenderError(std::string("%") + conv + " format: a number is required, not " + arg.type_name());
         const long long v = arg.is_float() ? static_cast<long long>(arg.as_double()) : arg.as_int();
-        std::snprintf(buf, sizeof(buf), (spec + "ll" + (conv == 'i' ? 'd' : conv)).c_str(), v);
-        out += buf;
+        out += snprintf_string((spec + "ll" + (conv == 'i' ? 'd' : conv)).c_str(), v);
         break;
       }
       case 'f':
@@ -413,8 +448,7 @@ std::string printf_format(const std::string& fmt, const List& args) {
       case 'g':
       case 'G': {
         if (!arg.is_number()) throw RenderError(std::string("must be real number, not ") + arg.type_name());
-        std::snprintf(buf, sizeof(buf), (spec + conv).c_str(), arg.as_double());
-        out += buf;
+        out += snprintf_string((spec + conv).c_str(), arg.as_double());
         break;
       }
       default:

@@ -127,6 +127,7 @@ class Parser {
   }
 
   StmtPtr parse_statement(size_t offset) {
+    DepthGuard guard(*this);
     const Token& t = cur();
     if (t.type != TokenType::kName) fail(t.offset, "expected a tag name after '{%', got " + describe(t));
     const std::string tag = t.text;
@@ -364,7 +365,18 @@ class Parser {
     return e;
   }
 
+  // Recursive descent: bound the nesting so hostile input cannot overflow the stack.
+  struct DepthGuard {
+    Parser& p;
+    explicit DepthGuard(Parser& parser) : p(parser) {
+      if (++p.depth_ > kMaxDepth) p.fail(p.cur().offset, "template nests too deeply (more than 128 levels)");
+    }
+    ~DepthGuard() { --p.depth_; }
+  };
+  static constexpr int kMaxDepth = 128;
+
   ExprPtr parse_expression(bool with_condexpr) {
+    DepthGuard guard(*this);
     if (!with_condexpr) return parse_or();
     ExprPtr expr = parse_or();
     while (is_name("if")) {
@@ -492,6 +504,7 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    DepthGuard guard(*this);
     const size_t offset = cur().offset;
     ExprPtr node;
     if (skip_op("-")) {
@@ -755,6 +768,7 @@ class Parser {
   const std::vector<Token>& toks_;
   size_t pos_ = 0;
   int loop_depth_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -598,6 +598,11 @@ Result<std::string> Template::render(const Value& context) const {
   } catch (const RenderError& e) {
     return invalid_argument("template render error at " + impl_->source_map.describe(r.error_offset()) + ": " +
                             e.what());
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("template render ran out of memory at " + impl_->source_map.describe(r.error_offset()));
+  } catch (const std::exception& e) {
+    return internal_error("template render failed at " + impl_->source_map.describe(r.error_offset()) + ": " +
+                          e.what());
   }
 }
 

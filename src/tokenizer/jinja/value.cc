@@ -55,8 +55,12 @@ Value Value::make_namespace() {
 
 namespace {
 
+// Deeper JSON than any chat message needs; bounds the recursion below.
+constexpr int kMaxJsonDepth = 256;
+
 template <typename Json>
-Value json_to_value(const Json& j) {
+Value json_to_value(const Json& j, int depth = 0) {
+  if (depth > kMaxJsonDepth) throw RenderError("JSON value nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   switch (j.type()) {
     case nlohmann::json::value_t::null:
       return Value::none();
@@ -76,13 +80,13 @@ Value json_to_value(const Json& j) {
     case nlohmann::json::value_t::array: {
       List items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(json_to_value(e));
+      for (const auto& e : j) items.push_back(json_to_value(e, depth + 1));
       return Value(std::move(items));
     }
     case nlohmann::json::value_t::object: {
       auto d = std::make_shared<Dict>();
       d->entries.reserve(j.size());
-      for (auto it = j.begin(); it != j.end(); ++it) d->entries.emplace_back(Value(it.key()), json_to_value(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it) d->entries.emplace_back(Value(it.key()), json_to_value(it.value(), depth + 1));
       return Value(std::move(d));
     }
     default:

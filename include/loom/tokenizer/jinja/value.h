@@ -60,6 +60,7 @@ class Value {
   static Value empty_dict();
   // A jinja2 namespace(): a dict whose attributes templates may assign.
   static Value make_namespace();
+  // Throws RenderError for JSON nested deeper than 256 levels.
   static Value from_json(const nlohmann::json& j);
   static Value from_json(const nlohmann::ordered_json& j);
 
