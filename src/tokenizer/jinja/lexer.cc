@@ -314,6 +314,7 @@ class Lexer {
     }
     size_t p = scan_digits(pos, dec);
     bool is_float = false;
+    const bool leading_zero = src_[pos] == '0' && src_.find_first_not_of("0_", pos) < p;
     if (p + 1 < src_.size() && src_[p] == '.' && dec(src_[p + 1])) {
       is_float = true;
       p = scan_digits(p + 1, dec);
@@ -326,6 +327,7 @@ class Lexer {
         p = scan_digits(q, dec);
       }
     }
+    if (leading_zero && !is_float) return error(pos, "leading zeros in decimal integer literals are not permitted");
     std::string literal;
     for (size_t i = pos; i < p; ++i) {
       if (src_[i] != '_') literal.push_back(src_[i]);
