@@ -15,8 +15,8 @@ struct F32Loader {
     out[1] = _mm256_load_ps(b + k * kNr + h * kHalf + 8);
   }
   LOOM_TARGET_AVX2 LOOM_INLINE void prefetch(int64_t k, int bytes) const {
-    _mm_prefetch(reinterpret_cast<const char*>(b + k * kNr) + bytes, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(b + k * kNr) + bytes + 64, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + k * kNr) + bytes, _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(b + k * kNr) + bytes + 64, _MM_HINT_T1);
   }
 };
 
@@ -28,7 +28,7 @@ struct F32Tile {
     if (t.lda == kKc) {
       tile_body<MR, kKc, 0>(t, w);
     } else {
-      tile_body<MR, 0, 1024>(t, w);
+      tile_body<MR, 0, kStreamPrefetchBytes>(t, w);
     }
   }
 };

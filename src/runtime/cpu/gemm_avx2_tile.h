@@ -46,6 +46,8 @@ LOOM_TARGET_AVX2 LOOM_INLINE void tile_body(const TileArgs& t, const Loader& w) 
     for (int64_t k = 0; k < t.k; ++k) {
       if constexpr (kPrefetch > 0) {
         if (h == 0) w.prefetch(k, kPrefetch);
+      } else {
+        if (h == 0 && k < t.prefetch_lines) _mm_prefetch(static_cast<const char*>(t.prefetch) + 64 * k, _MM_HINT_T1);
       }
       __m256 b[2];
       w.load(k, h, b);

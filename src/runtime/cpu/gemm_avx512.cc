@@ -16,8 +16,8 @@ struct F32Loader {
     for (int v = 0; v < kNv; ++v) out[0][v] = _mm512_load_ps(b + k * kNr + 16 * v);
   }
   LOOM_TARGET_AVX512 LOOM_INLINE void prefetch(int64_t k, int bytes) const {
-    _mm_prefetch(reinterpret_cast<const char*>(b + k * kNr) + bytes, _MM_HINT_T0);
-    if constexpr (kNr * 4 > 64) _mm_prefetch(reinterpret_cast<const char*>(b + k * kNr) + bytes + 64, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + k * kNr) + bytes, _MM_HINT_T1);
+    if constexpr (kNr * 4 > 64) _mm_prefetch(reinterpret_cast<const char*>(b + k * kNr) + bytes + 64, _MM_HINT_T1);
   }
 };
 
@@ -32,7 +32,7 @@ struct F32Tile {
     if (t.lda == kKc) {
       tile_body<MR, kKc, 0>(t, w);
     } else {
-      tile_body<MR, 0, 1024>(t, w);
+      tile_body<MR, 0, kStreamPrefetchBytes>(t, w);
     }
   }
 };

@@ -48,7 +48,11 @@ LOOM_TARGET_AVX512 LOOM_INLINE void tile_body(const TileArgs& t, const Loader& w
   constexpr int S = Loader::kSteps;
   int64_t k = 0;
   for (; k + S <= t.k; k += S) {
-    if constexpr (kPrefetch > 0) w.prefetch(k, kPrefetch);
+    if constexpr (kPrefetch > 0) {
+      w.prefetch(k, kPrefetch);
+    } else {
+      if (k < t.prefetch_lines) _mm_prefetch(static_cast<const char*>(t.prefetch) + 64 * k, _MM_HINT_T1);
+    }
     __m512 b[S][kNv];
     w.load(k, b);
 #pragma GCC unroll 2

@@ -32,8 +32,8 @@ LOOM_TARGET_AVX512BF16 LOOM_INLINE void dot_tile(const TileArgs& t) {
   const uint16_t* b = static_cast<const uint16_t*>(t.b);
   const int64_t pairs = (t.k + 1) / 2;  // the odd tail pairs a zero x with a zero weight
   for (int64_t p = 0; p < pairs; ++p) {
-    _mm_prefetch(reinterpret_cast<const char*>(b + p * kNr * 2) + 1024, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(b + p * kNr * 2) + 1024 + 64, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + p * kNr * 2) + kStreamPrefetchBytes, _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(b + p * kNr * 2) + kStreamPrefetchBytes + 64, _MM_HINT_T1);
     __m512bh w[kNv];
 #pragma GCC unroll 8
     for (int v = 0; v < kNv; ++v) w[v] = (__m512bh)_mm512_load_si512(b + (p * kNr + 16 * v) * 2);

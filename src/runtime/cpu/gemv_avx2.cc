@@ -8,7 +8,6 @@ namespace loom::cpu::detail {
 namespace avx2 {
 namespace {
 
-constexpr int kStreamPrefetch = 1024;
 
 // bf16 pairs [k/2][kNr][2]: step k is the low half of each 32-bit lane when k is
 // even, the high half when odd. Each step re-loads its pair vector (an L1 hit)
@@ -30,7 +29,7 @@ struct Bf16PairLoader {
   }
   LOOM_TARGET_AVX2 LOOM_INLINE void prefetch(int64_t k, int bytes) const {
     // 128 bytes per pair of steps: one line per step.
-    _mm_prefetch(reinterpret_cast<const char*>(b + k / 2 * kNr * 2) + bytes + (k & 1) * 64, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + k / 2 * kNr * 2) + bytes + (k & 1) * 64, _MM_HINT_T1);
   }
 };
 
@@ -42,7 +41,7 @@ struct F16Loader {
     out[1] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p + 8)));
   }
   LOOM_TARGET_AVX2 LOOM_INLINE void prefetch(int64_t k, int bytes) const {
-    _mm_prefetch(reinterpret_cast<const char*>(b + k * kNr) + bytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + k * kNr) + bytes, _MM_HINT_T1);
   }
 };
 
@@ -50,7 +49,7 @@ struct Bf16Tile {
   const TileArgs& t;
   template <int MR>
   LOOM_TARGET_AVX2 LOOM_INLINE void run() const {
-    tile_body<MR, 0, kStreamPrefetch>(t, Bf16PairLoader{static_cast<const uint16_t*>(t.b)});
+    tile_body<MR, 0, kStreamPrefetchBytes>(t, Bf16PairLoader{static_cast<const uint16_t*>(t.b)});
   }
 };
 
@@ -58,7 +57,7 @@ struct F16Tile {
   const TileArgs& t;
   template <int MR>
   LOOM_TARGET_AVX2 LOOM_INLINE void run() const {
-    tile_body<MR, 0, kStreamPrefetch>(t, F16Loader{static_cast<const uint16_t*>(t.b)});
+    tile_body<MR, 0, kStreamPrefetchBytes>(t, F16Loader{static_cast<const uint16_t*>(t.b)});
   }
 };
 

@@ -10,9 +10,6 @@ namespace loom::cpu::detail {
 namespace avx512 {
 namespace {
 
-// Far enough ahead to cover memory latency at ~25 GB/s per core; measured in
-// bench/matmul_bench.cc against no software prefetch.
-constexpr int kStreamPrefetch = 1024;
 
 // bf16 pairs [k/2][kNr][2]: the low half of each 32-bit lane is step k, the high
 // half step k+1, so (lane << 16) and (lane & 0xffff0000) are the exact f32 values.
@@ -38,7 +35,7 @@ struct Bf16PairLoader {
   LOOM_TARGET_AVX512 LOOM_INLINE void prefetch(int64_t k, int bytes) const {
     const char* p = reinterpret_cast<const char*>(b + k / 2 * kNr * 2) + bytes;
 #pragma GCC unroll 8
-    for (int line = 0; line < kNr * 4 / 64; ++line) _mm_prefetch(p + 64 * line, _MM_HINT_T0);
+    for (int line = 0; line < kNr * 4 / 64; ++line) _mm_prefetch(p + 64 * line, _MM_HINT_T1);
   }
 };
 
@@ -52,7 +49,7 @@ struct F16Loader {
     }
   }
   LOOM_TARGET_AVX512 LOOM_INLINE void prefetch(int64_t k, int bytes) const {
-    _mm_prefetch(reinterpret_cast<const char*>(b + k * kNr) + bytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + k * kNr) + bytes, _MM_HINT_T1);
   }
 };
 
@@ -60,7 +57,7 @@ struct Bf16Tile {
   const TileArgs& t;
   template <int MR>
   LOOM_TARGET_AVX512 LOOM_INLINE void run() const {
-    tile_body<MR, 0, kStreamPrefetch>(t, Bf16PairLoader{static_cast<const uint16_t*>(t.b)});
+    tile_body<MR, 0, kStreamPrefetchBytes>(t, Bf16PairLoader{static_cast<const uint16_t*>(t.b)});
   }
 };
 
@@ -68,7 +65,7 @@ struct F16Tile {
   const TileArgs& t;
   template <int MR>
   LOOM_TARGET_AVX512 LOOM_INLINE void run() const {
-    tile_body<MR, 0, kStreamPrefetch>(t, F16Loader{static_cast<const uint16_t*>(t.b)});
+    tile_body<MR, 0, kStreamPrefetchBytes>(t, F16Loader{static_cast<const uint16_t*>(t.b)});
   }
 };
 
