@@ -12,6 +12,7 @@
 
 #include "loom/runtime/cpu/cpu_features.h"
 #include "runtime/cpu/matmul_baselines.h"
+#include "runtime/cpu/matmul_kernels.h"
 
 namespace loom::cpu {
 namespace {
@@ -115,7 +116,7 @@ std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) {
 }
 
 // Shapes around every boundary the kernels have: tile rows (AVX2 6, AVX-512 12),
-// the decode/blocked switch at M = 4, panel width 32, k blocks of 256, row blocks
+// the streaming/blocked switch at M = 16, panel width 32, k blocks of 256, row blocks
 // of 192, odd K (bf16 pairs), and N = 1 / K = 1.
 const std::vector<Shape3>& shapes() {
   static const std::vector<Shape3> s = {
@@ -208,6 +209,32 @@ TEST_P(LinearIsaTest, RowsAreBitwiseIndependentOfBatchAndThreads) {
         ASSERT_EQ(0, std::memcmp(part.data(), full.data() + m0 * N, sizeof(float) * rows * N))
             << dtype_name(dt) << ": rows [" << m0 << ", " << m0 + rows << ") alone differ from the batch of " << M;
       }
+    }
+  }
+}
+
+// linear() streams panels for small M and blocks for large M; whichever it
+// picks, the numbers are the same.
+TEST_P(LinearIsaTest, StreamingAndBlockedStrategiesAgreeBitwise) {
+  ScopedIsa force(GetParam());
+  ThreadPool pool(2);
+  uint32_t seed = 900;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const Shape3& s : {Shape3{1, 513, 40}, Shape3{5, 300, 65}, Shape3{13, 257, 33}, Shape3{30, 77, 100}}) {
+      ++seed;
+      const Tensor weight = make_weight(s.N, s.K, dt, seed);
+      const Tensor bias = Tensor::from_f32(random_floats(s.N, seed + 1), {s.N});
+      PackedLinear w = PackedLinear::pack(weight, &bias).value();
+      const std::vector<float> x = random_floats(static_cast<size_t>(s.M * s.K), seed + 2);
+      struct RestoreDefault {
+        ~RestoreDefault() { detail::set_stream_max_rows(-1); }
+      } restore;
+      detail::set_stream_max_rows(1 << 20);
+      const std::vector<float> streamed = run_linear(x, s.M, s.K, w, pool, 1, 0);
+      detail::set_stream_max_rows(0);
+      const std::vector<float> blocked = run_linear(x, s.M, s.K, w, pool, 0, 2);
+      ASSERT_EQ(0, std::memcmp(streamed.data(), blocked.data(), sizeof(float) * streamed.size()))
+          << dtype_name(dt) << " M=" << s.M << " K=" << s.K << " N=" << s.N;
     }
   }
 }
