@@ -168,17 +168,10 @@ size_t space_rightmost_at_start(std::string_view s) {
 
 }  // namespace
 
-void AddedVocabulary::split_with_indices(NormalizedString&& ns, const Matcher& m, std::vector<Split>& out) const {
-  const std::string& sentence = ns.get();
-  if (sentence.empty() || m.trie.empty()) {
-    if (!sentence.empty()) out.push_back(Split{std::move(ns), false, {}});
-    return;
-  }
-  struct Piece {
-    int32_t id;  // -1: plain text
-    size_t start, end;
-  };
-  std::vector<Piece> splits;
+void AddedVocabulary::find_pieces(std::string_view sentence, bool normalized, std::vector<Piece>* out) const {
+  const Matcher& m = normalized ? split_normalized_ : split_;
+  std::vector<Piece>& splits = *out;
+  splits.clear();
   size_t start_offset = 0, from = 0;
   size_t ms, me, pat;
   while (m.trie.find(sentence, from, &ms, &me, &pat)) {
@@ -187,17 +180,27 @@ void AddedVocabulary::split_with_indices(NormalizedString&& ns, const Matcher& m
     int32_t id = m.ids[pat];
     const AddedToken& t = by_id_.at(id);
     if (t.single_word) {
-      bool start_space = start == 0 || !ends_with_word(std::string_view(sentence).substr(0, start));
-      bool stop_space = stop == sentence.size() || !starts_with_word(std::string_view(sentence).substr(stop));
+      bool start_space = start == 0 || !ends_with_word(sentence.substr(0, start));
+      bool stop_space = stop == sentence.size() || !starts_with_word(sentence.substr(stop));
       if (!stop_space || !start_space) continue;
     }
-    if (t.lstrip) start = std::max(space_leftmost_at_end(std::string_view(sentence).substr(0, start)), start_offset);
-    if (t.rstrip) stop += space_rightmost_at_start(std::string_view(sentence).substr(stop));
+    if (t.lstrip) start = std::max(space_leftmost_at_end(sentence.substr(0, start)), start_offset);
+    if (t.rstrip) stop += space_rightmost_at_start(sentence.substr(stop));
     if (start_offset < start) splits.push_back({-1, start_offset, start});
     splits.push_back({id, start, stop});
     start_offset = stop;
   }
   if (start_offset != sentence.size()) splits.push_back({-1, start_offset, sentence.size()});
+}
+
+void AddedVocabulary::split_with_indices(NormalizedString&& ns, const Matcher& m, std::vector<Split>& out) const {
+  const std::string& sentence = ns.get();
+  if (sentence.empty() || m.trie.empty()) {
+    if (!sentence.empty()) out.push_back(Split{std::move(ns), false, {}});
+    return;
+  }
+  std::vector<Piece> splits;
+  find_pieces(sentence, &m == &split_normalized_, &splits);
   if (splits.size() == 1 && splits[0].id < 0) {
     out.push_back(Split{std::move(ns), false, {}});
     return;

@@ -55,6 +55,15 @@ class AddedVocabulary {
   size_t size() const { return map_.size(); }
   const std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>& map() const { return map_; }
 
+  // Where added tokens match in `sentence` (the raw-text trie or the normalized-text
+  // one): pieces covering the sentence, id -1 for plain text.
+  struct Piece {
+    int32_t id;
+    size_t start, end;
+  };
+  void find_pieces(std::string_view sentence, bool normalized, std::vector<Piece>* out) const;
+  bool has_normalized_tokens() const { return !split_normalized_.trie.empty(); }
+
   // Splits the input on added tokens and normalizes the rest (extract_and_normalize).
   Status extract_and_normalize(std::string_view input, const Normalizer* normalizer, PreTokenizedString& out) const;
 

@@ -306,7 +306,7 @@ NormalizedString NormalizedString::slice(uint32_t start, uint32_t end) const {
   return out;
 }
 
-std::vector<NormalizedString> NormalizedString::split(const MatchList& matches, SplitBehavior behavior) const {
+MatchList apply_split_behavior(const MatchList& matches, SplitBehavior behavior) {
   using Range = std::pair<uint32_t, uint32_t>;
   std::vector<std::pair<Range, bool>> splits;  // (range, remove)
   splits.reserve(matches.size());
@@ -356,6 +356,11 @@ std::vector<NormalizedString> NormalizedString::split(const MatchList& matches, 
       break;
     }
   }
+  return splits;
+}
+
+std::vector<NormalizedString> NormalizedString::split(const MatchList& matches, SplitBehavior behavior) const {
+  MatchList splits = apply_split_behavior(matches, behavior);
   std::vector<NormalizedString> out;
   out.reserve(splits.size());
   for (const auto& [r, remove] : splits) {

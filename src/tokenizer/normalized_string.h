@@ -32,6 +32,9 @@ enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWith
 // (byte range, is_match) covering a string contiguously.
 using MatchList = std::vector<std::pair<std::pair<uint32_t, uint32_t>, bool>>;
 
+// The library's split behaviors over a MatchList: (range, remove) pieces.
+MatchList apply_split_behavior(const MatchList& matches, SplitBehavior behavior);
+
 class NormalizedString {
  public:
   NormalizedString() = default;

@@ -6,6 +6,7 @@
 
 #include "loom/core/logging.h"
 #include "loom/core/thread_pool.h"
+#include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/unicode.h"
 
@@ -23,21 +24,22 @@ Status TokenizerImpl::encode(std::string_view text, bool add_special_tokens, Enc
     return invalid_argument("encode: input is not valid UTF-8 (byte " + std::to_string(bad) + ")");
   if (text.size() >= UINT32_MAX) return invalid_argument("encode: input longer than 4 GiB");
 
-  PreTokenizedString pts;
-  LOOM_RETURN_IF_ERROR(added.extract_and_normalize(text, normalizer.get(), pts));
-  if (pre_tokenizer) LOOM_RETURN_IF_ERROR(pre_tokenizer->pre_tokenize(pts));
-  for (Split& s : pts.splits) {
-    if (s.has_tokens) continue;
-    LOOM_RETURN_IF_ERROR(model->tokenize(s.normalized.get(), s.tokens));
-    s.has_tokens = true;
+  EncodingData enc;
+  bool done = false;
+  if (byte_level_plan && use_fast_path) done = encode_byte_level(text, enc);
+  if (!done) {
+    enc = EncodingData();
+    LOOM_RETURN_IF_ERROR(encode_general(text, enc));
   }
 
-  // Byte → char index, only needed when the text is not ASCII.
+  // Char offsets (what the library's bindings report): byte → char index, where an end
+  // inside a char maps to that char's index and an end at the text's end to the count.
   bool ascii = true;
   for (char c : text) ascii &= static_cast<unsigned char>(c) < 0x80;
-  std::vector<uint32_t> char_of;
-  if (!ascii) {
-    char_of.resize(text.size());
+  if (ascii) {
+    enc.offsets = enc.byte_offsets;
+  } else {
+    std::vector<uint32_t> char_of(text.size());
     uint32_t ci = 0;
     for (size_t i = 0; i < text.size();) {
       int len = uni::utf8_len(static_cast<unsigned char>(text[i]));
@@ -45,35 +47,15 @@ Status TokenizerImpl::encode(std::string_view text, bool add_special_tokens, Enc
       i += len;
       ++ci;
     }
-  }
-  auto to_chars = [&](std::pair<size_t, size_t> o) -> std::pair<size_t, size_t> {
-    if (ascii) return o;
-    if (o.first >= text.size()) return o;
-    size_t s = char_of[o.first];
-    size_t e = o.second < text.size() ? char_of[o.second] : char_of[o.second - 1] + 1;
-    return {s, e};
-  };
-
-  EncodingData enc;
-  size_t n = 0;
-  for (const Split& s : pts.splits) n += s.tokens.size();
-  enc.ids.reserve(n + 4);
-  enc.tokens.reserve(n + 4);
-  enc.offsets.reserve(n + 4);
-  enc.byte_offsets.reserve(n + 4);
-  for (Split& s : pts.splits) {
-    for (Token& t : s.tokens) {
-      enc.ids.push_back(t.id);
-      if (t.own_value) {
-        enc.tokens.push_back(std::move(t.value));
-      } else {
-        const std::string* v = model->id_to_token(t.id);
-        enc.tokens.push_back(v ? *v : std::string());
+    enc.offsets.resize(enc.byte_offsets.size());
+    for (size_t i = 0; i < enc.byte_offsets.size(); ++i) {
+      auto o = enc.byte_offsets[i];
+      if (o.first >= text.size()) {
+        enc.offsets[i] = o;
+        continue;
       }
-      auto r = s.normalized.original_range(t.start, t.end);
-      std::pair<size_t, size_t> bo{r.first, r.second};
-      enc.byte_offsets.push_back(bo);
-      enc.offsets.push_back(to_chars(bo));
+      size_t e = o.second < text.size() ? char_of[o.second] : char_of[o.second - 1] + 1;
+      enc.offsets[i] = {char_of[o.first], e};
     }
   }
   enc.special_tokens_mask.assign(enc.ids.size(), 0);
@@ -87,6 +69,189 @@ Status TokenizerImpl::encode(std::string_view text, bool add_special_tokens, Enc
   out->special_tokens_mask = std::move(enc.special_tokens_mask);
   out->type_ids = std::move(enc.type_ids);
   return Status::Ok();
+}
+
+Status TokenizerImpl::encode_general(std::string_view text, EncodingData& enc) const {
+  PreTokenizedString pts;
+  LOOM_RETURN_IF_ERROR(added.extract_and_normalize(text, normalizer.get(), pts));
+  if (pre_tokenizer) LOOM_RETURN_IF_ERROR(pre_tokenizer->pre_tokenize(pts));
+  for (Split& s : pts.splits) {
+    if (s.has_tokens) continue;
+    LOOM_RETURN_IF_ERROR(model->tokenize(s.normalized.get(), s.tokens));
+    s.has_tokens = true;
+  }
+  size_t n = 0;
+  for (const Split& s : pts.splits) n += s.tokens.size();
+  enc.ids.reserve(n + 4);
+  enc.tokens.reserve(n + 4);
+  enc.byte_offsets.reserve(n + 4);
+  for (Split& s : pts.splits) {
+    for (Token& t : s.tokens) {
+      enc.ids.push_back(t.id);
+      if (t.own_value) {
+        enc.tokens.push_back(std::move(t.value));
+      } else {
+        const std::string* v = model->id_to_token(t.id);
+        enc.tokens.push_back(v ? *v : std::string());
+      }
+      auto r = s.normalized.original_range(t.start, t.end);
+      enc.byte_offsets.push_back({r.first, r.second});
+    }
+  }
+  return Status::Ok();
+}
+
+bool TokenizerImpl::encode_byte_level(std::string_view text, EncodingData& enc) const {
+  const ByteLevelPlan& plan = *byte_level_plan;
+  const auto& table = ByteLevelTable::get();
+  auto char_start = [&](size_t b) {
+    while (b > 0 && (static_cast<unsigned char>(text[b]) & 0xC0) == 0x80) --b;
+    return b;
+  };
+  auto emit_added = [&](int32_t id, size_t s, size_t e) {
+    enc.ids.push_back(id);
+    enc.tokens.emplace_back(text.substr(s, e - s));
+    enc.byte_offsets.push_back({s, e});
+  };
+  std::vector<AddedVocabulary::Piece> outer, inner;
+  std::vector<std::pair<uint32_t, uint32_t>> ranges, next;
+  std::string mapped;
+  std::vector<uint32_t> src;
+  std::vector<Token> tokens;
+
+  added.find_pieces(text, false, &outer);
+  if (outer.empty() && !text.empty()) outer.push_back({-1, 0, text.size()});
+  for (const auto& piece : outer) {
+    if (piece.id >= 0) {
+      emit_added(piece.id, piece.start, piece.end);
+      continue;
+    }
+    std::string_view seg = text.substr(piece.start, piece.end - piece.start);
+    if (plan.nfc) {
+      for (size_t i = 0; i < seg.size();) {
+        int len;
+        char32_t c = uni::decode(seg.data() + i, &len);
+        if (!uni::nfc_inert(c)) return false;
+        i += len;
+      }
+    }
+    inner.clear();
+    if (added.has_normalized_tokens()) added.find_pieces(seg, true, &inner);
+    if (inner.empty()) inner.push_back({-1, 0, seg.size()});
+    for (const auto& sub : inner) {
+      size_t base = piece.start + sub.start;
+      if (sub.id >= 0) {
+        emit_added(sub.id, base, piece.start + sub.end);
+        continue;
+      }
+      ranges.assign(1, {static_cast<uint32_t>(base), static_cast<uint32_t>(piece.start + sub.end)});
+      for (const auto& st : plan.stages) {
+        next.clear();
+        for (auto [rs, re] : ranges) {
+          std::string_view part = text.substr(rs, re - rs);
+          MatchList m = st.re ? st.re->find_matches(part) : find_literal(part, st.literal);
+          if (st.invert)
+            for (auto& x : m) x.second = !x.second;
+          for (const auto& [r, remove] : apply_split_behavior(m, st.behavior))
+            if (!remove && r.second > r.first) next.push_back({rs + r.first, rs + r.second});
+        }
+        ranges.swap(next);
+      }
+      for (auto [rs, re] : ranges) {
+        mapped.clear();
+        src.clear();
+        for (uint32_t b = rs; b < re; ++b) {
+          const std::string& m = table.byte_to_utf8[static_cast<unsigned char>(text[b])];
+          mapped += m;
+          src.insert(src.end(), m.size(), b);
+        }
+        tokens.clear();
+        if (!model->tokenize(mapped, tokens).ok()) return false;
+        for (const Token& t : tokens) {
+          enc.ids.push_back(t.id);
+          if (t.own_value) {
+            enc.tokens.push_back(t.value);
+          } else {
+            const std::string* v = model->id_to_token(t.id);
+            enc.tokens.push_back(v ? *v : std::string());
+          }
+          size_t first = char_start(src[t.start]);
+          size_t last = char_start(src[t.end - 1]);
+          enc.byte_offsets.push_back({first, last + uni::utf8_len(static_cast<unsigned char>(text[last]))});
+        }
+      }
+    }
+  }
+  return true;
+}
+
+void set_fast_path_for_testing(const Tokenizer& t, bool enabled) {
+  const_cast<TokenizerImpl&>(t.impl()).use_fast_path = enabled;
+}
+
+bool has_fast_path(const Tokenizer& t) { return t.impl().byte_level_plan.has_value(); }
+
+std::optional<ByteLevelPlan> detect_byte_level_plan(const json& j) {
+  auto type_of = [](const json& x) -> std::string {
+    return x.is_object() && x.contains("type") && x["type"].is_string() ? x["type"].get<std::string>() : "";
+  };
+  const json& model = j["model"];
+  if (!model.is_object() || !(type_of(model) == "BPE" || (!model.contains("type") && model.contains("merges"))))
+    return std::nullopt;
+  ByteLevelPlan plan;
+  const json& norm = j.contains("normalizer") ? j["normalizer"] : json();
+  if (!norm.is_null()) {
+    std::string t = type_of(norm);
+    if (t == "NFC") {
+      plan.nfc = true;
+    } else if (!(t == "Sequence" && norm.contains("normalizers") && norm["normalizers"].is_array() &&
+                 norm["normalizers"].empty())) {
+      return std::nullopt;
+    }
+  }
+  const json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json();
+  std::vector<const json*> items;
+  if (type_of(pre) == "Sequence" && pre.contains("pretokenizers") && pre["pretokenizers"].is_array()) {
+    for (const auto& p : pre["pretokenizers"]) items.push_back(&p);
+  } else if (pre.is_object()) {
+    items.push_back(&pre);
+  }
+  if (items.empty() || type_of(*items.back()) != "ByteLevel") return std::nullopt;
+  auto flag = [](const json& x, const char* k, bool d) { return x.contains(k) && x[k].is_boolean() ? x[k].get<bool>() : d; };
+  const json& bl = *items.back();
+  if (flag(bl, "add_prefix_space", true)) return std::nullopt;
+  for (size_t i = 0; i + 1 < items.size(); ++i) {
+    const json& sp = *items[i];
+    if (type_of(sp) != "Split" || !sp.contains("pattern") || !sp["pattern"].is_object()) return std::nullopt;
+    ByteLevelPlan::Stage st;
+    const json& pat = sp["pattern"];
+    if (pat.contains("String") && pat["String"].is_string()) {
+      st.literal = pat["String"].get<std::string>();
+    } else if (pat.contains("Regex") && pat["Regex"].is_string()) {
+      auto re = Regex::compile(pat["Regex"].get<std::string>());
+      if (!re.ok()) return std::nullopt;
+      st.re = re.value();
+    } else {
+      return std::nullopt;
+    }
+    std::string b = sp.contains("behavior") && sp["behavior"].is_string() ? sp["behavior"].get<std::string>() : "Isolated";
+    if (b == "Removed") st.behavior = SplitBehavior::kRemoved;
+    else if (b == "Isolated") st.behavior = SplitBehavior::kIsolated;
+    else if (b == "MergedWithPrevious") st.behavior = SplitBehavior::kMergedWithPrevious;
+    else if (b == "MergedWithNext") st.behavior = SplitBehavior::kMergedWithNext;
+    else if (b == "Contiguous") st.behavior = SplitBehavior::kContiguous;
+    else return std::nullopt;
+    st.invert = flag(sp, "invert", false);
+    plan.stages.push_back(std::move(st));
+  }
+  if (flag(bl, "use_regex", true)) {
+    ByteLevelPlan::Stage st;
+    st.re = Regex::compile(R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)").value();
+    st.behavior = SplitBehavior::kIsolated;
+    st.invert = false;
+    plan.stages.push_back(std::move(st));
+  }
+  return plan;
 }
 
 Status TokenizerImpl::ids_to_tokens(const int32_t* ids, size_t n, bool skip_special,
@@ -186,6 +351,7 @@ Result<std::unique_ptr<TokenizerImpl>> parse_tokenizer_json(std::string_view tex
     if (!impl->model->token_to_id(content)) ++extra;
   }
   impl->id_limit = limit;
+  impl->byte_level_plan = detect_byte_level_plan(j);
   impl->vocab_size = impl->model->vocab_size() + extra;
   return impl;
 }

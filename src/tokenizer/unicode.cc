@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <vector>
 
 namespace loom::tok::uni {
 namespace {
@@ -262,6 +263,36 @@ char32_t compose9(char32_t a, char32_t b) {
   static const Compositions table;
   auto it = table.map.find((uint64_t(a) << 21) | b);
   return it == table.map.end() ? 0 : it->second;
+}
+
+static bool nfc_inert_slow(char32_t c, const std::vector<uint8_t>& seconds) {
+  if (c < 0x300) return true;
+  if (c >= 0x1161 && c <= 0x1175) return false;  // Hangul V and T jamo compose with L / LV
+  if (c >= 0x11A8 && c <= 0x11C2) return false;
+  if (c < seconds.size() * 8 && (seconds[c >> 3] >> (c & 7) & 1)) return false;
+  if (ccc9(c) != 0) return false;
+  char32_t buf[32];
+  int n = decompose9(c, false, buf);
+  return n == 1 && buf[0] == c;
+}
+
+bool nfc_inert(char32_t c) {
+  struct Table {
+    std::vector<uint8_t> seconds;  // bitset over code points that are a composition's second char
+    std::vector<uint8_t> bmp;      // bitset: nfc_inert for the BMP
+    Table() {
+      char32_t max_second = 0;
+      for (const auto& p : kCompositions) max_second = std::max(max_second, p.second);
+      seconds.assign(max_second / 8 + 1, 0);
+      for (const auto& p : kCompositions) seconds[p.second >> 3] |= static_cast<uint8_t>(1u << (p.second & 7));
+      bmp.assign(0x10000 / 8, 0);
+      for (char32_t c = 0; c < 0x10000; ++c)
+        if (nfc_inert_slow(c, seconds)) bmp[c >> 3] |= static_cast<uint8_t>(1u << (c & 7));
+    }
+  };
+  static const Table table;
+  if (c < 0x10000) return table.bmp[c >> 3] >> (c & 7) & 1;
+  return nfc_inert_slow(c, table.seconds);
 }
 
 }  // namespace loom::tok::uni

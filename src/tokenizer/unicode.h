@@ -69,5 +69,9 @@ uint8_t ccc9(char32_t c);
 int decompose9(char32_t c, bool compat, char32_t* out);
 // The primary composite of (a, b), or 0.
 char32_t compose9(char32_t a, char32_t b);
+// True when NFC (Unicode 9) cannot change c whatever surrounds it: no decomposition,
+// combining class 0, and never the second char of a composition. Text made only of such
+// chars is its own NFC.
+bool nfc_inert(char32_t c);
 
 }  // namespace loom::tok::uni

@@ -1,63 +1,107 @@
-// token ↔ id tables shared by the models.
+// token ↔ id tables shared by the models: an open-addressing hash table over the token
+// strings (vocabularies reach 260k entries and are probed once per character).
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 namespace loom::tok {
 
+inline uint64_t hash_bytes(const char* p, size_t n) {
+  auto mix = [](uint64_t a) {
+    a ^= a >> 32;
+    a *= 0x9E3779B97F4A7C15ull;
+    a ^= a >> 29;
+    return a;
+  };
+  uint64_t h = 0x243F6A8885A308D3ull ^ (n * 0xFF51AFD7ED558CCDull);
+  while (n >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    h = mix(h ^ (v * 0xBF58476D1CE4E5B9ull));
+    p += 8;
+    n -= 8;
+  }
+  uint64_t v = 0;
+  std::memcpy(&v, p, n);
+  return mix(h ^ (v * 0x94D049BB133111EBull) ^ n);
+}
+
 struct StringHash {
   using is_transparent = void;
-  size_t operator()(std::string_view s) const noexcept {
-    // FNV-1a: short keys, and good enough spread for vocabularies.
-    uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-    return static_cast<size_t>(h ^ (h >> 29));
-  }
+  size_t operator()(std::string_view s) const noexcept { return static_cast<size_t>(hash_bytes(s.data(), s.size())); }
 };
 
 class Vocab {
  public:
-  // Later duplicates of a token overwrite earlier ones (a HashMap built by insertion).
-  void add(std::string token, int32_t id) {
-    if (id >= static_cast<int32_t>(by_id_.size())) {
-      by_id_.resize(id + 1);
-      present_.resize(id + 1, 0);
-    }
-    by_id_[id] = token;
-    present_[id] = 1;
-    map_[std::move(token)] = id;
-  }
-  void add_if_absent(std::string token, int32_t id) {
-    if (id >= static_cast<int32_t>(by_id_.size())) {
-      by_id_.resize(id + 1);
-      present_.resize(id + 1, 0);
-    }
-    by_id_[id] = token;
-    present_[id] = 1;
-    map_.emplace(std::move(token), id);
-  }
+  // A later duplicate of a token overwrites the earlier id (a map built by insertion).
+  void add(std::string token, int32_t id) { insert(std::move(token), id, true); }
+  void add_if_absent(std::string token, int32_t id) { insert(std::move(token), id, false); }
+
   std::optional<int32_t> find(std::string_view token) const {
-    auto it = map_.find(token);
-    if (it == map_.end()) return std::nullopt;
-    return it->second;
+    if (slots_.empty()) return std::nullopt;
+    size_t mask = slots_.size() - 1;
+    for (size_t i = hash_bytes(token.data(), token.size()) & mask;; i = (i + 1) & mask) {
+      int32_t k = slots_[i];
+      if (k < 0) return std::nullopt;
+      if (strings_[k] == token) return ids_[k];
+    }
   }
   const std::string* token(int32_t id) const {
-    if (id < 0 || id >= static_cast<int32_t>(by_id_.size()) || !present_[id]) return nullptr;
-    return &by_id_[id];
+    if (id < 0 || id >= static_cast<int32_t>(id_to_str_.size()) || id_to_str_[id] < 0) return nullptr;
+    return &strings_[id_to_str_[id]];
   }
-  size_t size() const { return map_.size(); }
-  int32_t id_limit() const { return static_cast<int32_t>(by_id_.size()); }
-  void reserve(size_t n) { map_.reserve(n); }
+  size_t size() const { return strings_.size(); }
+  int32_t id_limit() const { return static_cast<int32_t>(id_to_str_.size()); }
+  void reserve(size_t n) {
+    strings_.reserve(n);
+    ids_.reserve(n);
+    rehash(n * 2);
+  }
 
  private:
-  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> map_;
-  std::vector<std::string> by_id_;
-  std::vector<uint8_t> present_;
+  void rehash(size_t want) {
+    size_t cap = 16;
+    while (cap < want) cap <<= 1;
+    if (cap <= slots_.size()) return;
+    slots_.assign(cap, -1);
+    size_t mask = cap - 1;
+    for (size_t k = 0; k < strings_.size(); ++k) {
+      size_t i = hash_bytes(strings_[k].data(), strings_[k].size()) & mask;
+      while (slots_[i] >= 0) i = (i + 1) & mask;
+      slots_[i] = static_cast<int32_t>(k);
+    }
+  }
+  void insert(std::string token, int32_t id, bool overwrite) {
+    if ((strings_.size() + 1) * 2 > slots_.size()) rehash((strings_.size() + 1) * 2);
+    if (id >= static_cast<int32_t>(id_to_str_.size())) id_to_str_.resize(id + 1, -1);
+    size_t mask = slots_.size() - 1;
+    size_t i = hash_bytes(token.data(), token.size()) & mask;
+    for (; slots_[i] >= 0; i = (i + 1) & mask) {
+      int32_t k = slots_[i];
+      if (strings_[k] != token) continue;
+      if (overwrite) {
+        if (id_to_str_[ids_[k]] == k) id_to_str_[ids_[k]] = -1;
+        ids_[k] = id;
+        id_to_str_[id] = k;
+      }
+      return;
+    }
+    int32_t k = static_cast<int32_t>(strings_.size());
+    strings_.push_back(std::move(token));
+    ids_.push_back(id);
+    slots_[i] = k;
+    id_to_str_[id] = k;
+  }
+
+  std::vector<int32_t> slots_;      // string index or -1
+  std::vector<std::string> strings_;
+  std::vector<int32_t> ids_;        // id of strings_[k]
+  std::vector<int32_t> id_to_str_;  // string index of an id or -1
 };
 
 }  // namespace loom::tok
