@@ -6,6 +6,8 @@
 //
 // Threads: loom uses ThreadPool::global() (LOOM_NUM_THREADS, default all cores);
 // oneDNN its OpenMP team (OMP_NUM_THREADS); OpenBLAS is set to the same count.
+// Debian's OpenBLAS may not recognise the CPU (the program says so): then run with
+// OPENBLAS_CORETYPE=COOPERLAKE for a fair comparison.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -150,8 +152,12 @@ void register_all() {
 
 int main(int argc, char** argv) {
   loom::cpu::baseline::OpenblasLinear::set_num_threads(loom::ThreadPool::global().num_threads());
-  std::printf("loom threads %d, code path %s, cpu: %s\n", loom::ThreadPool::global().num_threads(),
-              loom::cpu::isa_name().c_str(), loom::cpu::cpu_features_string().c_str());
+  std::printf("loom threads %d, code path %s, cpu: %s\nOpenBLAS kernels: %s\n", loom::ThreadPool::global().num_threads(),
+              loom::cpu::isa_name().c_str(), loom::cpu::cpu_features_string().c_str(),
+              loom::cpu::baseline::OpenblasLinear::core_name().c_str());
+  if (loom::cpu::baseline::OpenblasLinear::core_name() == "Prescott" && loom::cpu::isa_supported(loom::cpu::Isa::kAvx512)) {
+    std::printf("  (OpenBLAS did not recognise this CPU; rerun with OPENBLAS_CORETYPE=COOPERLAKE for its AVX-512 kernels)\n");
+  }
   loom::cpu::register_all();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -1,4 +1,4 @@
-// AVX2 f32 tile (6 rows × 16 columns per pass) and the widening of bf16/f16
+// AVX2 f32 tile (up to 6 rows, see gemm_avx2_tile.h) and the widening of bf16/f16
 // weight blocks for the large-M path.
 #include "runtime/cpu/gemm_avx2_tile.h"
 
@@ -10,9 +10,10 @@ namespace {
 
 struct F32Loader {
   const float* b;
-  LOOM_TARGET_AVX2 LOOM_INLINE void load(int64_t k, int h, __m256* out) const {
-    out[0] = _mm256_load_ps(b + k * kNr + h * kHalf);
-    out[1] = _mm256_load_ps(b + k * kNr + h * kHalf + 8);
+  template <int V>
+  LOOM_TARGET_AVX2 LOOM_INLINE void load(int64_t k, int col, __m256* out) const {
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) out[v] = _mm256_load_ps(b + k * kNr + col + 8 * v);
   }
   LOOM_TARGET_AVX2 LOOM_INLINE void prefetch(int64_t k, int bytes) const {
     _mm_prefetch(reinterpret_cast<const char*>(b + k * kNr) + bytes, _MM_HINT_T1);

@@ -1,6 +1,8 @@
-// The AVX2 tile body shared by gemm_avx2.cc and gemv_avx2.cc. 16 ymm registers
-// fit 6 rows × 16 columns (12 accumulators), so a 32-wide panel is done as two
-// 16-column halves, each re-reading the (L1-resident) x rows.
+// The AVX2 tile body shared by gemm_avx2.cc and gemv_avx2.cc. With 16 ymm
+// registers, up to 2 rows take the whole 32-wide panel in one pass (8
+// accumulators: four independent FMA chains per row, which decode at M = 1 needs
+// to keep up with memory); 3-6 rows do it as two 16-column passes (12
+// accumulators), each re-reading the L1/L2-resident x rows and weight block.
 #pragma once
 
 #include "runtime/cpu/matmul_kernels.h"
@@ -11,8 +13,9 @@
 namespace loom::cpu::detail::avx2 {
 
 constexpr int kMaxMr = 6;
-constexpr int kHalf = 16;  // columns per pass
-constexpr int kHalves = kNr / kHalf;
+
+// Columns per pass for MR rows.
+constexpr int pass_columns(int mr) { return mr <= 2 ? 32 : 16; }
 
 // Lane mask (all ones = keep) for columns [col, col + 8) below n_valid.
 LOOM_TARGET_AVX2 LOOM_INLINE __m256i column_mask(int n_valid, int col) {
@@ -20,56 +23,56 @@ LOOM_TARGET_AVX2 LOOM_INLINE __m256i column_mask(int n_valid, int col) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n_valid - col), idx);
 }
 
-// Loader: load(k, h, out) fills out[0..1] with the f32 weights of step k,
-// columns [16h, 16h + 16); prefetch(k, bytes) as in the AVX-512 body.
+// Loader: load<V>(k, col, out) fills out[0..V) with the f32 weights of step k,
+// columns [col, col + 8V); prefetch(k, bytes) as in the AVX-512 body.
 template <int MR, int64_t kLda, int kPrefetch, typename Loader>
 LOOM_TARGET_AVX2 LOOM_INLINE void tile_body(const TileArgs& t, const Loader& w) {
+  constexpr int kCols = pass_columns(MR);
+  constexpr int kV = kCols / 8;  // ymm per row per pass
   const float* a = static_cast<const float*>(t.a);
   const int64_t lda = kLda ? kLda : t.lda;
 #pragma GCC unroll 2
-  for (int h = 0; h < kHalves; ++h) {
-    if (t.n_valid <= h * kHalf) break;
-    float* c = t.c + h * kHalf;
-    const __m256i mask0 = column_mask(t.n_valid, h * kHalf);
-    const __m256i mask1 = column_mask(t.n_valid, h * kHalf + 8);
-    __m256 acc[MR][2];
-    if (t.accumulate) {
+  for (int col = 0; col < kNr; col += kCols) {
+    if (t.n_valid <= col) break;
+    float* c = t.c + col;
+    __m256i mask[kV];
+#pragma GCC unroll 4
+    for (int v = 0; v < kV; ++v) mask[v] = column_mask(t.n_valid, col + 8 * v);
+    __m256 acc[MR][kV];
 #pragma GCC unroll 8
-      for (int m = 0; m < MR; ++m) {
-        acc[m][0] = _mm256_maskload_ps(c + m * t.ldc, mask0);
-        acc[m][1] = _mm256_maskload_ps(c + m * t.ldc + 8, mask1);
+    for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 4
+      for (int v = 0; v < kV; ++v) {
+        acc[m][v] = t.accumulate ? _mm256_maskload_ps(c + m * t.ldc + 8 * v, mask[v]) : _mm256_setzero_ps();
       }
-    } else {
-#pragma GCC unroll 8
-      for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
     }
     for (int64_t k = 0; k < t.k; ++k) {
       if constexpr (kPrefetch > 0) {
-        if (h == 0) w.prefetch(k, kPrefetch);
+        if (col == 0) w.prefetch(k, kPrefetch);
       } else {
-        if (h == 0 && k < t.prefetch_lines) _mm_prefetch(static_cast<const char*>(t.prefetch) + 64 * k, _MM_HINT_T1);
+        if (col == 0 && k < t.prefetch_lines) _mm_prefetch(static_cast<const char*>(t.prefetch) + 64 * k, _MM_HINT_T1);
       }
-      __m256 b[2];
-      w.load(k, h, b);
+      __m256 b[kV];
+      w.template load<kV>(k, col, b);
 #pragma GCC unroll 8
       for (int m = 0; m < MR; ++m) {
         const __m256 x = _mm256_broadcast_ss(a + m * lda + k);
-        acc[m][0] = _mm256_fmadd_ps(x, b[0], acc[m][0]);
-        acc[m][1] = _mm256_fmadd_ps(x, b[1], acc[m][1]);
+#pragma GCC unroll 4
+        for (int v = 0; v < kV; ++v) acc[m][v] = _mm256_fmadd_ps(x, b[v], acc[m][v]);
       }
     }
     if (t.bias) {
-      const __m256 b0 = _mm256_loadu_ps(t.bias + h * kHalf), b1 = _mm256_loadu_ps(t.bias + h * kHalf + 8);
+#pragma GCC unroll 4
+      for (int v = 0; v < kV; ++v) {
+        const __m256 bias = _mm256_loadu_ps(t.bias + col + 8 * v);
 #pragma GCC unroll 8
-      for (int m = 0; m < MR; ++m) {
-        acc[m][0] = _mm256_add_ps(acc[m][0], b0);
-        acc[m][1] = _mm256_add_ps(acc[m][1], b1);
+        for (int m = 0; m < MR; ++m) acc[m][v] = _mm256_add_ps(acc[m][v], bias);
       }
     }
 #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
-      _mm256_maskstore_ps(c + m * t.ldc, mask0, acc[m][0]);
-      _mm256_maskstore_ps(c + m * t.ldc + 8, mask1, acc[m][1]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kV; ++v) _mm256_maskstore_ps(c + m * t.ldc + 8 * v, mask[v], acc[m][v]);
     }
   }
 }

@@ -10,21 +10,18 @@ namespace {
 
 
 // bf16 pairs [k/2][kNr][2]: step k is the low half of each 32-bit lane when k is
-// even, the high half when odd. Each step re-loads its pair vector (an L1 hit)
-// so that only two weight registers are live next to 12 accumulators.
+// even, the high half when odd. Each step re-loads its pair vectors (L1 hits) so
+// that only one step's weights are live next to the accumulators.
 struct Bf16PairLoader {
   const uint16_t* b;
-  LOOM_TARGET_AVX2 LOOM_INLINE void load(int64_t k, int h, __m256* out) const {
-    const uint16_t* p = b + (k / 2 * kNr + h * kHalf) * 2;
-    const __m256i p0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
-    const __m256i p1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 16));
-    if (k & 1) {
-      const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-      out[0] = _mm256_castsi256_ps(_mm256_and_si256(p0, hi));
-      out[1] = _mm256_castsi256_ps(_mm256_and_si256(p1, hi));
-    } else {
-      out[0] = _mm256_castsi256_ps(_mm256_slli_epi32(p0, 16));
-      out[1] = _mm256_castsi256_ps(_mm256_slli_epi32(p1, 16));
+  template <int V>
+  LOOM_TARGET_AVX2 LOOM_INLINE void load(int64_t k, int col, __m256* out) const {
+    const uint16_t* p = b + (k / 2 * kNr + col) * 2;
+    const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      const __m256i pairs = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 16 * v));
+      out[v] = _mm256_castsi256_ps((k & 1) ? _mm256_and_si256(pairs, hi) : _mm256_slli_epi32(pairs, 16));
     }
   }
   LOOM_TARGET_AVX2 LOOM_INLINE void prefetch(int64_t k, int bytes) const {
@@ -35,10 +32,11 @@ struct Bf16PairLoader {
 
 struct F16Loader {
   const uint16_t* b;
-  LOOM_TARGET_AVX2 LOOM_INLINE void load(int64_t k, int h, __m256* out) const {
-    const uint16_t* p = b + k * kNr + h * kHalf;
-    out[0] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
-    out[1] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p + 8)));
+  template <int V>
+  LOOM_TARGET_AVX2 LOOM_INLINE void load(int64_t k, int col, __m256* out) const {
+    const uint16_t* p = b + k * kNr + col;
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) out[v] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p + 8 * v)));
   }
   LOOM_TARGET_AVX2 LOOM_INLINE void prefetch(int64_t k, int bytes) const {
     _mm_prefetch(reinterpret_cast<const char*>(b + k * kNr) + bytes, _MM_HINT_T1);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "loom/core/status.h"
@@ -38,6 +39,10 @@ class OpenblasLinear {
   static Result<std::unique_ptr<OpenblasLinear>> create(const Tensor& weight, const Tensor* bias);
   void run(const float* x, int64_t M, float* y);
   static void set_num_threads(int n);
+  // The kernel family OpenBLAS picked ("SkylakeX", …). Debian's DYNAMIC_ARCH
+  // build does not know recent Xeons and falls back to "Prescott" (SSE3, ~6x
+  // slower); OPENBLAS_CORETYPE=COOPERLAKE selects the AVX-512 kernels.
+  static std::string core_name();
 
  private:
   int64_t n_ = 0, k_ = 0;

@@ -38,4 +38,9 @@ void OpenblasLinear::run(const float* x, int64_t M, float* y) {
 
 void OpenblasLinear::set_num_threads(int n) { openblas_set_num_threads(n); }
 
+std::string OpenblasLinear::core_name() {
+  const char* name = openblas_get_corename();
+  return name ? name : "?";
+}
+
 }  // namespace loom::cpu::baseline
