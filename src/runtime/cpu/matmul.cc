@@ -315,7 +315,10 @@ void linear(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, 
   const int64_t panels = w.num_panels();
   const int threads = pool.num_threads();
   if (M <= g_stream_max_rows.load(std::memory_order_relaxed)) {
-    pool.parallel_for(panels, [&](int64_t p0, int64_t p1, int) { stream_panels(pb, p0, p1); });
+    // Waking a worker costs a few µs: give each at least ~64 KB of weights, so
+    // tiny layers run on the calling thread alone.
+    const int64_t grain = std::max<int64_t>(1, (int64_t{64} << 10) / static_cast<int64_t>(w.panel_stride_bytes()));
+    pool.parallel_for(panels, [&](int64_t p0, int64_t p1, int) { stream_panels(pb, p0, p1); }, grain);
   } else if (panels >= 2 * threads || M < 2 * kt.max_mr * threads) {
     // Split N: each thread reads only its panels; x is small next to them.
     pool.parallel_for(panels, [&](int64_t p0, int64_t p1, int) { blocked(pb, 0, M, p0, p1); });
