@@ -28,15 +28,17 @@ loom_out=$("$BIN" --threads "$THREADS" --seconds "$SECONDS_PER" "${SPECS[@]}")
 hf1=$(RAYON_NUM_THREADS=1 node tests/oracles/bench.js "$ORACLES/corpus.json" "$SECONDS_PER" "${SPECS[@]}")
 hfn=$(RAYON_NUM_THREADS=$THREADS node tests/oracles/bench.js "$ORACLES/corpus.json" "$SECONDS_PER" "${SPECS[@]}")
 bytes=$(node -e "const c=require('./$ORACLES/corpus.json');console.log(c.reduce((n,x)=>n+Buffer.byteLength(x.text),0))")
-echo "corpus: $bytes bytes of UTF-8; MB/s of input encoded (with special tokens, char offsets)"
+echo "corpus: $bytes bytes of UTF-8; MB/s of input encoded (with special tokens and offsets)."
+echo "1 thread: MB per CPU-second (steady on a busy machine); $THREADS threads: MB per wall second."
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $THREADS cores"
 echo
 printf "| %-15s | %14s | %14s | %6s | %14s | %14s | %6s |\n" tokenizer "loom 1 thread" "HF 1 thread" ratio "loom $THREADS thr" "HF $THREADS thr" ratio
 printf "|%s|%s|%s|%s|%s|%s|%s|\n" "-----------------" "----------------" "----------------" "--------" "----------------" "----------------" "--------"
 for spec in "${SPECS[@]}"; do
   name=${spec%%=*}
-  l1=$(awk -v n="$name" '$1==n && $2==1 {print $3}' <<<"$loom_out")
+  l1=$(awk -v n="$name" '$1==n && $2==1 {print $4}' <<<"$loom_out")
   ln=$(awk -v n="$name" -v t="$THREADS" '$1==n && $2==t {print $3}' <<<"$loom_out")
-  h1=$(awk -v n="$name" '$1==n {print $2}' <<<"$hf1")
+  h1=$(awk -v n="$name" '$1==n {print $3}' <<<"$hf1")
   hn=$(awk -v n="$name" '$1==n {print $2}' <<<"$hfn")
   printf "| %-15s | %14s | %14s | %6s | %14s | %14s | %6s |\n" "$name" "$l1" "$h1" \
     "$(awk -v a="$l1" -v b="$h1" 'BEGIN{printf "%.2fx", a/b}')" "$ln" "$hn" \

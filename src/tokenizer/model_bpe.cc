@@ -45,15 +45,12 @@ class Bpe final : public Model {
 
   Status tokenize(std::string_view piece, std::vector<Token>& out) const override {
     if (piece.empty()) return Status::Ok();
-    if (ignore_merges) {
-      if (auto id = vocab.find(piece)) {
-        out.push_back({*id, 0, static_cast<uint32_t>(piece.size()), {}, false});
-        return Status::Ok();
-      }
-    }
+    // The cache holds the final answer for a piece (ignore_merges' whole-piece match
+    // included), so a hit needs no vocabulary probe.
     Cache& cache = thread_cache();
     constexpr size_t kMaxCached = 256;
-    if (piece.size() < kMaxCached) {
+    const bool cacheable = piece.size() < kMaxCached;
+    if (cacheable) {
       auto it = cache.map.find(piece);
       if (it != cache.map.end()) {
         emit(it->second, out);
@@ -61,9 +58,14 @@ class Bpe final : public Model {
       }
     }
     std::vector<Piece> word;
-    LOOM_RETURN_IF_ERROR(merge_word(piece, word));
+    std::optional<int32_t> whole = ignore_merges ? vocab.find(piece) : std::nullopt;
+    if (whole) {
+      word.push_back({*whole, static_cast<uint32_t>(piece.size())});
+    } else {
+      LOOM_RETURN_IF_ERROR(merge_word(piece, word));
+    }
     emit(word, out);
-    if (piece.size() < kMaxCached) {
+    if (cacheable) {
       if (cache.map.size() >= kCacheCapacity) cache.map.clear();
       cache.map.emplace(std::string(piece), std::move(word));
     }
