@@ -17,12 +17,7 @@ struct GenerateFlags {
   ModelOptions model;
   std::string prompt;
   std::string prompt_ids;
-  std::optional<int64_t> max_new_tokens;
-  std::optional<float> temperature, top_p, min_p, repetition_penalty;
-  std::optional<int32_t> top_k;
-  std::optional<uint64_t> seed;
-  std::vector<std::string> stop;
-  bool greedy = false;
+  SamplingFlags sampling;
   bool json = false;
   bool no_special_tokens = false;
 };
@@ -44,27 +39,7 @@ void run_generate(const GenerateFlags& f) {
     prompt = (*text)->encode(f.prompt, !f.no_special_tokens).value();
   }
 
-  batching::GenerateOptions o;
-  o.max_new_tokens = f.max_new_tokens.value_or(gc.new_token_budget(static_cast<int64_t>(prompt.size())));
-  o.sampling.do_sample = gc.do_sample;
-  o.sampling.temperature = static_cast<float>(gc.temperature);
-  o.sampling.top_k = static_cast<int32_t>(gc.top_k);
-  o.sampling.top_p = static_cast<float>(gc.top_p);
-  o.sampling.min_p = static_cast<float>(gc.min_p.value_or(0.0));
-  o.sampling.repetition_penalty = static_cast<float>(gc.repetition_penalty);
-  // An explicit sampling flag turns sampling on, as users of llama.cpp expect.
-  if (f.temperature) { o.sampling.temperature = *f.temperature; o.sampling.do_sample = *f.temperature > 0; }
-  if (f.top_k) { o.sampling.top_k = *f.top_k; o.sampling.do_sample = true; }
-  if (f.top_p) { o.sampling.top_p = *f.top_p; o.sampling.do_sample = true; }
-  if (f.min_p) { o.sampling.min_p = *f.min_p; o.sampling.do_sample = true; }
-  if (f.repetition_penalty) o.sampling.repetition_penalty = *f.repetition_penalty;
-  if (f.greedy) o.sampling.do_sample = false;
-  o.seed = f.seed.value_or(gc.seed.value_or(0));
-  for (int64_t id : gc.eos_token_ids) o.eos_token_ids.push_back(static_cast<int32_t>(id));
-  if (o.eos_token_ids.empty())
-    for (int64_t id : model->config().eos_token_ids) o.eos_token_ids.push_back(static_cast<int32_t>(id));
-  o.stop_strings = gc.stop_strings;
-  o.stop_strings.insert(o.stop_strings.end(), f.stop.begin(), f.stop.end());
+  const batching::GenerateOptions o = make_generate_options(f.sampling, gc, *model, static_cast<int64_t>(prompt.size()));
 
   batching::TextStream* stream = text.ok() ? text->get() : nullptr;
   if (stream) (*text)->start(prompt);
@@ -107,16 +82,7 @@ void add_generate_command(CLI::App& app) {
   auto* p = cmd->add_option("--prompt,-p", f->prompt, "Prompt text (needs the model's tokenizer.json)");
   auto* ids = cmd->add_option("--prompt-ids", f->prompt_ids, "Prompt as token ids: 1,2,3");
   p->excludes(ids);
-  cmd->add_option("--max-new-tokens,-n", f->max_new_tokens, "Tokens to generate (default: generation_config.json)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--temperature", f->temperature, "Sampling temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-k", f->top_k, "Keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-p", f->top_p, "Nucleus sampling mass in (0, 1]");
-  cmd->add_option("--min-p", f->min_p, "Drop tokens below min_p × p(top token)");
-  cmd->add_option("--repetition-penalty", f->repetition_penalty, "Penalty > 0 for tokens already seen (1 = off)");
-  cmd->add_option("--seed", f->seed, "Random seed for sampling");
-  cmd->add_option("--stop", f->stop, "Stop when this string appears (repeatable)");
-  cmd->add_flag("--greedy", f->greedy, "Always pick the most likely token");
+  add_sampling_options(cmd, &f->sampling);
   cmd->add_flag("--no-special-tokens", f->no_special_tokens, "Do not add BOS/EOS when tokenizing the prompt");
   cmd->add_flag("--json", f->json, "Print one JSON object (prompt_ids, generated_ids, text, finish_reason, timings)");
   cmd->callback([f] {

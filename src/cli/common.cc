@@ -64,6 +64,45 @@ void apply_threads(const ModelOptions& o) {
   if (o.threads > 0) ThreadPool::set_global_threads(o.threads);
 }
 
+void add_sampling_options(CLI::App* cmd, SamplingFlags* f) {
+  cmd->add_option("--max-new-tokens,-n", f->max_new_tokens, "Tokens to generate (default: generation_config.json)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temperature", f->temperature, "Sampling temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", f->top_k, "Keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", f->top_p, "Nucleus sampling mass in (0, 1]");
+  cmd->add_option("--min-p", f->min_p, "Drop tokens below min_p × p(top token)");
+  cmd->add_option("--repetition-penalty", f->repetition_penalty, "Penalty > 0 for tokens already seen (1 = off)");
+  cmd->add_option("--seed", f->seed, "Random seed for sampling");
+  cmd->add_option("--stop", f->stop, "Stop when this string appears (repeatable)");
+  cmd->add_flag("--greedy", f->greedy, "Always pick the most likely token");
+}
+
+batching::GenerateOptions make_generate_options(const SamplingFlags& f, const GenerationConfig& gc,
+                                                const models::Model& model, int64_t prompt_length) {
+  batching::GenerateOptions o;
+  o.max_new_tokens = f.max_new_tokens.value_or(gc.new_token_budget(prompt_length));
+  o.sampling.do_sample = gc.do_sample;
+  o.sampling.temperature = static_cast<float>(gc.temperature);
+  o.sampling.top_k = static_cast<int32_t>(gc.top_k);
+  o.sampling.top_p = static_cast<float>(gc.top_p);
+  o.sampling.min_p = static_cast<float>(gc.min_p.value_or(0.0));
+  o.sampling.repetition_penalty = static_cast<float>(gc.repetition_penalty);
+  // An explicit sampling flag turns sampling on, as users of llama.cpp expect.
+  if (f.temperature) { o.sampling.temperature = *f.temperature; o.sampling.do_sample = *f.temperature > 0; }
+  if (f.top_k) { o.sampling.top_k = *f.top_k; o.sampling.do_sample = true; }
+  if (f.top_p) { o.sampling.top_p = *f.top_p; o.sampling.do_sample = true; }
+  if (f.min_p) { o.sampling.min_p = *f.min_p; o.sampling.do_sample = true; }
+  if (f.repetition_penalty) o.sampling.repetition_penalty = *f.repetition_penalty;
+  if (f.greedy) o.sampling.do_sample = false;
+  o.seed = f.seed.value_or(gc.seed.value_or(0));
+  for (int64_t id : gc.eos_token_ids) o.eos_token_ids.push_back(static_cast<int32_t>(id));
+  if (o.eos_token_ids.empty())
+    for (int64_t id : model.config().eos_token_ids) o.eos_token_ids.push_back(static_cast<int32_t>(id));
+  o.stop_strings = gc.stop_strings;
+  o.stop_strings.insert(o.stop_strings.end(), f.stop.begin(), f.stop.end());
+  return o;
+}
+
 Result<std::vector<int32_t>> parse_id_list(const std::string& text) {
   std::vector<int32_t> ids;
   std::string cur;

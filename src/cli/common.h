@@ -8,8 +8,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include "loom/batching/generate.h"
 #include "loom/batching/model_runner.h"
 #include "loom/core/status.h"
+#include "loom/generation/generation_config.h"
 
 namespace loom::cli {
 
@@ -28,6 +30,21 @@ std::string default_model_dir();
 // Resolves the model dir (default when empty), applies --threads.
 Result<std::string> resolve_model_dir(const ModelOptions& o);
 void apply_threads(const ModelOptions& o);
+
+// Sampling and stopping flags shared by generate and chat.
+struct SamplingFlags {
+  std::optional<int64_t> max_new_tokens;
+  std::optional<float> temperature, top_p, min_p, repetition_penalty;
+  std::optional<int32_t> top_k;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  bool greedy = false;
+};
+void add_sampling_options(CLI::App* cmd, SamplingFlags* f);
+// generation_config.json's values, overridden by the flags; EOS from the
+// generation config, else from config.json.
+batching::GenerateOptions make_generate_options(const SamplingFlags& f, const GenerationConfig& gc,
+                                                const models::Model& model, int64_t prompt_length);
 
 // "1,2, 3" or "[1, 2, 3]" → ids; the error names the bad entry.
 Result<std::vector<int32_t>> parse_id_list(const std::string& text);
