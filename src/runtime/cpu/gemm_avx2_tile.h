@@ -51,6 +51,9 @@ LOOM_TARGET_AVX2 LOOM_INLINE void tile_body(const TileArgs& t, const Loader& w) 
         if (col == 0) w.prefetch(k, kPrefetch);
       } else {
         if (col == 0 && k < t.prefetch_lines) _mm_prefetch(static_cast<const char*>(t.prefetch) + 64 * k, _MM_HINT_T1);
+        if (col == 0 && t.c_next && k >= 32 && k < 32 + 2 * t.c_next_rows) {
+          _mm_prefetch(reinterpret_cast<const char*>(t.c_next + ((k - 32) >> 1) * t.ldc + (k & 1) * 16), _MM_HINT_T0);
+        }
       }
       __m256 b[kV];
       w.template load<kV>(k, col, b);
