@@ -255,18 +255,30 @@ void NormalizedString::append(std::string_view s) {
 }
 
 void NormalizedString::replace(const MatchList& matches, std::string_view content) {
-  std::vector<char32_t> cs = to_chars(content);
-  std::vector<CharChange> dest;
-  for (char32_t c : cs) dest.push_back({c, 1});
-  int64_t offset = 0;
+  // One pass with the effect of the library's per-match transform_range (removed chars
+  // first, then each new char inserted with the alignment of the match's last byte):
+  // splicing per match would be quadratic in long inputs.
+  std::string out;
+  std::vector<Align> out_align;
+  out.reserve(normalized_.size() + matches.size() * content.size());
+  out_align.reserve(out.capacity());
+  uint32_t pos = 0;
+  bool any = false;
   for (const auto& [range, is_match] : matches) {
-    if (!is_match) continue;
-    int64_t s = std::max<int64_t>(0, static_cast<int64_t>(range.first) + offset);
-    int64_t e = std::max<int64_t>(0, static_cast<int64_t>(range.second) + offset);
-    size_t removed_chars = uni::count_chars(std::string_view(normalized_).substr(s, e - s));
-    transform_range(static_cast<uint32_t>(s), static_cast<uint32_t>(e), dest, removed_chars);
-    offset += static_cast<int64_t>(content.size()) - static_cast<int64_t>(range.second - range.first);
+    if (!is_match || range.second <= range.first || range.second > normalized_.size()) continue;
+    any = true;
+    out.append(normalized_, pos, range.first - pos);
+    out_align.insert(out_align.end(), align_.begin() + pos, align_.begin() + range.first);
+    Align a = align_[range.second - 1];
+    out.append(content);
+    out_align.insert(out_align.end(), content.size(), a);
+    pos = range.second;
   }
+  if (!any) return;
+  out.append(normalized_, pos, std::string::npos);
+  out_align.insert(out_align.end(), align_.begin() + pos, align_.end());
+  normalized_ = std::move(out);
+  align_ = std::move(out_align);
 }
 
 void NormalizedString::lrstrip(bool left, bool right) {
