@@ -26,7 +26,7 @@ struct F32Tile {
   template <int MR>
   LOOM_TARGET_AVX2 LOOM_INLINE void run() const {
     const F32Loader w{static_cast<const float*>(t.b)};
-    if (t.lda == kKc) {
+    if (t.blocked) {
       tile_body<MR, kKc, 0>(t, w);
     } else {
       tile_body<MR, 0, kStreamPrefetchBytes>(t, w);

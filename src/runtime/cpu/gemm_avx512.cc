@@ -21,15 +21,15 @@ struct F32Loader {
   }
 };
 
-// x packed by the driver with row stride kKc (compile-time addressing) and the
-// block in L1: no prefetch. Otherwise x rows at any stride and weights streamed
-// from memory.
+// Blocked: x packed by the driver with row stride kKc (compile-time addressing)
+// and the block in L1, so no stream prefetch. Otherwise x rows at any stride and
+// weights streamed from memory.
 struct F32Tile {
   const TileArgs& t;
   template <int MR>
   LOOM_TARGET_AVX512 LOOM_INLINE void run() const {
     const F32Loader w{static_cast<const float*>(t.b)};
-    if (t.lda == kKc) {
+    if (t.blocked) {
       tile_body<MR, kKc, 0>(t, w);
     } else {
       tile_body<MR, 0, kStreamPrefetchBytes>(t, w);

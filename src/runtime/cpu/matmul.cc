@@ -22,7 +22,6 @@ namespace loom::cpu {
 namespace {
 
 using detail::kKc;
-using detail::kMaxMr;
 using detail::kNr;
 using detail::KernelTable;
 using detail::TileArgs;
@@ -178,6 +177,7 @@ void blocked(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0, int6
           t.mr = static_cast<int>(std::min<int64_t>(max_mr, rows - m0));
           t.n_valid = static_cast<int>(std::min<int64_t>(kNr, N - p * kNr));
           t.accumulate = kb > 0;
+          t.blocked = !pb.x_bf16;
           if (m0 + max_mr < rows) {
             t.c_next = t.c + max_mr * pb.y_stride;
             t.c_next_rows = static_cast<int>(std::min<int64_t>(max_mr, rows - m0 - max_mr));

@@ -53,6 +53,9 @@ struct TileArgs {
   int mr = 0;       // 1..max_mr rows
   int n_valid = 0;  // 1..kNr columns of the panel that exist in y
   bool accumulate = false;       // C holds the sum over earlier k blocks
+  // Blocked path: a is the driver's packed x block (lda == kKc, compile-time
+  // addressing) and b sits in L1; otherwise weights stream from memory.
+  bool blocked = false;
   const float* bias = nullptr;   // kNr values added at the end, or null
   // Blocked path: cache lines to pull into L2 for the next block, one per k
   // step from the first, so the fetch is spread over the tile.
