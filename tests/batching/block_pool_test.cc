@@ -1,0 +1,97 @@
+#include "loom/batching/block_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace loom::batching {
+namespace {
+
+const KvPageShape kShape{4, 2, 8};
+
+TEST(BlockPool, AccountsPagesPerGroupAndNeverExceedsTheBudget) {
+  BlockPool pool(kShape, 10, {3, 2});  // e.g. 3 full-attention layers, 2 sliding ones
+  EXPECT_EQ(pool.capacity_pages(), 10);
+  EXPECT_EQ(pool.budget_bytes(), 10 * kShape.page_bytes());
+  const BlockId a = pool.allocate(0).value();
+  const BlockId b = pool.allocate(1).value();
+  const BlockId c = pool.allocate(0).value();
+  EXPECT_EQ(pool.used_pages(), 8);
+  EXPECT_EQ(pool.free_pages(), 2);
+  EXPECT_EQ(pool.bytes_in_use(), 8 * kShape.page_bytes());
+  // 2 pages left: a 3-page block does not fit, a 2-page one does.
+  EXPECT_EQ(pool.allocate(0).status().code(), ErrorCode::kResourceExhausted);
+  const BlockId d = pool.allocate(1).value();
+  EXPECT_EQ(pool.free_pages(), 0);
+  EXPECT_EQ(pool.peak_used_pages(), 10);
+  for (BlockId x : {a, b, c, d}) {
+    EXPECT_EQ(pool.release(x), 0);
+    pool.free(x);
+  }
+  EXPECT_EQ(pool.free_pages(), 10);
+  EXPECT_EQ(pool.live_blocks(), 0);
+}
+
+TEST(BlockPool, ReferenceCountsAndDistinctPages) {
+  BlockPool pool(kShape, 6, {2});
+  const BlockId a = pool.allocate(0).value();
+  const BlockId b = pool.allocate(0).value();
+  pool.retain(a);
+  EXPECT_EQ(pool.ref_count(a), 2);
+  EXPECT_EQ(pool.release(a), 1);
+  EXPECT_THROW(pool.free(a), Error);  // still referenced
+  // Every page of every live block is distinct memory, K apart from V.
+  std::vector<float*> pages = {pool.k_page(a, 0), pool.k_page(a, 1), pool.v_page(a, 0), pool.v_page(a, 1),
+                               pool.k_page(b, 0), pool.k_page(b, 1), pool.v_page(b, 0), pool.v_page(b, 1)};
+  for (size_t i = 0; i < pages.size(); ++i)
+    for (size_t j = i + 1; j < pages.size(); ++j) {
+      const auto gap = std::abs(pages[i] - pages[j]);
+      EXPECT_GE(gap, kShape.page_floats()) << i << " " << j;
+    }
+  // Pages are writable over their whole extent.
+  for (float* p : pages) std::fill(p, p + kShape.page_floats(), 1.0f);
+  EXPECT_EQ(pool.release(a), 0);
+  pool.free(a);
+  EXPECT_THROW(pool.release(a), Error);  // already free
+}
+
+TEST(BlockPool, RandomWorkloadKeepsAccountingExact) {
+  BlockPool pool(kShape, 37, {3, 1});
+  std::mt19937 rng(7);
+  std::vector<BlockId> live;
+  int64_t expected_used = 0;
+  for (int step = 0; step < 5000; ++step) {
+    if (live.empty() || rng() % 2) {
+      const int g = static_cast<int>(rng() % 2);
+      Result<BlockId> b = pool.allocate(g);
+      const int64_t need = g == 0 ? 3 : 1;
+      if (pool.capacity_pages() - expected_used >= need) {
+        ASSERT_TRUE(b.ok());
+        live.push_back(*b);
+        expected_used += need;
+      } else {
+        ASSERT_FALSE(b.ok());
+      }
+    } else {
+      const size_t i = rng() % live.size();
+      const BlockId b = live[i];
+      expected_used -= pool.pages_per_block(pool.group_of(b));
+      ASSERT_EQ(pool.release(b), 0);
+      pool.free(b);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    ASSERT_EQ(pool.used_pages(), expected_used);
+    ASSERT_LE(pool.used_pages(), pool.capacity_pages());
+  }
+  EXPECT_LE(pool.peak_used_pages(), pool.capacity_pages());
+}
+
+TEST(BlockPool, RejectsUnusableShapes) {
+  EXPECT_THROW(BlockPool(kShape, 0, {1}), Error);
+  EXPECT_THROW(BlockPool(kShape, 4, {}), Error);
+  EXPECT_THROW(BlockPool(kShape, 4, {5}), Error);  // one block needs more pages than the pool has
+  EXPECT_THROW(BlockPool(KvPageShape{0, 2, 8}, 4, {1}), Error);
+}
+
+}  // namespace
+}  // namespace loom::batching

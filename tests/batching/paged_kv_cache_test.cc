@@ -1,0 +1,227 @@
+#include "loom/batching/paged_kv_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace loom::batching {
+namespace {
+
+KvCacheLayout layout(std::vector<int64_t> windows) {
+  KvCacheLayout l;
+  l.num_layers = static_cast<int>(windows.size());
+  l.num_kv_heads = 2;
+  l.head_dim = 4;
+  l.sliding_window = std::move(windows);
+  return l;
+}
+
+PagedKvCacheOptions options(int64_t page_size, int64_t num_pages, bool sharing = true, int64_t swap = 0) {
+  PagedKvCacheOptions o;
+  o.page_size = page_size;
+  o.num_pages = num_pages;
+  o.block_sharing = sharing;
+  o.swap_pages = swap;
+  o.salt = 99;
+  o.max_step_tokens = 8;
+  return o;
+}
+
+std::vector<int32_t> iota_tokens(int n, int32_t from = 0) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  std::iota(t.begin(), t.end(), from);
+  return t;
+}
+
+TEST(PagedKvCache, EnsureTrimReleaseKeepTheAccountingExact) {
+  PagedKvCache kv(layout({0, 0}), options(4, 12, /*sharing=*/false));
+  SequenceKv s;
+  EXPECT_TRUE(kv.ensure(s, 5));  // 2 logical pages × 2 layers
+  EXPECT_EQ(s.num_pages, 2);
+  EXPECT_EQ(kv.pool().used_pages(), 4);
+  EXPECT_EQ(kv.max_fit(s, 5, 100), 24 - 5);  // 8 free pages = 4 more logical pages: positions < 24
+  EXPECT_FALSE(kv.ensure(s, 25));                 // 7 logical pages > 6: nothing changes
+  EXPECT_EQ(kv.pool().used_pages(), 4);
+  EXPECT_TRUE(kv.ensure(s, 24));
+  EXPECT_EQ(kv.pool().free_pages(), 0);
+  kv.trim(s, 9);  // keeps pages of positions < 9: 3 logical pages
+  EXPECT_EQ(s.num_pages, 3);
+  EXPECT_EQ(kv.pool().used_pages(), 6);
+  kv.release(s);
+  EXPECT_EQ(kv.pool().used_pages(), 0);
+  EXPECT_EQ(kv.pool().peak_used_pages(), 12);
+}
+
+TEST(PagedKvCache, BindsPageTablesPerLayerAndSequence) {
+  PagedKvCache kv(layout({0, 0, 0}), options(2, 30, false));
+  SequenceKv a, b;
+  ASSERT_TRUE(kv.ensure(a, 3));
+  ASSERT_TRUE(kv.ensure(b, 6));
+  StepKvView view;
+  kv.bind(view, {&a, &b});
+  for (int layer = 0; layer < 3; ++layer) {
+    const graph::KvPageTable ta = view.pages(layer, 0), tb = view.pages(layer, 1);
+    EXPECT_EQ(ta.num_pages, 2);
+    EXPECT_EQ(tb.num_pages, 3);
+    EXPECT_EQ(ta.page_size, 2);
+    EXPECT_EQ(ta.k_pages[0], kv.pool().k_page(a.tables[0][0], layer));
+    EXPECT_EQ(tb.v_pages[2], kv.pool().v_page(b.tables[0][2], layer));
+    EXPECT_NE(ta.k_pages[1], tb.k_pages[1]);
+  }
+  EXPECT_THROW(view.pages(3, 0), Error);
+  EXPECT_THROW(view.pages(0, 2), Error);
+}
+
+TEST(PagedKvCache, SlidingLayersKeepARingOfPages) {
+  // Layer 0 full, layers 1-2 slide over 6 positions: a hybrid stack.
+  PagedKvCache kv(layout({0, 6, 6}), options(4, 200, /*sharing=*/true));
+  EXPECT_FALSE(kv.block_sharing());  // prefix caching is for full-attention models
+  SequenceKv s;
+  int64_t max_sliding_live = 0;
+  for (int64_t pos = 0; pos < 100; pos += 3) {  // steps of 3 tokens
+    ASSERT_TRUE(kv.ensure(s, pos + 3));
+    kv.drop_out_of_window(s, pos + 3);
+    int64_t live = 0;
+    for (BlockId b : s.tables[1]) live += b != kNoBlock;
+    max_sliding_live = std::max(max_sliding_live, live);
+    // Pages a future query (position ≥ pos + 3) reads are all there.
+    for (int64_t p = std::max<int64_t>(0, pos + 3 - 6 + 1) / 4; p < s.num_pages; ++p)
+      ASSERT_NE(s.tables[1][static_cast<size_t>(p)], kNoBlock) << "page " << p << " at " << pos;
+  }
+  EXPECT_EQ(static_cast<int64_t>(s.tables[0].size()), 26);  // full layer keeps everything (102 positions)
+  EXPECT_LE(max_sliding_live, kv.sliding_ring_pages(6));
+  EXPECT_LE(kv.pool().used_pages(), kv.pages_for_length(100) + 2 /* one ring step of slack */);
+  StepKvView view;
+  kv.bind(view, {&s});
+  EXPECT_EQ(view.pages(1, 0).k_pages[0], nullptr);  // out of the window: never read
+  EXPECT_NE(view.pages(0, 0).k_pages[0], nullptr);
+  kv.release(s);
+  EXPECT_EQ(kv.pool().used_pages(), 0);
+}
+
+TEST(PagedKvCache, PrefixMatchSharesWholeBlocksButNeverTheLastToken) {
+  PagedKvCache kv(layout({0, 0}), options(4, 40));
+  ASSERT_TRUE(kv.block_sharing());
+  const std::vector<int32_t> tokens = iota_tokens(12, 100);
+  SequenceKv a;
+  ASSERT_TRUE(kv.ensure(a, 12));
+  kv.register_blocks(a, tokens, 12);
+  EXPECT_EQ(a.registered, 3);
+
+  SequenceKv b;  // same 12 tokens: the last one must be computed, so 2 blocks are shared
+  EXPECT_EQ(kv.match_prefix(b, tokens), 8);
+  EXPECT_EQ(b.tables[0][0], a.tables[0][0]);
+  EXPECT_EQ(kv.pool().ref_count(a.tables[0][1]), 2);
+  std::vector<int32_t> longer = tokens;
+  longer.push_back(5);
+  SequenceKv c;
+  EXPECT_EQ(kv.match_prefix(c, longer), 12);
+  std::vector<int32_t> other = tokens;
+  other[5] = 1;  // differs inside block 1: only block 0 is shared
+  SequenceKv d;
+  EXPECT_EQ(kv.match_prefix(d, other), 4);
+
+  // Released blocks stay cached (parked) and still count as available.
+  const int64_t used = kv.pool().used_pages();
+  for (SequenceKv* s : {&a, &b, &c, &d}) kv.release(*s);
+  EXPECT_EQ(kv.pool().used_pages(), used);
+  EXPECT_EQ(kv.available_pages(), kv.capacity_pages());
+  EXPECT_EQ(kv.prefix_cache()->num_parked(), 3);
+  SequenceKv e;
+  EXPECT_EQ(kv.match_prefix(e, longer), 12);  // served from parked blocks
+  kv.release(e);
+}
+
+TEST(PagedKvCache, EvictsCachedBlocksOldestFirstOnlyWhenNeeded) {
+  PagedKvCache kv(layout({0}), options(2, 4));
+  std::vector<SequenceKv> seqs(4);
+  for (int i = 0; i < 4; ++i) {
+    const auto t = iota_tokens(2, 10 * i);
+    ASSERT_TRUE(kv.ensure(seqs[static_cast<size_t>(i)], 2));
+    kv.register_blocks(seqs[static_cast<size_t>(i)], t, 2);
+  }
+  for (int i = 0; i < 4; ++i) kv.release(seqs[static_cast<size_t>(i)]);  // parked in order 0, 1, 2, 3
+  EXPECT_EQ(kv.pool().free_pages(), 0);
+  SequenceKv n;
+  ASSERT_TRUE(kv.ensure(n, 3));  // needs 2 pages: evicts blocks of requests 0 and 1 only
+  EXPECT_EQ(kv.stats().evicted_blocks, 2);
+  SequenceKv probe;
+  auto with_tail = [](std::vector<int32_t> t) { t.push_back(0); return t; };
+  EXPECT_EQ(kv.match_prefix(probe, with_tail(iota_tokens(2, 0))), 0);
+  EXPECT_EQ(kv.match_prefix(probe, with_tail(iota_tokens(2, 30))), 2);
+  kv.release(probe);
+  kv.release(n);
+}
+
+TEST(PagedKvCache, IdenticalComputedBlocksAreDeduplicated) {
+  PagedKvCache kv(layout({0, 0}), options(4, 40));
+  const auto t = iota_tokens(9, 1);
+  SequenceKv a, b;
+  ASSERT_TRUE(kv.ensure(a, 9));
+  ASSERT_TRUE(kv.ensure(b, 9));  // computed side by side: neither could share at admission
+  kv.register_blocks(a, t, 9);
+  const int64_t before = kv.pool().used_pages();
+  kv.register_blocks(b, t, 9);
+  EXPECT_EQ(kv.stats().dedup_blocks, 2);
+  EXPECT_EQ(b.tables[0][0], a.tables[0][0]);
+  EXPECT_EQ(b.tables[0][1], a.tables[0][1]);
+  EXPECT_NE(b.tables[0][2], a.tables[0][2]);  // the partial block is private
+  EXPECT_EQ(kv.pool().used_pages(), before - 4);
+  kv.release(a);
+  kv.release(b);
+}
+
+TEST(PagedKvCache, SwapOutAndInRestoresEveryLivePageBitwise) {
+  PagedKvCache kv(layout({0, 3}), options(2, 20, false, /*swap=*/20));
+  SequenceKv s;
+  ASSERT_TRUE(kv.ensure(s, 8));
+  kv.drop_out_of_window(s, 8);  // the sliding layer keeps positions ≥ 6 only
+  float value = 1.0f;
+  std::vector<float> written;
+  StepKvView view;
+  kv.bind(view, {&s});
+  for (int layer = 0; layer < 2; ++layer) {
+    const graph::KvPageTable t = view.pages(layer, 0);
+    for (int64_t p = 0; p < t.num_pages; ++p) {
+      if (!t.k_pages[p]) continue;
+      for (int64_t i = 0; i < 2 * 2 * 4; ++i) {
+        t.k_pages[p][i] = value++;
+        t.v_pages[p][i] = -value;
+      }
+    }
+  }
+  const int64_t live_pages = kv.pool().used_pages();
+  ASSERT_TRUE(kv.swap_out(s));
+  EXPECT_EQ(kv.pool().used_pages(), 0);
+  EXPECT_EQ(kv.swap_pool()->used_pages(), live_pages);
+  ASSERT_TRUE(kv.swap_in(s));
+  EXPECT_EQ(kv.swap_pool()->used_pages(), 0);
+  EXPECT_EQ(kv.pool().used_pages(), live_pages);
+  kv.bind(view, {&s});
+  value = 1.0f;
+  for (int layer = 0; layer < 2; ++layer) {
+    const graph::KvPageTable t = view.pages(layer, 0);
+    EXPECT_EQ(t.num_pages, 4);
+    for (int64_t p = 0; p < t.num_pages; ++p) {
+      if (!t.k_pages[p]) continue;
+      for (int64_t i = 0; i < 2 * 2 * 4; ++i) {
+        ASSERT_EQ(t.k_pages[p][i], value++);
+        ASSERT_EQ(t.v_pages[p][i], -value);
+      }
+    }
+  }
+  EXPECT_EQ(view.pages(1, 0).k_pages[0], nullptr);
+  kv.release(s);
+  EXPECT_EQ(kv.pool().used_pages(), 0);
+}
+
+TEST(PagedKvCache, PagesForLengthBoundsTheRing) {
+  PagedKvCache full(layout({0, 0}), options(4, 100, false));
+  EXPECT_EQ(full.pages_for_length(9), 3 * 2);
+  PagedKvCache sliding(layout({8, 8}), options(4, 100, false));
+  EXPECT_EQ(sliding.pages_for_length(1000), 2 * sliding.sliding_ring_pages(8));
+  EXPECT_EQ(sliding.pages_for_length(5), 2 * 2);
+}
+
+}  // namespace
+}  // namespace loom::batching
