@@ -1,0 +1,106 @@
+// ContinuousBatchingConfig: every field of Transformers' ContinuousBatchingConfig,
+// with the same names and defaults. Fields that only mean something on a GPU
+// (CUDA graphs, torch.compile, padding intervals, NCCL, flash attention) are
+// accepted and validated, and reported by cpu_no_op_fields() as having no effect.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "loom/core/status.h"
+
+namespace loom::batching {
+
+struct ContinuousBatchingConfig {
+  // Tokens per page per layer; a block holds one page per layer.
+  int64_t page_size = 256;
+  // KV blocks; inferred from available memory × max_memory_percent when unset.
+  std::optional<int64_t> num_blocks;
+  // Token budget of one step; 256 when unset (see resolve()).
+  std::optional<int64_t> max_batch_tokens;
+  // Share of available memory for the KV pool when num_blocks is unset (default 0.9).
+  std::optional<double> max_memory_percent;
+  // Sequences in one step and running at once; 1024 when unset (capped by max_batch_tokens).
+  std::optional<int64_t> max_requests_per_batch;
+  // Most blocks one request may hold; a longer request fails alone. 0 or unset: no limit.
+  std::optional<int64_t> max_blocks_per_request;
+  // Prefix caching (full-attention models only; ignored with sliding-window layers).
+  bool allow_block_sharing = true;
+  // Plan step N+1 (scheduling, block allocation, prefix lookup) on a second thread
+  // while step N computes. Unset: off on CPU.
+  std::optional<bool> use_async_batching;
+  // GPU only. A bool in JSON applies to both the varlen and the decode path.
+  std::optional<std::pair<bool, bool>> use_cuda_graph;
+  int64_t q_padding_interval_size = 0;   // GPU only
+  int64_t kv_padding_interval_size = 0;  // GPU only
+  std::optional<nlohmann::json> varlen_compile_config;  // GPU only (a CompileConfig object)
+  std::optional<nlohmann::json> decode_compile_config;  // GPU only
+  int64_t default_compile_level = 0;                    // GPU only, 0..3
+  // "fifo" (decodes first, then prefill chunks in arrival order) or "prefill_first".
+  std::string scheduler_type = "fifo";
+  // New requests are admitted only while more than this share of the KV pool is
+  // available. Unset: 0.2 for fifo, 0 for prefill_first.
+  std::optional<double> safety_margin;
+  bool return_logprobs = false;
+  // Seed of requests that bring none (else each request gets a random one).
+  std::optional<uint64_t> seed;
+  bool auto_switch_to_flash = true;  // GPU only
+  // GiB of host swap space for preempted requests' K/V; 0 or unset: recompute instead.
+  std::optional<double> cpu_offload_space = 0.0;
+  // cpu_offload_space is clamped to this share of total RAM.
+  double cpu_offload_space_safety_threshold = 0.8;
+  // Most requests waiting for admission; 0: no limit. add_request fails (or waits,
+  // with a queue timeout) when the queue is full.
+  int64_t max_queue_size = 0;
+  // Honour per-request sampling settings (temperature, top_k, top_p, min_p,
+  // repetition_penalty, do_sample). Off: they are dropped (drop_unsupported_processors)
+  // or rejected.
+  bool per_request_processors = false;
+  bool drop_unsupported_processors = true;
+  bool disable_nccl_graph_mixing = true;      // GPU/TP only
+  std::optional<double> cpu_group_timeout = 300.0;  // TP only
+  std::optional<bool> use_default_compile_configs;  // deprecated: default_compile_level
+  std::optional<int64_t> max_cached_graphs;         // deprecated
+  std::optional<int64_t> block_size;                // deprecated: page_size
+
+  // InvalidArgument naming the field for any value out of range.
+  Status validate() const;
+  // Every key above; unknown keys and wrong types are errors naming the key and `source`.
+  static Result<ContinuousBatchingConfig> from_json(const nlohmann::json& j, const std::string& source = "config");
+  static Result<ContinuousBatchingConfig> from_file(const std::string& path);
+  nlohmann::json to_json() const;
+
+  // "use_cuda_graph: no effect on CPU" for each GPU-only field set to a non-default value.
+  std::vector<std::string> cpu_no_op_fields() const;
+  // page_size, or block_size when only the deprecated name was set.
+  int64_t effective_page_size() const;
+};
+
+// The numbers a manager runs with, once unset fields are inferred.
+struct CbResources {
+  int64_t page_size = 0;
+  int64_t num_blocks = 0;
+  int64_t max_batch_tokens = 0;
+  int64_t max_requests_per_batch = 0;
+  int64_t max_blocks_per_request = 0;  // 0: no limit
+  double safety_margin = 0.0;
+  int64_t swap_pages = 0;  // host swap, pages of one layer
+  bool async_batching = false;
+  size_t block_bytes = 0;  // one page per layer, K and V
+};
+
+// `position_bytes`: K+V bytes of one position of one layer; a block is
+// page_size positions of `num_layers` layers. `available_memory` /
+// `total_memory` in bytes (0: read /proc/meminfo).
+Result<CbResources> resolve(const ContinuousBatchingConfig& c, size_t position_bytes, int num_layers,
+                            size_t available_memory = 0, size_t total_memory = 0);
+
+// MemAvailable and MemTotal from /proc/meminfo, in bytes (0 when unreadable).
+std::pair<size_t, size_t> host_memory();
+
+}  // namespace loom::batching

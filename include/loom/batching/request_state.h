@@ -1,0 +1,66 @@
+// A request inside the batching loop: its tokens, where its K/V stand, how it
+// samples and when it stops. Owned by the manager, touched only by the loop
+// thread (and the planning thread of async batching, which runs while the loop
+// thread computes a step and touches nothing else).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/batching/generate.h"
+#include "loom/batching/generation_output.h"
+#include "loom/batching/paged_kv_cache.h"
+#include "loom/generation/sampling.h"
+#include "loom/generation/stopping.h"
+
+namespace loom::batching {
+
+struct RequestState {
+  std::string id;
+  uint64_t arrival = 0;  // admission order to the manager: lower goes first, and is preempted last
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> tokens;  // prompt + generated
+  std::vector<float> logprobs;
+  std::vector<double> timestamps;
+  int64_t max_new_tokens = 0;
+  int64_t max_length = 0;  // prompt + max_new_tokens: the most positions it can hold
+
+  // K/V: positions [0, num_computed) are in the cache (committed steps);
+  // `inflight` more are being computed by the running step.
+  SequenceKv kv;
+  int64_t num_computed = 0;
+  int64_t inflight = 0;
+
+  generation::SamplingParams sampling;
+  generation::Rng rng;
+  std::vector<int32_t> eos_token_ids;
+  std::vector<std::string> stop_strings;
+  std::unique_ptr<TextStream> text_stream;  // null without a tokenizer
+  generation::StopStringMatcher stops;
+  std::string text;
+
+  bool streaming = false;
+  bool record_timestamps = false;
+  RequestStatus status = RequestStatus::kPending;
+  generation::FinishReason finish_reason = generation::FinishReason::kNone;
+  Status error;
+  double created_time = 0;
+  double first_scheduled_time = -1;
+  double end_time = -1;
+
+  int64_t generated() const { return static_cast<int64_t>(tokens.size() - prompt.size()); }
+  // Positions fed once the running step ends, and tokens known by then (a step
+  // that feeds the last known token samples one more, unless that ends the request).
+  int64_t next_position() const { return num_computed + inflight; }
+  int64_t projected_length() const {
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    return inflight > 0 && next_position() == n ? n + 1 : n;
+  }
+  bool projected_done() const {
+    return inflight > 0 && next_position() == static_cast<int64_t>(tokens.size()) && generated() + 1 >= max_new_tokens;
+  }
+};
+
+}  // namespace loom::batching
