@@ -1,0 +1,253 @@
+// ContinuousBatchingManager: many requests share one model. A background thread
+// runs the loop — admit queued requests, pack decode tokens and prefill chunks
+// of different requests into one step over the paged KV cache, sample each
+// sequence with its own settings and RNG, hand out outputs — so requests join
+// and leave between steps without waiting for a batch.
+//
+// Upstream's API (Transformers' ContinuousBatchingManager), with these
+// differences: a cancelled request gets a final FAILED output (finish_reason
+// cancelled); get_result(id) is O(1); result handlers run on an executor the
+// caller chooses; pause() is an RAII guard counted across threads; stop(hard)
+// fails what is left with an error instead of dropping it; a bad request fails
+// alone; requests carry their own sampling settings, seed and stop strings.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "loom/batching/continuous_batching_config.h"
+#include "loom/batching/generate.h"
+#include "loom/batching/generation_output.h"
+#include "loom/batching/model_runner.h"
+#include "loom/batching/request_options.h"
+#include "loom/core/status.h"
+#include "loom/generation/generation_config.h"
+
+namespace loom::batching {
+
+class PagedKvCache;
+class StepKvView;
+class Scheduler;
+class ResultQueue;
+struct RequestState;
+struct StepPlan;
+
+struct ManagerOptions {
+  // Makes one request's detokenizer (given its prompt), for output text and stop
+  // strings. Unset: no text, and stop strings are rejected.
+  std::function<std::unique_ptr<TextStream>(const std::vector<int32_t>& prompt)> text_stream;
+};
+
+struct ManagerStats {
+  int64_t requests_added = 0, finished = 0, failed = 0, cancelled = 0;
+  int64_t prompt_tokens = 0;     // of added requests
+  int64_t generated_tokens = 0;
+  int64_t computed_tokens = 0;   // positions fed to the model (prefill, recompute and decode)
+  int64_t steps = 0;
+  int64_t prefix_hit_tokens = 0; // positions served by the prefix cache at admission
+  int64_t dedup_blocks = 0, evicted_blocks = 0;
+  int64_t preempted_recompute = 0, preempted_swap = 0;
+  int64_t waiting = 0, running = 0;
+  // KV pool, in pages of one layer: capacity = num_blocks × num_layers.
+  int64_t pages_capacity = 0, pages_in_use = 0, peak_pages_in_use = 0, cached_pages = 0;
+  size_t kv_budget_bytes = 0, kv_bytes_in_use = 0;
+  int64_t swap_pages_capacity = 0, swap_pages_in_use = 0;
+  double step_seconds = 0;  // inside model steps
+};
+
+using ResultCallback = std::function<void(const GenerationOutput&)>;
+// Runs a delivery job; e.g. posts it to the caller's event loop. Unset: inline on
+// the batching thread (keep the callback short).
+using Executor = std::function<void(std::function<void()>)>;
+
+class ContinuousBatchingManager;
+
+// Holding one keeps the loop parked between steps; the loop resumes when the
+// last guard (of any thread) goes away. Nothing is drained or lost.
+class PauseGuard {
+ public:
+  PauseGuard() = default;
+  PauseGuard(PauseGuard&& o) noexcept : m_(o.m_) { o.m_ = nullptr; }
+  PauseGuard& operator=(PauseGuard&& o) noexcept;
+  PauseGuard(const PauseGuard&) = delete;
+  PauseGuard& operator=(const PauseGuard&) = delete;
+  ~PauseGuard() { release(); }
+  void release();
+
+ private:
+  friend class ContinuousBatchingManager;
+  explicit PauseGuard(ContinuousBatchingManager* m) : m_(m) {}
+  ContinuousBatchingManager* m_ = nullptr;
+};
+
+// The outputs of one request, blocking; ends after its final output.
+class ResultIterator {
+ public:
+  // The next output, or nullopt once the final one was returned, on timeout, or
+  // when the manager stopped with nothing more to deliver.
+  std::optional<GenerationOutput> next(std::optional<double> timeout = std::nullopt);
+  bool done() const { return done_; }
+
+ private:
+  friend class ContinuousBatchingManager;
+  ResultIterator(ContinuousBatchingManager* m, std::string id) : m_(m), id_(std::move(id)) {}
+  ContinuousBatchingManager* m_;
+  std::string id_;
+  bool done_ = false;
+};
+
+class ContinuousBatchingManager {
+ public:
+  // The generation config gives the defaults of every request (its eos ids
+  // should already include the model's: GenerationConfig::inherit_special_tokens).
+  // Errors name the config field. The manager is created stopped: call start().
+  static Result<std::unique_ptr<ContinuousBatchingManager>> create(std::shared_ptr<ModelRunner> runner,
+                                                                    GenerationConfig generation_config,
+                                                                    ContinuousBatchingConfig config,
+                                                                    ManagerOptions options = {});
+  ~ContinuousBatchingManager();
+  ContinuousBatchingManager(const ContinuousBatchingManager&) = delete;
+  ContinuousBatchingManager& operator=(const ContinuousBatchingManager&) = delete;
+
+  // Queues a request (also before start()). Errors: empty prompt, token id out of
+  // the vocabulary, bad sampling values, duplicate id, stop strings without a
+  // tokenizer (InvalidArgument/OutOfRange); queue full (ResourceExhausted, or
+  // Timeout after options.queue_timeout); destroyed manager (FailedPrecondition).
+  Result<std::string> add_request(std::vector<int32_t> input_ids, RequestOptions options = {});
+  // add_request for each input with the same options (request_id must be unset);
+  // stops at the first error.
+  Result<std::vector<std::string>> add_requests(const std::vector<std::vector<int32_t>>& inputs,
+                                                const RequestOptions& options = {});
+  // The request ends with a final FAILED output, finish_reason cancelled, and
+  // its blocks return to the pool. NotFound for an unknown or finished id.
+  Status cancel_request(const std::string& request_id);
+
+  // The next output (of `request_id` when given); nullopt after `timeout`
+  // seconds, or at once when the manager is stopped and nothing is queued.
+  std::optional<GenerationOutput> get_result(std::optional<std::string> request_id = std::nullopt,
+                                             std::optional<double> timeout = std::nullopt);
+  ResultIterator request_id_iter(const std::string& request_id);
+  // Every output of `request_id` (one per token with streaming, else the final
+  // one) goes to `callback` through `executor` instead of the queue — including
+  // outputs queued before the call. Removed after the final output.
+  Status register_result_handler(const std::string& request_id, ResultCallback callback, Executor executor = nullptr);
+
+  Status start();
+  // Soft stop: finish every queued and running request, then end the loop. Hard
+  // stop: end after the current step; unfinished requests fail (Cancelled).
+  // block: wait up to `timeout` seconds for the loop to end (false → Timeout).
+  // keep_for_next_session: keep the KV pool and its prefix cache for the next
+  // start(); otherwise they are freed when the loop ends and rebuilt on start().
+  Status stop(bool block = true, std::optional<double> timeout = std::nullopt, bool keep_for_next_session = false,
+              bool hard_stop = false);
+  // Waits for the loop thread to end; false on timeout.
+  bool join(std::optional<double> timeout = std::nullopt);
+  // Parks the loop between steps (waits until it is parked) so the caller may
+  // use the model; see PauseGuard.
+  PauseGuard pause();
+  // Hard stop, join, free everything. Idempotent; the manager cannot start again.
+  void destroy();
+  // Runs the model once on a dummy prefill and a decode (weights paged in,
+  // scratch allocated) so the first requests do not pay for it.
+  Status warmup();
+  bool is_running() const;
+  // Set when the loop died on an error no single request explains.
+  std::optional<Status> fatal_error() const;
+
+  ManagerStats stats() const;
+  const CbResources& resources() const { return res_; }
+  const ContinuousBatchingConfig& config() const { return cfg_; }
+  const GenerationConfig& generation_config() const { return gc_; }
+  ModelRunner& runner() const { return *runner_; }
+
+ private:
+  friend class PauseGuard;
+  ContinuousBatchingManager() = default;
+  Status build_cache();
+  void unpause();
+
+  // The loop and its parts (loop thread only).
+  void loop();
+  void admit_new(std::unique_ptr<RequestState> r);
+  void cancel_now(const std::string& id);
+  bool has_work() const;
+  void run_step();
+  Result<Tensor> run_model(const std::vector<SequenceChunk>& chunks);
+  void commit(RequestState* r, int64_t count, float* logits_row);
+  void fail_step(StepPlan& plan, const Status& error);
+  void finalize_plan(StepPlan& plan);
+  void finish(RequestState* r, RequestStatus status, generation::FinishReason reason, Status error = Status::Ok());
+  void fail_everything(const Status& why);
+  void deliver(GenerationOutput out);
+  GenerationOutput snapshot(const RequestState& r) const;
+  void publish_stats();
+  void planner_loop();
+
+  std::shared_ptr<ModelRunner> runner_;
+  GenerationConfig gc_;
+  ContinuousBatchingConfig cfg_;
+  ManagerOptions opts_;
+  CbResources res_;
+  int64_t vocab_ = 0;
+
+  // Loop-thread state.
+  std::unique_ptr<PagedKvCache> kv_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;
+  std::unique_ptr<StepPlan> next_plan_;  // planned during the previous step (async)
+  std::unique_ptr<StepKvView> view_;
+  uint64_t next_arrival_ = 0;
+
+  // Shared with callers (mu_).
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<RequestState>> incoming_;
+  std::vector<std::string> cancels_;
+  std::unordered_set<std::string> live_ids_;
+  int64_t queued_ = 0;  // added and not yet admitted (max_queue_size)
+  std::condition_variable queue_cv_;
+  int pause_count_ = 0;
+  bool paused_ = false;
+  bool stop_requested_ = false;
+  bool hard_stop_ = false;
+  bool keep_cache_ = false;
+  bool thread_alive_ = false;
+  bool destroyed_ = false;
+  std::optional<Status> fatal_;
+  uint64_t auto_id_ = 0;
+  bool warned_dropped_processors_ = false;
+  std::thread thread_;
+  std::mutex join_mu_;
+
+  // Async batching: a helper thread plans step N+1 while the loop computes step N.
+  std::thread planner_;
+  std::mutex planner_mu_;
+  std::condition_variable planner_cv_;
+  bool planner_has_job_ = false, planner_done_ = false, planner_quit_ = false;
+  StepPlan* planner_target_ = nullptr;
+  std::exception_ptr planner_error_;
+
+  // Outputs.
+  std::unique_ptr<ResultQueue> results_;
+  std::recursive_mutex delivery_mu_;
+  struct Handler {
+    ResultCallback callback;
+    Executor executor;
+  };
+  std::unordered_map<std::string, Handler> handlers_;
+
+  mutable std::mutex stats_mu_;
+  ManagerStats stats_;
+  std::atomic<int64_t> generated_total_{0};
+};
+
+}  // namespace loom::batching

@@ -1,0 +1,43 @@
+// Per-request settings of ContinuousBatchingManager::add_request: upstream's
+// arguments (request_id, max_new_tokens, streaming, record_timestamps,
+// eos_token_id, logit-processor kwargs) plus loom's per-request sampling, seed
+// and stop strings. Unset fields take the manager's GenerationConfig.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace loom::batching {
+
+struct RequestOptions {
+  std::optional<std::string> request_id;  // generated ("req_<n>") when unset; must be unique among live requests
+  std::optional<int64_t> max_new_tokens;
+  bool streaming = false;          // an output per generated token, not only the final one
+  bool record_timestamps = false;  // a timestamp per generated token
+  std::optional<std::vector<int32_t>> eos_token_ids;
+
+  // Logit processors: honoured with per_request_processors, else dropped or rejected
+  // (drop_unsupported_processors).
+  std::optional<bool> do_sample;
+  std::optional<float> temperature;
+  std::optional<int32_t> top_k;
+  std::optional<float> top_p;
+  std::optional<float> min_p;
+  std::optional<float> repetition_penalty;
+
+  // The request's own RNG seed: its samples do not depend on its batch mates.
+  std::optional<uint64_t> seed;
+  // Added to the GenerationConfig's; need a tokenizer (ManagerOptions::text_stream).
+  std::vector<std::string> stop_strings;
+
+  // With max_queue_size reached: wait this long for room (seconds), else fail at once.
+  std::optional<double> queue_timeout;
+
+  bool has_processor_args() const {
+    return do_sample || temperature || top_k || top_p || min_p || repetition_penalty;
+  }
+};
+
+}  // namespace loom::batching

@@ -1,0 +1,411 @@
+// The batching loop (one background thread): take in new requests and
+// cancellations, plan a step, run it, sample, hand out outputs. With async
+// batching a helper thread plans step N+1 while step N computes; the plan is
+// then corrected for what step N changed (finished requests leave it) and
+// topped up, with preemption allowed, before it runs.
+#include <algorithm>
+#include <chrono>
+
+#include "batching/result_queue.h"
+#include "batching/wall_clock.h"
+#include "loom/batching/continuous_batching_manager.h"
+#include "loom/batching/paged_kv_cache.h"
+#include "loom/batching/request_state.h"
+#include "loom/batching/scheduler.h"
+#include "loom/core/logging.h"
+
+namespace loom::batching {
+
+using generation::FinishReason;
+
+void ContinuousBatchingManager::loop() {
+  try {
+    while (true) {
+      std::vector<std::unique_ptr<RequestState>> fresh;
+      std::vector<std::string> cancels;
+      bool hard = false;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        if (pause_count_ > 0 && !hard_stop_) {
+          paused_ = true;
+          cv_.notify_all();
+          cv_.wait(lk, [&] { return pause_count_ == 0 || hard_stop_; });
+          paused_ = false;
+        }
+        fresh.swap(incoming_);
+        cancels.swap(cancels_);
+        hard = hard_stop_;
+        if (!hard && fresh.empty() && cancels.empty() && !has_work()) {
+          if (stop_requested_) break;
+          cv_.wait(lk, [&] {
+            return !incoming_.empty() || !cancels_.empty() || stop_requested_ || hard_stop_ || pause_count_ > 0;
+          });
+          continue;
+        }
+      }
+      for (auto& r : fresh) admit_new(std::move(r));
+      for (const std::string& id : cancels) cancel_now(id);
+      if (hard) {
+        fail_everything(Status(ErrorCode::kCancelled, "the manager was stopped (hard_stop) before the request completed"));
+        break;
+      }
+      if (has_work()) run_step();
+      publish_stats();
+    }
+  } catch (const std::exception& e) {
+    const Status why = internal_error(std::string("batching loop: ") + e.what());
+    log_error(why.to_string());
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      fatal_ = why;
+    }
+    try {
+      fail_everything(why);
+    } catch (const std::exception& e2) {
+      log_error(std::string("batching loop: failing requests after a fatal error: ") + e2.what());
+    }
+  }
+  publish_stats();
+  bool keep;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    keep = keep_cache_ && !fatal_;
+  }
+  if (!keep) {  // every request has ended: nothing references the pool
+    next_plan_.reset();
+    scheduler_.reset();
+    kv_.reset();
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    thread_alive_ = false;
+    paused_ = false;
+  }
+  cv_.notify_all();
+  results_->close();
+}
+
+bool ContinuousBatchingManager::has_work() const {
+  return (scheduler_ && !scheduler_->idle()) || (next_plan_ && !next_plan_->empty());
+}
+
+void ContinuousBatchingManager::admit_new(std::unique_ptr<RequestState> r) {
+  RequestState* raw = r.get();
+  raw->arrival = next_arrival_++;
+  requests_[raw->id] = std::move(r);
+  if (raw->max_new_tokens == 0) {
+    finish(raw, RequestStatus::kFinished, FinishReason::kLength);
+    return;
+  }
+  scheduler_->add(raw);
+}
+
+void ContinuousBatchingManager::cancel_now(const std::string& id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;  // ended meanwhile
+  finish(it->second.get(), RequestStatus::kFailed, FinishReason::kCancelled,
+         Status(ErrorCode::kCancelled, "request '" + id + "' was cancelled"));
+}
+
+void ContinuousBatchingManager::fail_everything(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& r : incoming_) {
+      r->arrival = next_arrival_++;
+      requests_[r->id] = std::move(r);
+    }
+    incoming_.clear();
+  }
+  const FinishReason reason = why.code() == ErrorCode::kCancelled ? FinishReason::kCancelled : FinishReason::kError;
+  std::vector<RequestState*> all;
+  for (auto& [id, r] : requests_) all.push_back(r.get());
+  std::sort(all.begin(), all.end(), [](const RequestState* a, const RequestState* b) { return a->arrival < b->arrival; });
+  for (RequestState* r : all) finish(r, RequestStatus::kFailed, reason, why);
+  next_plan_.reset();
+}
+
+void ContinuousBatchingManager::planner_loop() {
+  std::unique_lock<std::mutex> lk(planner_mu_);
+  while (true) {
+    planner_cv_.wait(lk, [&] { return planner_has_job_ || planner_quit_; });
+    if (planner_quit_) return;
+    planner_has_job_ = false;
+    StepPlan* target = planner_target_;
+    lk.unlock();
+    std::exception_ptr error;
+    try {
+      scheduler_->schedule(*target, /*speculative=*/true);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lk.lock();
+    planner_error_ = error;
+    planner_done_ = true;
+    planner_cv_.notify_all();
+  }
+}
+
+void ContinuousBatchingManager::finalize_plan(StepPlan& plan) {
+  // Requests that ended in the last step were removed by finish(); the rest
+  // must now stand exactly where the plan assumed.
+  std::vector<PlannedChunk> kept;
+  plan.num_tokens = 0;
+  for (const PlannedChunk& c : plan.chunks) {
+    RequestState* r = c.request;
+    if (c.start != r->num_computed || c.start + c.count > static_cast<int64_t>(r->tokens.size())) {
+      log_warn("continuous batching: dropping a stale planned chunk of request '" + r->id + "'");
+      kv_->trim(r->kv, r->num_computed);
+      continue;
+    }
+    kept.push_back(c);
+    plan.num_tokens += c.count;
+  }
+  plan.chunks.swap(kept);
+  plan.short_of_memory = false;
+}
+
+Result<Tensor> ContinuousBatchingManager::run_model(const std::vector<SequenceChunk>& chunks) {
+  try {
+    return runner_->step(chunks, *view_);
+  } catch (const Error& e) {
+    return e.status();
+  } catch (const std::exception& e) {
+    return internal_error(std::string("model step: ") + e.what());
+  }
+}
+
+void ContinuousBatchingManager::run_step() {
+  StepPlan plan;
+  if (next_plan_) {
+    plan = std::move(*next_plan_);
+    next_plan_.reset();
+    finalize_plan(plan);
+  }
+  scheduler_->schedule(plan, /*speculative=*/false);
+  for (auto& [r, why] : scheduler_->take_rejected()) finish(r, RequestStatus::kFailed, FinishReason::kError, why);
+  if (plan.empty()) {
+    if (!scheduler_->idle()) throw Error(internal_error("scheduler: requests are queued but none could be scheduled"));
+    return;
+  }
+
+  std::vector<SequenceChunk> chunks;
+  std::vector<const SequenceKv*> seqs;
+  int64_t admitted = 0;
+  const double now = wall_seconds();
+  for (const PlannedChunk& c : plan.chunks) {
+    RequestState* r = c.request;
+    r->inflight = c.count;
+    chunks.push_back({r->tokens.data() + c.start, c.count, c.start});
+    seqs.push_back(&r->kv);
+    if (r->first_scheduled_time < 0) {
+      r->first_scheduled_time = now;
+      ++admitted;
+    }
+  }
+  if (admitted > 0) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      queued_ -= admitted;
+    }
+    queue_cv_.notify_all();
+  }
+  kv_->bind(*view_, seqs);
+
+  std::unique_ptr<StepPlan> next;
+  if (res_.async_batching && planner_.joinable()) {
+    next = std::make_unique<StepPlan>();
+    std::lock_guard<std::mutex> pl(planner_mu_);
+    planner_target_ = next.get();
+    planner_done_ = false;
+    planner_has_job_ = true;
+    planner_cv_.notify_all();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<Tensor> logits = run_model(chunks);
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (next) {
+    std::unique_lock<std::mutex> pl(planner_mu_);
+    planner_cv_.wait(pl, [&] { return planner_done_; });
+    if (planner_error_) std::rethrow_exception(planner_error_);
+    next_plan_ = std::move(next);
+  }
+  {
+    std::lock_guard<std::mutex> sl(stats_mu_);
+    stats_.step_seconds += dt;
+    ++stats_.steps;
+  }
+  if (!logits.ok()) {
+    fail_step(plan, logits.status());
+    return;
+  }
+  float* rows = logits->data_as<float>();
+  for (size_t i = 0; i < plan.chunks.size(); ++i)
+    commit(plan.chunks[i].request, plan.chunks[i].count, rows + static_cast<int64_t>(i) * vocab_);
+}
+
+// A step failed. Run its sequences one by one so that only the request at fault fails.
+void ContinuousBatchingManager::fail_step(StepPlan& plan, const Status& error) {
+  if (plan.chunks.size() == 1) {
+    finish(plan.chunks[0].request, RequestStatus::kFailed, FinishReason::kError, error);
+    return;
+  }
+  log_warn("continuous batching: a step of " + std::to_string(plan.chunks.size()) +
+           " sequences failed (" + error.to_string() + "); retrying them one by one");
+  for (const PlannedChunk& c : plan.chunks) {
+    RequestState* r = c.request;
+    kv_->bind(*view_, {&r->kv});
+    Result<Tensor> logits = run_model({{r->tokens.data() + c.start, c.count, c.start}});
+    if (logits.ok()) commit(r, c.count, logits->data_as<float>());
+    else finish(r, RequestStatus::kFailed, FinishReason::kError, logits.status());
+  }
+}
+
+void ContinuousBatchingManager::commit(RequestState* r, int64_t count, float* row) {
+  r->inflight = 0;
+  r->num_computed += count;
+  {
+    std::lock_guard<std::mutex> sl(stats_mu_);
+    stats_.computed_tokens += count;
+  }
+  if (r->num_computed == static_cast<int64_t>(r->tokens.size())) {
+    const generation::SampledToken tok = generation::sample_next(row, vocab_, r->sampling, r->tokens, r->rng);
+    r->tokens.push_back(tok.id);
+    if (cfg_.return_logprobs) r->logprobs.push_back(tok.logprob);
+    if (r->record_timestamps) r->timestamps.push_back(wall_seconds());
+    {
+      std::lock_guard<std::mutex> sl(stats_mu_);
+      ++stats_.generated_tokens;
+    }
+    const bool is_eos = std::find(r->eos_token_ids.begin(), r->eos_token_ids.end(), tok.id) != r->eos_token_ids.end();
+    if (r->text_stream && !is_eos) {
+      Result<std::string> piece = r->text_stream->push(tok.id);
+      if (!piece.ok()) {
+        finish(r, RequestStatus::kFailed, FinishReason::kError, piece.status());
+        return;
+      }
+      r->text += r->stops.push(*piece);
+    }
+    FinishReason reason = FinishReason::kNone;
+    if (is_eos) reason = FinishReason::kEos;
+    else if (r->stops.stopped()) reason = FinishReason::kStopString;
+    else if (r->generated() >= r->max_new_tokens) reason = FinishReason::kLength;
+    if (reason != FinishReason::kNone) {
+      finish(r, RequestStatus::kFinished, reason);
+      return;
+    }
+    r->status = RequestStatus::kDecoding;
+    if (r->streaming) deliver(snapshot(*r));
+  } else {
+    r->status = RequestStatus::kPrefilling;
+  }
+  kv_->register_blocks(r->kv, r->tokens, r->num_computed);
+  kv_->drop_out_of_window(r->kv, r->num_computed);
+}
+
+void ContinuousBatchingManager::finish(RequestState* r, RequestStatus status, FinishReason reason, Status error) {
+  if (next_plan_) next_plan_->remove(r);
+  if (scheduler_) scheduler_->remove(r);
+  if (kv_) {
+    if (r->kv.swapped) {
+      kv_->discard_swap(r->kv);
+    } else {
+      kv_->register_blocks(r->kv, r->tokens, r->num_computed);
+      kv_->release(r->kv);
+    }
+  }
+  r->inflight = 0;
+  if (status == RequestStatus::kFinished && r->text_stream && reason != FinishReason::kStopString) {
+    Result<std::string> tail = r->text_stream->flush();
+    if (tail.ok()) {
+      std::string shown = r->stops.push(*tail);
+      if (!r->stops.stopped()) shown += r->stops.flush();
+      r->text += shown;
+    } else {
+      status = RequestStatus::kFailed;
+      reason = FinishReason::kError;
+      error = tail.status();
+    }
+  }
+  r->status = status;
+  r->finish_reason = reason;
+  r->error = error;
+  r->end_time = wall_seconds();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    live_ids_.erase(r->id);
+    if (r->first_scheduled_time < 0) --queued_;
+  }
+  queue_cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> sl(stats_mu_);
+    if (status == RequestStatus::kFinished) ++stats_.finished;
+    else if (reason == FinishReason::kCancelled) ++stats_.cancelled;
+    else ++stats_.failed;
+  }
+  GenerationOutput out = snapshot(*r);
+  requests_.erase(r->id);  // r is gone from here on
+  deliver(std::move(out));
+}
+
+GenerationOutput ContinuousBatchingManager::snapshot(const RequestState& r) const {
+  GenerationOutput o;
+  o.request_id = r.id;
+  o.prompt_ids = r.prompt;
+  o.generated_tokens.assign(r.tokens.begin() + static_cast<std::ptrdiff_t>(r.prompt.size()), r.tokens.end());
+  o.logprobs = r.logprobs;
+  o.status = r.status;
+  o.finish_reason = r.finish_reason;
+  if (!r.error.ok()) {
+    o.error = r.error.to_string();
+    o.error_code = r.error.code();
+  }
+  o.created_time = r.created_time;
+  o.lifespan = {r.first_scheduled_time, r.end_time};
+  o.timestamps = r.timestamps;
+  o.text = r.text;
+  return o;
+}
+
+void ContinuousBatchingManager::deliver(GenerationOutput out) {
+  std::lock_guard<std::recursive_mutex> dl(delivery_mu_);
+  auto it = handlers_.find(out.request_id);
+  if (it == handlers_.end()) {
+    results_->push(std::move(out));
+    return;
+  }
+  Handler h = it->second;
+  if (out.is_final()) handlers_.erase(it);
+  try {
+    if (h.executor) h.executor([cb = h.callback, o = std::move(out)] { cb(o); });
+    else h.callback(out);
+  } catch (const std::exception& e) {
+    log_error(std::string("continuous batching: a result handler threw: ") + e.what());
+  }
+}
+
+void ContinuousBatchingManager::publish_stats() {
+  std::lock_guard<std::mutex> sl(stats_mu_);
+  if (scheduler_) {
+    const SchedulerEvents& ev = scheduler_->events();
+    stats_.preempted_recompute = ev.preempted_recompute;
+    stats_.preempted_swap = ev.preempted_swap;
+    stats_.prefix_hit_tokens = ev.prefix_hit_tokens;
+    stats_.waiting = static_cast<int64_t>(scheduler_->waiting().size());
+    stats_.running = static_cast<int64_t>(scheduler_->running().size());
+  }
+  if (kv_) {
+    const BlockPool& p = kv_->pool();
+    stats_.pages_capacity = p.capacity_pages();
+    stats_.pages_in_use = p.used_pages();
+    stats_.peak_pages_in_use = p.peak_used_pages();
+    stats_.cached_pages = kv_->prefix_cache() ? kv_->prefix_cache()->num_parked() * p.pages_per_block(0) : 0;
+    stats_.kv_budget_bytes = p.budget_bytes();
+    stats_.kv_bytes_in_use = p.bytes_in_use();
+    stats_.dedup_blocks = kv_->stats().dedup_blocks;
+    stats_.evicted_blocks = kv_->stats().evicted_blocks;
+    stats_.swap_pages_capacity = kv_->swap_pool() ? kv_->swap_pool()->capacity_pages() : 0;
+    stats_.swap_pages_in_use = kv_->swap_pool() ? kv_->swap_pool()->used_pages() : 0;
+  }
+}
+
+}  // namespace loom::batching

@@ -1,0 +1,362 @@
+// The caller-facing half of the manager: creation, add/cancel, results,
+// lifecycle. The loop itself is in batching_loop.cc.
+#include "loom/batching/continuous_batching_manager.h"
+
+#include <chrono>
+#include <random>
+
+#include "batching/result_queue.h"
+#include "batching/wall_clock.h"
+#include "loom/batching/paged_kv_cache.h"
+#include "loom/batching/request_state.h"
+#include "loom/batching/scheduler.h"
+#include "loom/core/logging.h"
+#include "loom/runtime/kv_cache_contiguous.h"
+
+namespace loom::batching {
+
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+PauseGuard& PauseGuard::operator=(PauseGuard&& o) noexcept {
+  if (this != &o) {
+    release();
+    m_ = o.m_;
+    o.m_ = nullptr;
+  }
+  return *this;
+}
+
+void PauseGuard::release() {
+  if (m_) m_->unpause();
+  m_ = nullptr;
+}
+
+std::optional<GenerationOutput> ResultIterator::next(std::optional<double> timeout) {
+  if (done_) return std::nullopt;
+  std::optional<GenerationOutput> out = m_->get_result(id_, timeout);
+  if (out && out->is_final()) done_ = true;
+  return out;
+}
+
+Result<std::unique_ptr<ContinuousBatchingManager>> ContinuousBatchingManager::create(
+    std::shared_ptr<ModelRunner> runner, GenerationConfig generation_config, ContinuousBatchingConfig config,
+    ManagerOptions options) {
+  if (!runner) return invalid_argument("ContinuousBatchingManager: no model runner");
+  LOOM_RETURN_IF_ERROR(config.validate());
+  LOOM_RETURN_IF_ERROR(generation_config.validate());
+  std::unique_ptr<ContinuousBatchingManager> m(new ContinuousBatchingManager());
+  m->runner_ = std::move(runner);
+  m->gc_ = std::move(generation_config);
+  m->cfg_ = std::move(config);
+  m->opts_ = std::move(options);
+  m->vocab_ = m->runner_->model().vocab_size();
+  const runtime::KvLayout l = m->runner_->kv_layout();
+  const size_t position_bytes = 2 * static_cast<size_t>(l.row_floats()) * sizeof(float);
+  LOOM_ASSIGN_OR_RETURN(m->res_, resolve(m->cfg_, position_bytes, l.num_layers));
+  for (const std::string& note : m->cfg_.cpu_no_op_fields()) log_info("continuous batching: " + note);
+  if (m->cfg_.block_size) log_warn("continuous batching: block_size is deprecated, use page_size");
+  LOOM_RETURN_IF_ERROR(m->build_cache());
+  if (m->cfg_.allow_block_sharing && !m->kv_->block_sharing())
+    log_info("continuous batching: prefix caching is off for this model (sliding-window layers)");
+  m->results_ = std::make_unique<ResultQueue>();
+  m->view_ = std::make_unique<StepKvView>();
+  return m;
+}
+
+Status ContinuousBatchingManager::build_cache() {
+  PagedKvCacheOptions o;
+  o.page_size = res_.page_size;
+  o.num_pages = res_.num_blocks * runner_->model().num_layers();
+  o.block_sharing = cfg_.allow_block_sharing;
+  o.swap_pages = res_.swap_pages;
+  o.max_step_tokens = res_.max_batch_tokens;
+  try {
+    kv_ = std::make_unique<PagedKvCache>(KvCacheLayout::from_model(runner_->model()), o);
+  } catch (const Error& e) {
+    return e.status();
+  }
+  SchedulerLimits lim;
+  lim.max_batch_tokens = res_.max_batch_tokens;
+  lim.max_requests_per_batch = res_.max_requests_per_batch;
+  lim.safety_margin = res_.safety_margin;
+  lim.max_blocks_per_request = res_.max_blocks_per_request;
+  LOOM_ASSIGN_OR_RETURN(scheduler_, Scheduler::create(cfg_.scheduler_type, *kv_, lim));
+  publish_stats();
+  return Status::Ok();
+}
+
+ContinuousBatchingManager::~ContinuousBatchingManager() { destroy(); }
+
+Result<std::string> ContinuousBatchingManager::add_request(std::vector<int32_t> input_ids, RequestOptions o) {
+  if (input_ids.empty()) return invalid_argument("add_request: input_ids is empty (at least one token is needed)");
+  for (size_t i = 0; i < input_ids.size(); ++i)
+    if (input_ids[i] < 0 || input_ids[i] >= vocab_)
+      return out_of_range("add_request: token id " + std::to_string(input_ids[i]) + " at position " + std::to_string(i) +
+                          " is outside the vocabulary [0, " + std::to_string(vocab_) + ")");
+  auto r = std::make_unique<RequestState>();
+  const int64_t len = static_cast<int64_t>(input_ids.size());
+  r->max_new_tokens = o.max_new_tokens.value_or(gc_.new_token_budget(len));
+  if (r->max_new_tokens < 0) return invalid_argument("add_request: max_new_tokens must be ≥ 0");
+  r->max_length = len + r->max_new_tokens;
+
+  r->sampling.do_sample = gc_.do_sample;
+  r->sampling.temperature = static_cast<float>(gc_.temperature);
+  r->sampling.top_k = static_cast<int32_t>(gc_.top_k);
+  r->sampling.top_p = static_cast<float>(gc_.top_p);
+  r->sampling.min_p = static_cast<float>(gc_.min_p.value_or(0.0));
+  r->sampling.repetition_penalty = static_cast<float>(gc_.repetition_penalty);
+  if (o.has_processor_args()) {
+    if (cfg_.per_request_processors) {
+      if (o.do_sample) r->sampling.do_sample = *o.do_sample;
+      if (o.temperature) r->sampling.temperature = *o.temperature;
+      if (o.top_k) r->sampling.top_k = *o.top_k;
+      if (o.top_p) r->sampling.top_p = *o.top_p;
+      if (o.min_p) r->sampling.min_p = *o.min_p;
+      if (o.repetition_penalty) r->sampling.repetition_penalty = *o.repetition_penalty;
+    } else if (!cfg_.drop_unsupported_processors) {
+      return invalid_argument("add_request: per-request sampling settings need per_request_processors = true "
+                              "(or drop_unsupported_processors = true to ignore them)");
+    } else {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!warned_dropped_processors_)
+        log_warn("continuous batching: per-request sampling settings ignored (per_request_processors is false)");
+      warned_dropped_processors_ = true;
+    }
+  }
+  if (Status s = r->sampling.validate(); !s.ok()) return Status(s.code(), "add_request: " + s.message());
+
+  if (o.seed) r->rng.reseed(*o.seed);
+  else if (cfg_.seed) r->rng.reseed(*cfg_.seed);
+  else if (gc_.seed) r->rng.reseed(*gc_.seed);
+  else r->rng.reseed((static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}());
+
+  if (o.eos_token_ids) r->eos_token_ids = *o.eos_token_ids;
+  else
+    for (int64_t id : gc_.eos_token_ids) r->eos_token_ids.push_back(static_cast<int32_t>(id));
+  r->stop_strings = gc_.stop_strings;
+  for (const std::string& s : o.stop_strings) {
+    if (s.empty()) return invalid_argument("add_request: an empty stop string");
+    r->stop_strings.push_back(s);
+  }
+  if (!r->stop_strings.empty() && !opts_.text_stream)
+    return invalid_argument("add_request: stop strings need a tokenizer (the manager has no text stream)");
+  if (opts_.text_stream) r->text_stream = opts_.text_stream(input_ids);
+  r->stops = generation::StopStringMatcher(r->stop_strings);
+  r->streaming = o.streaming;
+  r->record_timestamps = o.record_timestamps;
+  r->prompt = input_ids;
+  r->tokens = std::move(input_ids);
+  r->created_time = wall_seconds();
+
+  std::string id;
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (destroyed_) return failed_precondition("add_request: the manager was destroyed");
+    if (o.request_id) {
+      if (o.request_id->empty()) return invalid_argument("add_request: request_id is empty");
+      if (live_ids_.count(*o.request_id)) return invalid_argument("add_request: request_id '" + *o.request_id + "' is already in use");
+      id = *o.request_id;
+    } else {
+      do id = "req_" + std::to_string(auto_id_++);
+      while (live_ids_.count(id));
+    }
+    if (cfg_.max_queue_size > 0 && queued_ >= cfg_.max_queue_size) {
+      if (!o.queue_timeout)
+        return resource_exhausted("add_request: the queue is full (max_queue_size = " + std::to_string(cfg_.max_queue_size) + ")");
+      const auto wait = std::chrono::duration<double>(*o.queue_timeout);
+      if (!queue_cv_.wait_for(lk, wait, [&] { return queued_ < cfg_.max_queue_size || destroyed_; }))
+        return Status(ErrorCode::kTimeout, "add_request: the queue stayed full (max_queue_size = " +
+                                               std::to_string(cfg_.max_queue_size) + ") for " +
+                                               std::to_string(*o.queue_timeout) + " s");
+      if (destroyed_) return failed_precondition("add_request: the manager was destroyed");
+      if (live_ids_.count(id)) return invalid_argument("add_request: request_id '" + id + "' is already in use");
+    }
+    r->id = id;
+    live_ids_.insert(id);
+    ++queued_;
+    {
+      std::lock_guard<std::mutex> sl(stats_mu_);
+      ++stats_.requests_added;
+      stats_.prompt_tokens += len;
+    }
+    incoming_.push_back(std::move(r));
+  }
+  cv_.notify_all();
+  return id;
+}
+
+Result<std::vector<std::string>> ContinuousBatchingManager::add_requests(const std::vector<std::vector<int32_t>>& inputs,
+                                                                        const RequestOptions& options) {
+  if (options.request_id) return invalid_argument("add_requests: request_id must be unset (ids are generated)");
+  std::vector<std::string> ids;
+  ids.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Result<std::string> id = add_request(inputs[i], options);
+    if (!id.ok()) return Status(id.status().code(), "input " + std::to_string(i) + ": " + id.status().message());
+    ids.push_back(*id);
+  }
+  return ids;
+}
+
+Status ContinuousBatchingManager::cancel_request(const std::string& request_id) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!live_ids_.count(request_id)) return not_found("cancel_request: no live request '" + request_id + "'");
+    cancels_.push_back(request_id);
+  }
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+std::optional<GenerationOutput> ContinuousBatchingManager::get_result(std::optional<std::string> request_id,
+                                                                      std::optional<double> timeout) {
+  return results_->pop(request_id, timeout);
+}
+
+ResultIterator ContinuousBatchingManager::request_id_iter(const std::string& request_id) {
+  return ResultIterator(this, request_id);
+}
+
+Status ContinuousBatchingManager::register_result_handler(const std::string& request_id, ResultCallback callback,
+                                                          Executor executor) {
+  if (!callback) return invalid_argument("register_result_handler: no callback");
+  std::lock_guard<std::recursive_mutex> dl(delivery_mu_);  // the loop cannot deliver meanwhile: order is kept
+  bool live;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    live = live_ids_.count(request_id) != 0;
+  }
+  std::vector<GenerationOutput> queued = results_->take_all(request_id);
+  if (!live && queued.empty()) return not_found("register_result_handler: no request '" + request_id + "'");
+  handlers_[request_id] = Handler{std::move(callback), std::move(executor)};
+  for (GenerationOutput& o : queued) deliver(std::move(o));
+  return Status::Ok();
+}
+
+Status ContinuousBatchingManager::start() {
+  std::lock_guard<std::mutex> jl(join_mu_);
+  std::unique_lock<std::mutex> lk(mu_);
+  if (destroyed_) return failed_precondition("start: the manager was destroyed");
+  if (thread_alive_) return Status::Ok();
+  if (thread_.joinable()) thread_.join();  // a previous session's loop has ended
+  if (!kv_) LOOM_RETURN_IF_ERROR(build_cache());
+  stop_requested_ = hard_stop_ = false;
+  fatal_.reset();
+  results_->reopen();
+  thread_alive_ = true;
+  thread_ = std::thread(&ContinuousBatchingManager::loop, this);
+  if (res_.async_batching && !planner_.joinable()) planner_ = std::thread(&ContinuousBatchingManager::planner_loop, this);
+  return Status::Ok();
+}
+
+Status ContinuousBatchingManager::stop(bool block, std::optional<double> timeout, bool keep_for_next_session,
+                                       bool hard_stop) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    keep_cache_ = keep_for_next_session;
+    if (!thread_alive_) return Status::Ok();
+    if (hard_stop) hard_stop_ = true;
+    else stop_requested_ = true;
+  }
+  cv_.notify_all();
+  if (block && !join(timeout))
+    return Status(ErrorCode::kTimeout, "stop: the batching loop did not end within " +
+                                           std::to_string(timeout.value_or(0)) + " s");
+  return Status::Ok();
+}
+
+bool ContinuousBatchingManager::join(std::optional<double> timeout) {
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    auto ended = [&] { return !thread_alive_; };
+    if (timeout) {
+      if (!cv_.wait_for(lk, std::chrono::duration<double>(*timeout), ended)) return false;
+    } else {
+      cv_.wait(lk, ended);
+    }
+  }
+  std::lock_guard<std::mutex> jl(join_mu_);
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  return true;
+}
+
+PauseGuard ContinuousBatchingManager::pause() {
+  std::unique_lock<std::mutex> lk(mu_);
+  ++pause_count_;
+  cv_.notify_all();
+  cv_.wait(lk, [&] { return paused_ || !thread_alive_; });
+  return PauseGuard(this);
+}
+
+void ContinuousBatchingManager::unpause() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    --pause_count_;
+  }
+  cv_.notify_all();
+}
+
+bool ContinuousBatchingManager::is_running() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return thread_alive_;
+}
+
+std::optional<Status> ContinuousBatchingManager::fatal_error() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return fatal_;
+}
+
+void ContinuousBatchingManager::destroy() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (destroyed_) return;
+  }
+  (void)stop(/*block=*/true, std::nullopt, /*keep_for_next_session=*/false, /*hard_stop=*/true);
+  {
+    std::lock_guard<std::mutex> pl(planner_mu_);
+    planner_quit_ = true;
+  }
+  planner_cv_.notify_all();
+  if (planner_.joinable()) planner_.join();
+  std::vector<std::unique_ptr<RequestState>> never_ran;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    destroyed_ = true;
+    never_ran.swap(incoming_);
+  }
+  queue_cv_.notify_all();
+  // Requests added but never started: they end like a hard stop's.
+  for (auto& r : never_ran) {
+    RequestState* raw = r.get();
+    requests_[raw->id] = std::move(r);
+    finish(raw, RequestStatus::kFailed, generation::FinishReason::kCancelled,
+           Status(ErrorCode::kCancelled, "the manager was destroyed before the request ran"));
+  }
+  publish_stats();
+  {
+    std::lock_guard<std::mutex> jl(join_mu_);
+    if (thread_.joinable()) thread_.join();
+  }
+  scheduler_.reset();
+  kv_.reset();
+  results_->close();
+}
+
+Status ContinuousBatchingManager::warmup() {
+  PauseGuard guard = pause();
+  const int64_t n = std::min<int64_t>(res_.max_batch_tokens, 32);
+  std::vector<int32_t> ids(static_cast<size_t>(n) + 1, 0);
+  runtime::ContiguousKvCache cache(runner_->kv_layout(), 1, n + 1);
+  LOOM_RETURN_IF_ERROR(runner_->step({{ids.data(), n, 0}}, cache).status());
+  LOOM_RETURN_IF_ERROR(runner_->step({{ids.data() + n, 1, n}}, cache).status());
+  return Status::Ok();
+}
+
+ManagerStats ContinuousBatchingManager::stats() const {
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  return stats_;
+}
+
+}  // namespace loom::batching

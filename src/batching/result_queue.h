@@ -1,0 +1,137 @@
+// The manager's output queue: outputs in delivery order, retrievable either as
+// "the next one" or "the next one of request X" in O(1) — upstream re-queues
+// every non-matching output, O(n) per lookup.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "loom/batching/generation_output.h"
+
+namespace loom::batching {
+
+class ResultQueue {
+ public:
+  void push(GenerationOutput out) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      const uint64_t seq = next_seq_++;
+      order_.emplace_back(seq, out.request_id);
+      by_id_[out.request_id].emplace_back(seq, std::move(out));
+      ++held_;
+      if (order_.size() > 4 * held_ + 1024) compact();  // by-id pops leave stale entries behind
+    }
+    cv_.notify_all();
+  }
+
+  // Waits up to `timeout` seconds (forever when unset) for an output (of
+  // `request_id` when given). nullopt on timeout, or once closed and empty.
+  std::optional<GenerationOutput> pop(const std::optional<std::string>& request_id, std::optional<double> timeout) {
+    std::unique_lock<std::mutex> lk(mu_);
+    const auto deadline = timeout ? std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                                           std::chrono::duration<double>(*timeout))
+                                  : std::chrono::steady_clock::time_point::max();
+    while (true) {
+      if (auto out = try_pop(request_id)) return out;
+      if (closed_) return std::nullopt;
+      if (timeout) {
+        if (cv_.wait_until(lk, deadline) == std::cv_status::timeout) return try_pop(request_id);
+      } else {
+        cv_.wait(lk);
+      }
+    }
+  }
+
+  // Everything queued for `request_id`, oldest first.
+  std::vector<GenerationOutput> take_all(const std::string& request_id) {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::vector<GenerationOutput> out;
+    auto it = by_id_.find(request_id);
+    if (it == by_id_.end()) return out;
+    for (auto& [seq, o] : it->second) out.push_back(std::move(o));
+    held_ -= it->second.size();
+    by_id_.erase(it);
+    return out;
+  }
+
+  bool has(const std::string& request_id) const {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = by_id_.find(request_id);
+    return it != by_id_.end() && !it->second.empty();
+  }
+
+  size_t size() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return held_;
+  }
+
+  // Wakes every waiter; pops on an empty closed queue return at once.
+  void close() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      closed_ = true;
+    }
+    cv_.notify_all();
+  }
+  void reopen() {
+    std::lock_guard<std::mutex> lk(mu_);
+    closed_ = false;
+  }
+
+ private:
+  std::optional<GenerationOutput> try_pop(const std::optional<std::string>& request_id) {
+    if (request_id) {
+      auto it = by_id_.find(*request_id);
+      if (it == by_id_.end() || it->second.empty()) return std::nullopt;
+      GenerationOutput out = std::move(it->second.front().second);
+      it->second.pop_front();
+      if (it->second.empty()) by_id_.erase(it);
+      --held_;
+      return out;  // its entry in order_ is now stale and skipped later
+    }
+    while (!order_.empty()) {
+      auto [seq, id] = std::move(order_.front());
+      order_.pop_front();
+      auto it = by_id_.find(id);
+      if (it == by_id_.end() || it->second.empty() || it->second.front().first != seq) continue;
+      GenerationOutput out = std::move(it->second.front().second);
+      it->second.pop_front();
+      if (it->second.empty()) by_id_.erase(it);
+      --held_;
+      return out;
+    }
+    return std::nullopt;
+  }
+
+  void compact() {
+    std::deque<std::pair<uint64_t, std::string>> live;
+    for (auto& [seq, id] : order_) {
+      auto it = by_id_.find(id);
+      if (it == by_id_.end()) continue;
+      for (const auto& e : it->second)
+        if (e.first == seq) {
+          live.emplace_back(seq, std::move(id));
+          break;
+        }
+    }
+    order_.swap(live);
+  }
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t next_seq_ = 0;
+  std::deque<std::pair<uint64_t, std::string>> order_;
+  std::unordered_map<std::string, std::deque<std::pair<uint64_t, GenerationOutput>>> by_id_;
+  size_t held_ = 0;
+  bool closed_ = false;
+};
+
+}  // namespace loom::batching

@@ -1,0 +1,380 @@
+// The manager's API around the loop: cancellation, stop (hard vs flush), pause
+// with concurrent producers, result handlers and iterators, backpressure, bad
+// requests, destroy.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "batching_test_util.h"
+
+namespace loom::batching {
+namespace {
+
+using testing::alone;
+using testing::load_fixture;
+using testing::make_runner;
+using testing::random_tokens;
+
+class ManagerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = load_fixture("llama-f32");
+    runner_ = make_runner(model_);
+  }
+  static void TearDownTestSuite() {
+    runner_.reset();
+    model_.reset();
+  }
+  std::unique_ptr<ContinuousBatchingManager> manager(ContinuousBatchingConfig c = {}, ManagerOptions o = {}) {
+    if (!c.num_blocks) c.num_blocks = 64;
+    c.page_size = c.page_size == 256 ? 16 : c.page_size;
+    return ContinuousBatchingManager::create(runner_, testing::no_eos_config(), c, std::move(o)).value();
+  }
+  std::vector<int32_t> prompt(int n, uint32_t seed = 1) {
+    std::mt19937 rng(seed);
+    return random_tokens(rng, n, model_->vocab_size());
+  }
+  static std::shared_ptr<const models::Model> model_;
+  static std::shared_ptr<ModelRunner> runner_;
+};
+std::shared_ptr<const models::Model> ManagerTest::model_;
+std::shared_ptr<ModelRunner> ManagerTest::runner_;
+
+TEST_F(ManagerTest, CancelMidPrefillAndMidDecodeFreesEveryBlock) {
+  ContinuousBatchingConfig c;
+  c.allow_block_sharing = false;  // so "back to full" means no page in use at all
+  c.max_batch_tokens = 8;         // the long prompt needs many steps of prefill
+  auto m = manager(c);
+  ASSERT_TRUE(m->start().ok());
+  RequestOptions lo, so;
+  lo.request_id = "long";
+  lo.max_new_tokens = 50;
+  so.request_id = "short";
+  so.max_new_tokens = 200;
+  so.streaming = true;
+  ASSERT_TRUE(m->add_request(prompt(2, 5), so).ok());
+  ASSERT_TRUE(m->add_request(prompt(90, 6), lo).ok());
+  std::optional<GenerationOutput> first = m->get_result("short", 60.0);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->status, RequestStatus::kDecoding);
+  ASSERT_TRUE(m->cancel_request("long").ok());
+  ASSERT_TRUE(m->cancel_request("short").ok());
+  std::optional<GenerationOutput> l = m->get_result("long", 60.0);
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(l->status, RequestStatus::kFailed);
+  EXPECT_TRUE(l->cancelled());
+  EXPECT_EQ(l->error_code, ErrorCode::kCancelled);
+  EXPECT_TRUE(l->generated_tokens.empty());  // cancelled during its prefill
+  std::optional<GenerationOutput> s;
+  do s = m->get_result("short", 60.0);
+  while (s && !s->is_final());
+  ASSERT_TRUE(s.has_value());
+  EXPECT_TRUE(s->cancelled());
+  EXPECT_FALSE(s->generated_tokens.empty());  // cancelled while decoding
+  EXPECT_LT(static_cast<int64_t>(s->generated_tokens.size()), 200);
+  EXPECT_EQ(m->cancel_request("long").code(), ErrorCode::kNotFound);  // already ended
+  ASSERT_TRUE(m->stop(true, 30.0, true).ok());
+  const ManagerStats st = m->stats();
+  EXPECT_EQ(st.pages_in_use, 0);
+  EXPECT_EQ(st.cancelled, 2);
+  EXPECT_LE(st.peak_pages_in_use, st.pages_capacity);
+}
+
+TEST_F(ManagerTest, SoftStopCompletesEverythingHardStopFailsWhatIsLeft) {
+  {
+    auto m = manager();
+    ASSERT_TRUE(m->start().ok());
+    for (int i = 0; i < 6; ++i) {
+      RequestOptions o;
+      o.max_new_tokens = 5;
+      ASSERT_TRUE(m->add_request(prompt(3 + i, i), o).ok());
+    }
+    ASSERT_TRUE(m->stop(/*block=*/true, 60.0).ok());  // flush
+    EXPECT_FALSE(m->is_running());
+    for (int i = 0; i < 6; ++i) {
+      std::optional<GenerationOutput> out = m->get_result();
+      ASSERT_TRUE(out.has_value());
+      EXPECT_EQ(out->status, RequestStatus::kFinished);
+      EXPECT_EQ(out->generated_tokens.size(), 5u);
+    }
+    EXPECT_FALSE(m->get_result().has_value());  // stopped and empty: returns at once
+  }
+  {
+    auto m = manager();
+    ASSERT_TRUE(m->start().ok());
+    PauseGuard paused = m->pause();  // nothing runs: every request is still pending at the stop
+    for (int i = 0; i < 6; ++i) {
+      RequestOptions o;
+      o.max_new_tokens = 500;
+      ASSERT_TRUE(m->add_request(prompt(3 + i, i), o).ok());
+    }
+    ASSERT_TRUE(m->stop(/*block=*/false, std::nullopt, false, /*hard_stop=*/true).ok());
+    paused.release();
+    ASSERT_TRUE(m->join(60.0));
+    int failed = 0;
+    while (std::optional<GenerationOutput> out = m->get_result(std::nullopt, 0.0)) {
+      EXPECT_EQ(out->status, RequestStatus::kFailed);
+      EXPECT_EQ(out->error_code, ErrorCode::kCancelled);
+      EXPECT_NE(out->error.find("hard_stop"), std::string::npos);
+      ++failed;
+    }
+    EXPECT_EQ(failed, 6);
+    // A stopped manager starts again (a fresh pool: keep_for_next_session was false).
+    ASSERT_TRUE(m->start().ok());
+    RequestOptions o;
+    o.max_new_tokens = 3;
+    const std::string id = m->add_request(prompt(4), o).value();
+    std::optional<GenerationOutput> out = m->get_result(id, 60.0);
+    ASSERT_TRUE(out.has_value());
+    EXPECT_EQ(out->generated_tokens, alone(*runner_, prompt(4), 3));
+  }
+}
+
+TEST_F(ManagerTest, PauseWithConcurrentProducersLosesNothing) {
+  auto m = manager();
+  ASSERT_TRUE(m->start().ok());
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<int32_t>> expected;
+  for (int i = 0; i < 5; ++i) {
+    prompts.push_back(prompt(2 + 3 * i, 40 + i));
+    expected.push_back(alone(*runner_, prompts.back(), 4));
+  }
+  std::optional<PauseGuard> outer(m->pause());
+  std::atomic<int> added{0};
+  std::vector<std::thread> producers;
+  for (int t = 0; t < 4; ++t) {
+    producers.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        if (i == 10 && t == 2) {
+          PauseGuard inner = m->pause();  // a second holder: the loop stays parked until both leave
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        RequestOptions o;
+        o.request_id = "p" + std::to_string(t) + "_" + std::to_string(i);
+        o.max_new_tokens = 4;
+        ASSERT_TRUE(m->add_request(prompts[static_cast<size_t>((t + i) % 5)], o).ok());
+        ++added;
+      }
+    });
+  }
+  for (auto& th : producers) th.join();
+  EXPECT_EQ(added.load(), 100);
+  EXPECT_FALSE(m->get_result(std::nullopt, 0.2).has_value());  // paused: nothing ran
+  EXPECT_EQ(m->stats().generated_tokens, 0);
+  outer.reset();  // last holder leaves: the loop resumes
+  int done = 0;
+  while (done < 100) {
+    std::optional<GenerationOutput> out = m->get_result(std::nullopt, 60.0);
+    ASSERT_TRUE(out.has_value()) << done;
+    ASSERT_EQ(out->status, RequestStatus::kFinished);
+    const int t = out->request_id[1] - '0';
+    const int i = std::stoi(out->request_id.substr(3));
+    EXPECT_EQ(out->generated_tokens, expected[static_cast<size_t>((t + i) % 5)]) << out->request_id;
+    ++done;
+  }
+  EXPECT_FALSE(m->get_result(std::nullopt, 0.05).has_value());  // no duplicates
+}
+
+TEST_F(ManagerTest, StreamingIteratorAndHandlersSeeEveryTokenOnce) {
+  auto m = manager();
+  ASSERT_TRUE(m->start().ok());
+  const auto p = prompt(7, 3);
+  const auto expected = alone(*runner_, p, 6);
+  RequestOptions so;
+  so.request_id = "s";
+  so.max_new_tokens = 6;
+  so.streaming = true;
+  so.record_timestamps = true;
+  ASSERT_TRUE(m->add_request(p, so).ok());
+  ResultIterator it = m->request_id_iter("s");
+  std::vector<GenerationOutput> seen;
+  while (std::optional<GenerationOutput> o = it.next(60.0)) seen.push_back(*o);
+  ASSERT_EQ(seen.size(), 6u);
+  for (size_t k = 0; k < seen.size(); ++k) {
+    EXPECT_EQ(seen[k].generated_tokens, std::vector<int32_t>(expected.begin(), expected.begin() + static_cast<long>(k) + 1));
+    EXPECT_EQ(seen[k].status, k + 1 < seen.size() ? RequestStatus::kDecoding : RequestStatus::kFinished);
+    EXPECT_EQ(seen[k].timestamps.size(), k + 1);
+  }
+  EXPECT_GE(seen.back().lifespan.second, seen.back().lifespan.first);
+  EXPECT_GE(seen.back().lifespan.first, seen.back().created_time);
+  EXPECT_TRUE(it.done());
+
+  // A handler on a caller-chosen executor; and one registered after the request ended.
+  std::mutex mu;
+  std::vector<std::function<void()>> posted;
+  Executor post = [&](std::function<void()> job) {
+    std::lock_guard<std::mutex> lk(mu);
+    posted.push_back(std::move(job));
+  };
+  std::vector<GenerationOutput> got;
+  RequestOptions ho;
+  ho.request_id = "h";
+  ho.max_new_tokens = 3;
+  ASSERT_TRUE(m->add_request(p, ho).ok());
+  ASSERT_TRUE(m->register_result_handler("h", [&](const GenerationOutput& o) { got.push_back(o); }, post).ok());
+  RequestOptions lo;
+  lo.request_id = "late";
+  lo.max_new_tokens = 2;
+  ASSERT_TRUE(m->add_request(p, lo).ok());
+  ASSERT_TRUE(m->stop(true, 60.0, true).ok());
+  std::vector<GenerationOutput> late;
+  ASSERT_TRUE(m->register_result_handler("late", [&](const GenerationOutput& o) { late.push_back(o); }).ok());
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_EQ(late[0].generated_tokens, std::vector<int32_t>(expected.begin(), expected.begin() + 2));
+  EXPECT_TRUE(got.empty());  // not run yet: they wait on our executor
+  for (auto& job : posted) job();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, RequestStatus::kFinished);
+  EXPECT_EQ(got[0].generated_tokens, std::vector<int32_t>(expected.begin(), expected.begin() + 3));
+  EXPECT_FALSE(m->get_result(std::nullopt, 0.0).has_value());  // handled outputs bypass the queue
+  EXPECT_EQ(m->register_result_handler("nobody", [](const GenerationOutput&) {}).code(), ErrorCode::kNotFound);
+}
+
+TEST_F(ManagerTest, QueueBackpressure) {
+  ContinuousBatchingConfig c;
+  c.max_queue_size = 2;
+  auto m = manager(c);
+  RequestOptions o;
+  o.max_new_tokens = 2;
+  ASSERT_TRUE(m->add_request(prompt(3), o).ok());
+  ASSERT_TRUE(m->add_request(prompt(3), o).ok());
+  Result<std::string> full = m->add_request(prompt(3), o);
+  EXPECT_EQ(full.status().code(), ErrorCode::kResourceExhausted);
+  EXPECT_NE(full.status().message().find("max_queue_size"), std::string::npos);
+  o.queue_timeout = 0.05;
+  EXPECT_EQ(m->add_request(prompt(3), o).status().code(), ErrorCode::kTimeout);
+  // Once the loop admits the queued requests, there is room again.
+  ASSERT_TRUE(m->start().ok());
+  o.queue_timeout = 60.0;
+  EXPECT_TRUE(m->add_request(prompt(3), o).ok());
+  ASSERT_TRUE(m->stop(true, 60.0).ok());
+  EXPECT_EQ(m->stats().finished, 3);
+}
+
+TEST_F(ManagerTest, BadRequestsFailAlone) {
+  ContinuousBatchingConfig c;
+  c.num_blocks = 4;  // 64 positions at most per request
+  c.per_request_processors = true;
+  auto m = manager(c);
+  EXPECT_EQ(m->add_request({}).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(m->add_request({1, 5000}).status().code(), ErrorCode::kOutOfRange);
+  RequestOptions bad;
+  bad.temperature = -1.0f;
+  EXPECT_EQ(m->add_request({1, 2}, bad).status().code(), ErrorCode::kInvalidArgument);
+  RequestOptions stops;
+  stops.stop_strings = {"x"};
+  EXPECT_NE(m->add_request({1, 2}, stops).status().message().find("tokenizer"), std::string::npos);
+  RequestOptions dup;
+  dup.request_id = "same";
+  ASSERT_TRUE(m->add_request({4, 5}, dup).ok());
+  EXPECT_EQ(m->add_request({4, 5}, dup).status().code(), ErrorCode::kInvalidArgument);
+  // Too long for the whole pool: it fails, its neighbours finish.
+  RequestOptions big;
+  big.request_id = "big";
+  big.max_new_tokens = 100;
+  ASSERT_TRUE(m->add_request(prompt(40), big).ok());
+  RequestOptions ok;
+  ok.request_id = "ok";
+  ok.max_new_tokens = 4;
+  ASSERT_TRUE(m->add_request(prompt(10), ok).ok());
+  ASSERT_TRUE(m->start().ok());
+  ASSERT_TRUE(m->stop(true, 60.0).ok());
+  std::optional<GenerationOutput> b = m->get_result("big", 0.0);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->status, RequestStatus::kFailed);
+  EXPECT_EQ(b->error_code, ErrorCode::kResourceExhausted);
+  std::optional<GenerationOutput> k = m->get_result("ok", 0.0);
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->status, RequestStatus::kFinished);
+  EXPECT_EQ(k->generated_tokens, alone(*runner_, prompt(10), 4));
+  EXPECT_FALSE(m->fatal_error().has_value());
+}
+
+// A minimal detokenizer: token id → its last digit.
+class DigitText : public TextStream {
+ public:
+  Result<std::string> push(int32_t id) override { return std::to_string(id % 10); }
+  Result<std::string> flush() override { return std::string(); }
+};
+
+TEST_F(ManagerTest, PerRequestSamplingSeedsAndStopStrings) {
+  ContinuousBatchingConfig c;
+  c.per_request_processors = true;
+  c.return_logprobs = true;
+  ManagerOptions mo;
+  mo.text_stream = [](const std::vector<int32_t>&) { return std::make_unique<DigitText>(); };
+  auto m = manager(c, mo);
+  ASSERT_TRUE(m->start().ok());
+  const auto p = prompt(9, 77);
+  // The reference: the same request alone, same sampling settings and seed.
+  GenerateOptions g;
+  g.max_new_tokens = 12;
+  g.sampling.do_sample = true;
+  g.sampling.temperature = 1.5f;
+  g.sampling.top_k = 40;
+  g.sampling.top_p = 0.9f;
+  g.seed = 2024;
+  DigitText text;
+  const GenerateResult ref = generate(*runner_, p, g, &text).value();
+  // Stop at the digit the reference shows third: generation must end right there.
+  g.stop_strings = {ref.text.substr(2, 1)};
+  DigitText text2;
+  const GenerateResult ref_stop = generate(*runner_, p, g, &text2).value();
+  ASSERT_EQ(ref_stop.finish_reason, generation::FinishReason::kStopString);
+
+  for (int i = 0; i < 6; ++i) {  // batch mates with other settings
+    RequestOptions o;
+    o.max_new_tokens = 10;
+    o.do_sample = true;
+    o.temperature = 0.7f;
+    o.seed = static_cast<uint64_t>(i);
+    ASSERT_TRUE(m->add_request(prompt(3 + i, 90 + i), o).ok());
+  }
+  RequestOptions o;
+  o.max_new_tokens = 12;
+  o.do_sample = true;
+  o.temperature = 1.5f;
+  o.top_k = 40;
+  o.top_p = 0.9f;
+  o.seed = 2024;
+  o.request_id = "sampled";
+  ASSERT_TRUE(m->add_request(p, o).ok());
+  o.request_id = "stopped";
+  o.stop_strings = g.stop_strings;
+  ASSERT_TRUE(m->add_request(p, o).ok());
+  std::optional<GenerationOutput> a = m->get_result("sampled", 60.0);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->generated_tokens, ref.generated_ids);
+  EXPECT_EQ(a->text, ref.text);
+  ASSERT_EQ(a->logprobs.size(), ref.logprobs.size());
+  for (size_t i = 0; i < ref.logprobs.size(); ++i) EXPECT_EQ(a->logprobs[i], ref.logprobs[i]);
+  std::optional<GenerationOutput> s = m->get_result("stopped", 60.0);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->finish_reason, generation::FinishReason::kStopString);
+  EXPECT_EQ(s->generated_tokens, ref_stop.generated_ids);
+  EXPECT_EQ(s->text, ref_stop.text);
+}
+
+TEST_F(ManagerTest, WarmupDestroyAndAfterlife) {
+  auto m = manager();
+  EXPECT_TRUE(m->warmup().ok());
+  ASSERT_TRUE(m->start().ok());
+  EXPECT_TRUE(m->is_running());
+  EXPECT_TRUE(m->warmup().ok());  // pauses the running loop meanwhile
+  RequestOptions o;
+  o.max_new_tokens = 1000;
+  ASSERT_TRUE(m->add_request(prompt(5), o).ok());
+  m->destroy();
+  m->destroy();  // idempotent
+  EXPECT_FALSE(m->is_running());
+  std::optional<GenerationOutput> out = m->get_result(std::nullopt, 0.0);
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ(out->status, RequestStatus::kFailed);
+  EXPECT_EQ(m->add_request({1}).status().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(m->start().code(), ErrorCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace loom::batching
