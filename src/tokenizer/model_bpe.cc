@@ -18,13 +18,59 @@ struct MergeInfo {
   int32_t new_id;
 };
 
-struct PairHash {
-  size_t operator()(uint64_t k) const noexcept {
+// (left id, right id) → merge, open addressing: BPE probes it for every adjacent pair,
+// and node-based maps spend that time on cache misses.
+class PairMap {
+ public:
+  void reserve(size_t n) { rehash(n * 2 + 16); }
+  void set(uint64_t key, MergeInfo v) {
+    if ((size_ + 1) * 2 > keys_.size()) rehash(keys_.size() * 2 + 16);
+    size_t mask = keys_.size() - 1;
+    for (size_t i = slot(key) & mask;; i = (i + 1) & mask) {
+      if (keys_[i] == kEmpty) {
+        keys_[i] = key;
+        vals_[i] = v;
+        ++size_;
+        return;
+      }
+      if (keys_[i] == key) {
+        vals_[i] = v;  // a repeated merge takes its later rank, like the library's map
+        return;
+      }
+    }
+  }
+  const MergeInfo* find(uint64_t key) const {
+    if (keys_.empty()) return nullptr;
+    size_t mask = keys_.size() - 1;
+    for (size_t i = slot(key) & mask;; i = (i + 1) & mask) {
+      if (keys_[i] == key) return &vals_[i];
+      if (keys_[i] == kEmpty) return nullptr;
+    }
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~0ull;
+  static size_t slot(uint64_t k) {
     k ^= k >> 33;
     k *= 0xff51afd7ed558ccdull;
     k ^= k >> 33;
     return static_cast<size_t>(k);
   }
+  void rehash(size_t want) {
+    size_t cap = 16;
+    while (cap < want) cap <<= 1;
+    if (cap <= keys_.size()) return;
+    std::vector<uint64_t> old_keys = std::move(keys_);
+    std::vector<MergeInfo> old_vals = std::move(vals_);
+    keys_.assign(cap, kEmpty);
+    vals_.assign(cap, MergeInfo{});
+    size_ = 0;
+    for (size_t i = 0; i < old_keys.size(); ++i)
+      if (old_keys[i] != kEmpty) set(old_keys[i], old_vals[i]);
+  }
+  std::vector<uint64_t> keys_;
+  std::vector<MergeInfo> vals_;
+  size_t size_ = 0;
 };
 
 struct Piece {
@@ -35,7 +81,7 @@ struct Piece {
 class Bpe final : public Model {
  public:
   Vocab vocab;
-  std::unordered_map<uint64_t, MergeInfo, PairHash> merges;
+  PairMap merges;
   std::optional<std::string> unk_token;
   std::optional<std::string> prefix, suffix;
   bool fuse_unk = false, byte_fallback = false, ignore_merges = false;
@@ -174,8 +220,7 @@ class Bpe final : public Model {
     heap_storage.reserve(n);
     std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> queue(std::greater<Cand>(), std::move(heap_storage));
     auto lookup = [&](int32_t a, int32_t b) -> const MergeInfo* {
-      auto it = merges.find((uint64_t(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b));
-      return it == merges.end() ? nullptr : &it->second;
+      return merges.find((uint64_t(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b));
     };
     for (size_t i = 0; i + 1 < n; ++i)
       if (const MergeInfo* m = lookup(word[i].id, word[i + 1].id)) queue.push({m->rank, static_cast<uint32_t>(i), m->new_id});
@@ -244,7 +289,7 @@ Result<std::unique_ptr<Model>> make_bpe(const json& j, const std::string& path) 
   if (mit != j.end() && !mit->is_null()) {
     if (!mit->is_array()) return field_error(field_path(path, "merges"), "expected an array");
     size_t prefix_len = m->prefix ? m->prefix->size() : 0;
-    m->merges.reserve(mit->size() * 2);
+    m->merges.reserve(mit->size());
     std::string a, b, merged;
     for (size_t i = 0; i < mit->size(); ++i) {
       const json& e = (*mit)[i];
@@ -270,7 +315,7 @@ Result<std::unique_ptr<Model>> make_bpe(const json& j, const std::string& path) 
       merged = a + b.substr(prefix_len);
       auto in = m->vocab.find(merged);
       if (!in) return field_error(where, "merged token \"" + merged + "\" is not in the vocabulary");
-      m->merges[(uint64_t(static_cast<uint32_t>(*ia)) << 32) | static_cast<uint32_t>(*ib)] = {static_cast<uint32_t>(i), *in};
+      m->merges.set((uint64_t(static_cast<uint32_t>(*ia)) << 32) | static_cast<uint32_t>(*ib), {static_cast<uint32_t>(i), *in});
     }
   }
   return std::unique_ptr<Model>(std::move(m));
