@@ -155,12 +155,15 @@ bool isa_supported(Isa isa) {
 }
 
 // AVX512_BF16 is deliberately not the automatic choice even where the CPU has it.
-// Measured on the 2-core Xeon (Sapphire Rapids class) loom targets: vdpbf16ps
-// retires 1.3 G instr/s per core against 5.3 G for vfmadd (zmm), i.e. 84 vs 168
-// GFLOP/s per core — widening bf16 weights to f32 and using FMA is 2x faster for prefill,
-// equally fast for memory-bound decode, and keeps activations in f32 (no bf16
-// rounding of x). The path stays available with LOOM_FORCE_ISA=avx512_bf16 for
-// CPUs where vdpbf16ps runs at full rate.
+// On the 2-core Xeon (Sapphire Rapids class) loom is tuned on, vdpbf16ps retires
+// 1.3 G instr/s per core against 5.3 G for vfmadd (zmm): 84 vs 168 GFLOP/s. So
+// for bf16 weights at M = 512 (bench/matmul_bench.cc, 2 threads) widening to f32
+// and using FMA runs at 206-238 GFLOP/s, the vdpbf16ps kernel at 117-130 (oneDNN
+// 2.6's, also vdpbf16ps: 129-132); decode is memory-bound and the two are within
+// noise at DRAM-sized weights. Widening also keeps x in f32 (vdpbf16ps needs x
+// rounded to bf16: NMSE ~3e-6 per layer) and makes every path bitwise identical.
+// The path stays available with LOOM_FORCE_ISA=avx512_bf16 for CPUs where
+// vdpbf16ps runs at full rate.
 Isa best_isa() {
   if (isa_supported(Isa::kAvx512)) return Isa::kAvx512;
   if (isa_supported(Isa::kAvx2)) return Isa::kAvx2;
