@@ -13,5 +13,6 @@ void add_generate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
+void add_batch_command(CLI::App& app);
 
 }  // namespace loom::cli

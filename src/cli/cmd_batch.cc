@@ -1,0 +1,325 @@
+// `loom batch`: many prompts through continuous batching. Reads JSON lines
+// ({"id": .., "prompt": "..."} or {"prompt_ids": [...]}, with optional
+// max_new_tokens, temperature, top_k, top_p, min_p, repetition_penalty, seed,
+// stop), writes one JSON line per input, in input order, and shows progress and
+// a summary on stderr. Every ContinuousBatchingConfig field is a flag named
+// after it; --cb-config FILE.json loads them all (flags win).
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/text_stream.h"
+#include "loom/batching/generate_batch.h"
+#include "loom/core/logging.h"
+
+namespace loom::cli {
+
+namespace {
+
+using json = nlohmann::json;
+
+struct CbFlags {
+  std::string cb_config;
+  std::optional<int64_t> page_size, num_blocks, max_batch_tokens, max_requests_per_batch, max_blocks_per_request;
+  std::optional<double> max_memory_percent, safety_margin, cpu_offload_space, cpu_offload_space_safety_threshold,
+      cpu_group_timeout;
+  std::optional<bool> allow_block_sharing, use_async_batching, return_logprobs, auto_switch_to_flash,
+      per_request_processors, drop_unsupported_processors, disable_nccl_graph_mixing;
+  bool no_block_sharing = false;
+  std::optional<std::string> scheduler_type, use_cuda_graph, varlen_compile_config, decode_compile_config;
+  std::optional<int64_t> q_padding_interval_size, kv_padding_interval_size, default_compile_level, max_queue_size;
+};
+
+struct BatchFlags {
+  ModelOptions model;
+  std::string input, output;
+  SamplingFlags sampling;
+  CbFlags cb;
+  bool no_special_tokens = false;
+  bool no_progress = false;
+};
+
+void add_cb_options(CLI::App* cmd, CbFlags* f) {
+  cmd->add_option("--cb-config", f->cb_config, "ContinuousBatchingConfig as a JSON file (flags below override it)");
+  cmd->add_option("--page-size", f->page_size, "Tokens per KV page per layer (default 256)");
+  cmd->add_option("--num-blocks", f->num_blocks, "KV blocks (one page per layer); default: from available memory");
+  cmd->add_option("--max-batch-tokens", f->max_batch_tokens, "Token budget of one step (default 256)");
+  cmd->add_option("--max-memory-percent", f->max_memory_percent, "Share of available memory for KV when --num-blocks is unset");
+  cmd->add_option("--max-requests-per-batch", f->max_requests_per_batch, "Sequences per step");
+  cmd->add_option("--max-blocks-per-request", f->max_blocks_per_request, "Blocks one request may hold (0: no limit)");
+  cmd->add_option("--allow-block-sharing", f->allow_block_sharing, "Prefix caching (true/false, default true)");
+  cmd->add_flag("--no-block-sharing", f->no_block_sharing, "Turn prefix caching off");
+  cmd->add_option("--use-async-batching", f->use_async_batching, "Plan step N+1 while step N runs (true/false)");
+  cmd->add_option("--use-cuda-graph", f->use_cuda_graph, "GPU only: true, false or [varlen,decode]; no effect on CPU");
+  cmd->add_option("--q-padding-interval-size", f->q_padding_interval_size, "GPU only; no effect on CPU");
+  cmd->add_option("--kv-padding-interval-size", f->kv_padding_interval_size, "GPU only; no effect on CPU");
+  cmd->add_option("--varlen-compile-config", f->varlen_compile_config, "GPU only (JSON object); no effect on CPU");
+  cmd->add_option("--decode-compile-config", f->decode_compile_config, "GPU only (JSON object); no effect on CPU");
+  cmd->add_option("--default-compile-level", f->default_compile_level, "GPU only (0-3); no effect on CPU");
+  cmd->add_option("--scheduler-type", f->scheduler_type, "fifo (decodes first) or prefill_first");
+  cmd->add_option("--safety-margin", f->safety_margin, "Admit new requests only while more of the KV pool is free");
+  cmd->add_option("--return-logprobs", f->return_logprobs, "Log-probabilities of the generated tokens (true/false)");
+  cmd->add_option("--auto-switch-to-flash", f->auto_switch_to_flash, "GPU only; no effect on CPU");
+  cmd->add_option("--cpu-offload-space", f->cpu_offload_space, "GiB of host swap for preempted requests (0: recompute)");
+  cmd->add_option("--cpu-offload-space-safety-threshold", f->cpu_offload_space_safety_threshold,
+                  "Clamp --cpu-offload-space to this share of RAM");
+  cmd->add_option("--max-queue-size", f->max_queue_size, "Most requests waiting for admission (0: no limit)");
+  cmd->add_option("--per-request-processors", f->per_request_processors,
+                  "Honour per-line sampling settings (true/false; default true for this command)");
+  cmd->add_option("--drop-unsupported-processors", f->drop_unsupported_processors,
+                  "Ignore per-line sampling settings when they are off, instead of failing");
+  cmd->add_option("--disable-nccl-graph-mixing", f->disable_nccl_graph_mixing, "GPU/TP only; no effect on CPU");
+  cmd->add_option("--cpu-group-timeout", f->cpu_group_timeout, "TP only; no effect");
+}
+
+json parse_json_flag(const std::string& flag, const std::string& text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) throw Error(invalid_argument(flag + ": not valid JSON: " + text));
+  return j;
+}
+
+batching::ContinuousBatchingConfig make_cb_config(const CbFlags& f, uint64_t seed) {
+  json j = json::object();
+  if (!f.cb_config.empty()) {
+    std::ifstream in(f.cb_config);
+    if (!in) throw Error(not_found("--cb-config: cannot open '" + f.cb_config + "'"));
+    j = json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) throw Error(parse_error(f.cb_config + ": not a JSON object"));
+  }
+  if (!j.contains("per_request_processors")) j["per_request_processors"] = true;
+  auto set = [&](const char* key, const auto& v) {
+    if (v) j[key] = *v;
+  };
+  set("page_size", f.page_size);
+  set("num_blocks", f.num_blocks);
+  set("max_batch_tokens", f.max_batch_tokens);
+  set("max_memory_percent", f.max_memory_percent);
+  set("max_requests_per_batch", f.max_requests_per_batch);
+  set("max_blocks_per_request", f.max_blocks_per_request);
+  set("allow_block_sharing", f.allow_block_sharing);
+  if (f.no_block_sharing) j["allow_block_sharing"] = false;
+  set("use_async_batching", f.use_async_batching);
+  if (f.use_cuda_graph) j["use_cuda_graph"] = parse_json_flag("--use-cuda-graph", *f.use_cuda_graph);
+  set("q_padding_interval_size", f.q_padding_interval_size);
+  set("kv_padding_interval_size", f.kv_padding_interval_size);
+  if (f.varlen_compile_config)
+    j["varlen_compile_config"] = parse_json_flag("--varlen-compile-config", *f.varlen_compile_config);
+  if (f.decode_compile_config)
+    j["decode_compile_config"] = parse_json_flag("--decode-compile-config", *f.decode_compile_config);
+  set("default_compile_level", f.default_compile_level);
+  set("scheduler_type", f.scheduler_type);
+  set("safety_margin", f.safety_margin);
+  set("return_logprobs", f.return_logprobs);
+  if (!j.contains("seed") || j["seed"].is_null()) j["seed"] = seed;
+  set("auto_switch_to_flash", f.auto_switch_to_flash);
+  set("cpu_offload_space", f.cpu_offload_space);
+  set("cpu_offload_space_safety_threshold", f.cpu_offload_space_safety_threshold);
+  set("max_queue_size", f.max_queue_size);
+  set("per_request_processors", f.per_request_processors);
+  set("drop_unsupported_processors", f.drop_unsupported_processors);
+  set("disable_nccl_graph_mixing", f.disable_nccl_graph_mixing);
+  set("cpu_group_timeout", f.cpu_group_timeout);
+  return batching::ContinuousBatchingConfig::from_json(j, f.cb_config.empty() ? "flags" : f.cb_config).value();
+}
+
+// One input line → a request; errors name the line and the field.
+Result<batching::BatchInput> parse_line(const std::string& line, size_t number, TokenizerTextStream* text,
+                                        bool add_special_tokens) {
+  const std::string where = "input line " + std::to_string(number) + ": ";
+  json j = json::parse(line, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return parse_error(where + "not a JSON object");
+  batching::BatchInput in;
+  try {
+    if (j.contains("id")) in.options.request_id = j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump();
+    if (j.contains("prompt_ids")) {
+      if (!j["prompt_ids"].is_array()) return parse_error(where + "'prompt_ids' must be a list of token ids");
+      for (const json& v : j["prompt_ids"]) {
+        if (!v.is_number_integer()) return parse_error(where + "'prompt_ids' holds a non-integer: " + v.dump());
+        const int64_t id = v.get<int64_t>();
+        if (id < 0 || id > 0x7fffffff) return out_of_range(where + "token id " + std::to_string(id) + " is out of range");
+        in.input_ids.push_back(static_cast<int32_t>(id));
+      }
+    } else if (j.contains("prompt")) {
+      if (!j["prompt"].is_string()) return parse_error(where + "'prompt' must be a string");
+      if (!text) return invalid_argument(where + "a text prompt needs the model's tokenizer.json (give prompt_ids)");
+      LOOM_ASSIGN_OR_RETURN(in.input_ids, text->encode(j["prompt"].get<std::string>(), add_special_tokens));
+    } else {
+      return parse_error(where + "needs 'prompt' or 'prompt_ids'");
+    }
+    auto& o = in.options;
+    if (j.contains("max_new_tokens")) o.max_new_tokens = j["max_new_tokens"].get<int64_t>();
+    if (j.contains("temperature")) {
+      o.temperature = j["temperature"].get<float>();
+      o.do_sample = *o.temperature > 0;
+    }
+    if (j.contains("top_k")) o.top_k = j["top_k"].get<int32_t>(), o.do_sample = true;
+    if (j.contains("top_p")) o.top_p = j["top_p"].get<float>(), o.do_sample = true;
+    if (j.contains("min_p")) o.min_p = j["min_p"].get<float>(), o.do_sample = true;
+    if (j.contains("repetition_penalty")) o.repetition_penalty = j["repetition_penalty"].get<float>();
+    if (j.contains("seed")) o.seed = j["seed"].get<uint64_t>();
+    if (j.contains("stop")) {
+      if (j["stop"].is_string()) o.stop_strings.push_back(j["stop"].get<std::string>());
+      else o.stop_strings = j["stop"].get<std::vector<std::string>>();
+    }
+  } catch (const json::exception& e) {
+    return parse_error(where + "a field has the wrong type (" + e.what() + ")");
+  }
+  return in;
+}
+
+void run_batch(const BatchFlags& f) {
+  const std::string dir = resolve_model_dir(f.model).value();
+  apply_threads(f.model);
+  GenerationConfig gc = GenerationConfig::from_dir_or_default(dir).value();
+  auto model = models::Model::load(dir).value();
+  gc.inherit_special_tokens(model->config().eos_token_ids, model->config().bos_token_id, model->config().pad_token_id);
+  // Command-line sampling flags become every request's defaults.
+  const batching::GenerateOptions defaults = make_generate_options(f.sampling, gc, *model, 0);
+  if (f.sampling.max_new_tokens) gc.max_new_tokens = *f.sampling.max_new_tokens;
+  gc.do_sample = defaults.sampling.do_sample;
+  gc.temperature = defaults.sampling.temperature;
+  gc.top_k = defaults.sampling.top_k;
+  gc.top_p = defaults.sampling.top_p;
+  gc.min_p = defaults.sampling.min_p;
+  gc.repetition_penalty = defaults.sampling.repetition_penalty;
+  gc.stop_strings = defaults.stop_strings;
+  gc.eos_token_ids.assign(defaults.eos_token_ids.begin(), defaults.eos_token_ids.end());
+  // Requests without a seed use --seed, else generation_config's, else 0: a line
+  // samples what `loom generate` with the same settings samples.
+  const batching::ContinuousBatchingConfig cb = make_cb_config(f.cb, f.sampling.seed.value_or(gc.seed.value_or(0)));
+
+  std::shared_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<TokenizerTextStream> encoder;
+  if (std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) {
+    tokenizer = Tokenizer::from_dir(dir).value();
+    encoder = std::make_unique<TokenizerTextStream>(tokenizer);
+  }
+
+  std::ifstream file;
+  std::istream* in = &std::cin;
+  if (f.input != "-") {
+    file.open(f.input);
+    if (!file) throw Error(not_found("--input: cannot open '" + f.input + "'"));
+    in = &file;
+  }
+  std::vector<batching::BatchInput> inputs;
+  std::vector<std::optional<Status>> line_errors;
+  std::string line;
+  size_t number = 0;
+  while (std::getline(*in, line)) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    Result<batching::BatchInput> r = parse_line(line, number, encoder.get(), !f.no_special_tokens);
+    if (r.ok()) {
+      inputs.push_back(std::move(*r));
+      line_errors.push_back(std::nullopt);
+    } else {
+      batching::BatchInput placeholder;
+      placeholder.options.request_id = "line_" + std::to_string(number);
+      inputs.push_back(std::move(placeholder));
+      line_errors.push_back(r.status());
+    }
+  }
+
+  std::vector<batching::BatchInput> runnable;
+  std::vector<size_t> slot;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!line_errors[i]) {
+      runnable.push_back(inputs[i]);
+      slot.push_back(i);
+    }
+
+  batching::GenerateBatchOptions opts;
+  if (tokenizer) {
+    opts.manager.text_stream = [tokenizer](const std::vector<int32_t>& prompt) -> std::unique_ptr<batching::TextStream> {
+      auto s = std::make_unique<TokenizerTextStream>(tokenizer);
+      s->start(prompt);
+      return s;
+    };
+  }
+  const bool tty = isatty(STDERR_FILENO);
+  if (!f.no_progress) {
+    opts.progress = [tty](const batching::BatchProgress& p) {
+      std::fprintf(stderr, "%s[batch] %lld/%lld requests · %lld tokens · %.1f tok/s · KV pages %lld/%lld%s",
+                   tty ? "\r" : "", static_cast<long long>(p.done), static_cast<long long>(p.total),
+                   static_cast<long long>(p.generated_tokens), p.tokens_per_second,
+                   static_cast<long long>(p.pages_in_use), static_cast<long long>(p.pages_capacity), tty ? "" : "\n");
+      std::fflush(stderr);
+    };
+  }
+  auto runner = batching::ModelRunner::create(model, f.model.backend).value();
+  for (const std::string& note : cb.cpu_no_op_fields()) std::fprintf(stderr, "note: %s\n", note.c_str());
+  const batching::BatchResult result =
+      batching::generate_batch(std::shared_ptr<batching::ModelRunner>(std::move(runner)), runnable, gc, cb, opts).value();
+  if (!f.no_progress && tty) std::fprintf(stderr, "\n");
+
+  std::ofstream out_file;
+  std::ostream* out = &std::cout;
+  if (f.output != "-") {
+    out_file.open(f.output);
+    if (!out_file) throw Error(io_error("--output: cannot write '" + f.output + "'"));
+    out = &out_file;
+  }
+  std::vector<const batching::GenerationOutput*> by_slot(inputs.size(), nullptr);
+  for (size_t k = 0; k < slot.size(); ++k) by_slot[slot[k]] = &result.outputs[k];
+  int64_t finished = 0, failed = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    json j;
+    if (line_errors[i]) {
+      j["id"] = *inputs[i].options.request_id;
+      j["prompt_ids"] = json::array();
+      j["generated_ids"] = json::array();
+      j["status"] = "FAILED";
+      j["error"] = line_errors[i]->to_string();
+      ++failed;
+    } else {
+      const batching::GenerationOutput& o = *by_slot[i];
+      j["id"] = o.request_id;
+      j["prompt_ids"] = o.prompt_ids;
+      j["generated_ids"] = o.generated_tokens;
+      if (tokenizer) j["text"] = o.text;
+      j["status"] = batching::request_status_name(o.status);
+      j["finish_reason"] = generation::finish_reason_name(o.finish_reason);
+      j["error"] = o.error.empty() ? json(nullptr) : json(o.error);
+      if (cb.return_logprobs) j["logprobs"] = o.logprobs;
+      (o.status == batching::RequestStatus::kFinished ? finished : failed) += 1;
+    }
+    *out << j.dump() << "\n";
+  }
+  out->flush();
+  const batching::ManagerStats& s = result.stats;
+  std::fprintf(stderr,
+               "[batch] %zu requests (%lld finished, %lld failed) · %lld prompt + %lld generated tokens in %.2f s · "
+               "%.1f generated tok/s · prefix-cache hits %lld tokens · preemptions %lld (recompute %lld, swap %lld) · "
+               "peak KV pages %lld/%lld\n",
+               inputs.size(), static_cast<long long>(finished), static_cast<long long>(failed),
+               static_cast<long long>(s.prompt_tokens), static_cast<long long>(s.generated_tokens), result.seconds,
+               result.seconds > 0 ? static_cast<double>(s.generated_tokens) / result.seconds : 0.0,
+               static_cast<long long>(s.prefix_hit_tokens),
+               static_cast<long long>(s.preempted_recompute + s.preempted_swap),
+               static_cast<long long>(s.preempted_recompute), static_cast<long long>(s.preempted_swap),
+               static_cast<long long>(s.peak_pages_in_use), static_cast<long long>(s.pages_capacity));
+}
+
+}  // namespace
+
+void add_batch_command(CLI::App& app) {
+  auto f = std::make_shared<BatchFlags>();
+  auto* cmd = app.add_subcommand("batch", "Generate for many prompts (JSON lines) with continuous batching");
+  add_model_options(cmd, &f->model);
+  cmd->add_option("--input,-i", f->input, "JSON lines: {\"id\", \"prompt\" | \"prompt_ids\", max_new_tokens, temperature, ...}; - for stdin")
+      ->required();
+  cmd->add_option("--output,-o", f->output, "Results as JSON lines, in input order; - for stdout")->required();
+  add_sampling_options(cmd, &f->sampling);
+  add_cb_options(cmd, &f->cb);
+  cmd->add_flag("--no-special-tokens", f->no_special_tokens, "Do not add BOS/EOS when tokenizing text prompts");
+  cmd->add_flag("--no-progress", f->no_progress, "No progress line on stderr");
+  cmd->callback([f] { run_batch(*f); });
+}
+
+}  // namespace loom::cli
