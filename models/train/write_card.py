@@ -140,11 +140,14 @@ def render(result, corpus):
     w("- init: normal(0, 0.02), residual output projections (o_proj, down_proj) scaled by "
       "1/sqrt(2 x layers)")
     w("- PyTorch %s, %d thread%s, on a shared 2-core %s: training %s wall (%s CPU), "
-      "evaluation %s, whole script %s. The wall time depends on what else the machine runs; the "
-      "CPU time is what the training itself costs."
+      "evaluation %s wall, train.py as a whole %s wall (%s CPU). The wall time "
+      "depends on what else the machine runs (this run was niced and shared the machine with "
+      "other builds); the CPU time is what the run itself costs, and on an otherwise idle "
+      "machine a single-threaded run takes about that long."
       % (result["torch"], result["threads"], "" if result["threads"] == 1 else "s", result["cpu"],
          _fmt_time(result["train_seconds"]), _fmt_time(result["train_cpu_seconds"]),
-         _fmt_time(result["eval_seconds"]), _fmt_time(result["total_seconds"])))
+         _fmt_time(result["eval_seconds"]), _fmt_time(result["total_seconds"]),
+         _fmt_time(result["cpu_seconds"])))
     w("")
     w("| step | train loss (mean of the last %d steps) | LR |" % a["log_every"])
     w("|---|---|---|")
@@ -156,7 +159,7 @@ def render(result, corpus):
     vl = result["valid_loss"]
     w("| | loss (nats/token) | perplexity |")
     w("|---|---|---|")
-    w("| **validation** (held-out 5%%, procedure below) | **%.4f** | %.2f |" % (vl, math.exp(vl)))
+    w("| **validation** (held-out chapters, procedure below) | **%.4f** | %.2f |" % (vl, math.exp(vl)))
     w("| train, first %s training tokens, same procedure | %.4f | %.2f |"
       % ("{:,}".format(result["valid_tokens"]), result["final_train_eval_loss"],
          math.exp(result["final_train_eval_loss"])))
