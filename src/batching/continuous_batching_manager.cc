@@ -236,10 +236,15 @@ Status ContinuousBatchingManager::register_result_handler(const std::string& req
 }
 
 Status ContinuousBatchingManager::start() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (thread_alive_ && !stop_requested_ && !hard_stop_) return Status::Ok();  // already running
+  }
+  join();  // a loop that is stopping ends first
   std::lock_guard<std::mutex> jl(join_mu_);
   std::unique_lock<std::mutex> lk(mu_);
   if (destroyed_) return failed_precondition("start: the manager was destroyed");
-  if (thread_alive_) return Status::Ok();
+  if (thread_alive_) return Status::Ok();  // another caller restarted it meanwhile
   if (thread_.joinable()) thread_.join();  // a previous session's loop has ended
   if (!kv_) LOOM_RETURN_IF_ERROR(build_cache());
   stop_requested_ = hard_stop_ = false;

@@ -72,17 +72,26 @@ void run_condition(const std::shared_ptr<ModelRunner>& runner, const Workload& w
   auto m = ContinuousBatchingManager::create(runner, testing::no_eos_config(), cfg).value();
   ASSERT_TRUE(m->start().ok());
   std::map<std::string, size_t> index;
+  std::map<std::string, size_t> streamed;  // outputs seen so far per streaming request
   for (size_t i = 0; i < w.prompts.size(); ++i) {
     RequestOptions o;
     o.max_new_tokens = w.max_new[i];
     o.request_id = "q" + std::to_string(i);
+    o.streaming = i % 3 == 0;  // must see each token exactly once, preemptions or not
     index[m->add_request(w.prompts[i], o).value()] = i;
   }
-  for (size_t done = 0; done < w.prompts.size(); ++done) {
+  for (size_t done = 0; done < w.prompts.size();) {
     std::optional<GenerationOutput> out = m->get_result(std::nullopt, 120.0);
     ASSERT_TRUE(out.has_value()) << "timed out after " << done << " results";
-    ASSERT_EQ(out->status, RequestStatus::kFinished) << out->request_id << ": " << out->error;
     const size_t i = index.at(out->request_id);
+    if (i % 3 == 0) {
+      const size_t k = ++streamed[out->request_id];
+      ASSERT_EQ(out->generated_tokens.size(), k) << out->request_id;
+      EXPECT_TRUE(std::equal(out->generated_tokens.begin(), out->generated_tokens.end(), expected[i].begin()));
+      if (!out->is_final()) continue;
+    }
+    ++done;
+    ASSERT_EQ(out->status, RequestStatus::kFinished) << out->request_id << ": " << out->error;
     EXPECT_EQ(out->prompt_ids, w.prompts[i]);
     EXPECT_EQ(out->generated_tokens, expected[i]) << out->request_id << " (prompt " << w.prompts[i].size() << ")";
   }

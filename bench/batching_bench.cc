@@ -1,0 +1,204 @@
+// Continuous batching against the two ways of serving many requests without it,
+// in generated tokens per second over the same workload (greedy, no EOS):
+//   one_at_a_time   batching::generate per request, one after the other;
+//   static          all requests as one padded batch: prompts padded to the
+//                   longest, one prefill, then decode steps until all are done;
+//   continuous      generate_batch (paged KV cache, chunked prefill, fifo).
+// Plus time to first token of a request behind a long prompt, with and without
+// that prompt's prefix already in the prefix cache.
+//
+//   LOOM_BENCH_MODEL=/work/bench-models/llama-1b-bf16 batching_bench
+//
+// Workload knobs (defaults from issue 5): LOOM_BENCH_REQUESTS=64,
+// LOOM_BENCH_PROMPT_MIN=128, LOOM_BENCH_PROMPT_MAX=512, LOOM_BENCH_NEW_TOKENS=128,
+// LOOM_BENCH_PREFIX=1000 (TTFT), LOOM_BENCH_MAX_BATCH_TOKENS=512.
+// Each case runs once (a run is long); compare the gen_tok_per_s counters.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "loom/batching/generate.h"
+#include "loom/batching/generate_batch.h"
+#include "loom/batching/model_runner.h"
+#include "loom/models/model.h"
+#include "loom/runtime/kv_cache_contiguous.h"
+
+namespace loom::batching {
+namespace {
+
+int64_t env_int(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoll(v) : fallback;
+}
+
+struct Setup {
+  std::shared_ptr<const models::Model> model;
+  std::shared_ptr<ModelRunner> runner;
+  std::vector<std::vector<int32_t>> prompts;
+  int64_t new_tokens = 0;
+};
+
+Setup& setup() {
+  static Setup s = [] {
+    Setup x;
+    const char* dir = std::getenv("LOOM_BENCH_MODEL");
+    x.model = models::Model::load(dir ? dir : "/work/bench-models/llama-1b-bf16").value();
+    x.runner = std::shared_ptr<ModelRunner>(ModelRunner::create(x.model, "cpu").value().release());
+    const int64_t n = env_int("LOOM_BENCH_REQUESTS", 64);
+    const int64_t lo = env_int("LOOM_BENCH_PROMPT_MIN", 128), hi = env_int("LOOM_BENCH_PROMPT_MAX", 512);
+    x.new_tokens = env_int("LOOM_BENCH_NEW_TOKENS", 128);
+    std::mt19937 rng(1);
+    std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(x.model->vocab_size()) - 1);
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<int32_t> p(static_cast<size_t>(lo + static_cast<int64_t>(rng() % static_cast<uint32_t>(hi - lo + 1))));
+      for (auto& t : p) t = tok(rng);
+      x.prompts.push_back(std::move(p));
+    }
+    return x;
+  }();
+  return s;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void report(benchmark::State& state, int64_t generated, double seconds) {
+  state.SetIterationTime(seconds);
+  state.counters["gen_tok_per_s"] = static_cast<double>(generated) / seconds;
+  state.counters["generated"] = static_cast<double>(generated);
+}
+
+void BM_OneAtATime(benchmark::State& state) {
+  Setup& s = setup();
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t generated = 0;
+    for (const auto& p : s.prompts) {
+      GenerateOptions o;
+      o.max_new_tokens = s.new_tokens;
+      generated += static_cast<int64_t>(generate(*s.runner, p, o).value().generated_ids.size());
+    }
+    report(state, generated, seconds_since(t0));
+  }
+}
+
+int32_t argmax(const float* row, int64_t n) { return static_cast<int32_t>(std::max_element(row, row + n) - row); }
+
+void BM_Static(benchmark::State& state) {
+  Setup& s = setup();
+  const int64_t b = static_cast<int64_t>(s.prompts.size());
+  size_t longest = 0;
+  for (const auto& p : s.prompts) longest = std::max(longest, p.size());
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    runtime::ContiguousKvCache cache(s.runner->kv_layout(), static_cast<int>(b), static_cast<int64_t>(longest) + s.new_tokens);
+    // Left-padded to the longest prompt (the pad positions are computed too, as in a padded batch).
+    std::vector<std::vector<int32_t>> padded;
+    std::vector<SequenceChunk> chunks;
+    for (const auto& p : s.prompts) {
+      std::vector<int32_t> q(longest - p.size(), p.front());
+      q.insert(q.end(), p.begin(), p.end());
+      padded.push_back(std::move(q));
+    }
+    for (const auto& q : padded) chunks.push_back({q.data(), static_cast<int64_t>(q.size()), 0});
+    Tensor logits = s.runner->step(chunks, cache).value();
+    std::vector<int32_t> next(static_cast<size_t>(b));
+    int64_t generated = 0;
+    for (int64_t step = 0; step < s.new_tokens; ++step) {
+      const float* rows = logits.data_as<float>();
+      for (int64_t i = 0; i < b; ++i) next[static_cast<size_t>(i)] = argmax(rows + i * s.model->vocab_size(), s.model->vocab_size());
+      generated += b;
+      if (step + 1 == s.new_tokens) break;
+      chunks.clear();
+      for (int64_t i = 0; i < b; ++i)
+        chunks.push_back({&next[static_cast<size_t>(i)], 1, static_cast<int64_t>(longest) + step});
+      logits = s.runner->step(chunks, cache).value();
+    }
+    report(state, generated, seconds_since(t0));
+  }
+}
+
+void BM_Continuous(benchmark::State& state) {
+  Setup& s = setup();
+  std::vector<BatchInput> inputs;
+  for (const auto& p : s.prompts) {
+    BatchInput in;
+    in.input_ids = p;
+    in.options.max_new_tokens = s.new_tokens;
+    inputs.push_back(std::move(in));
+  }
+  ContinuousBatchingConfig cfg;
+  cfg.page_size = 64;
+  size_t longest = 0;
+  for (const auto& p : s.prompts) longest = std::max(longest, p.size());
+  cfg.num_blocks = static_cast<int64_t>(s.prompts.size()) * ((static_cast<int64_t>(longest) + s.new_tokens) / 64 + 2);
+  cfg.max_batch_tokens = env_int("LOOM_BENCH_MAX_BATCH_TOKENS", 512);
+  cfg.allow_block_sharing = false;
+  GenerationConfig gc;
+  GenerateBatchOptions opts;
+  opts.warmup = false;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const BatchResult r = generate_batch(s.runner, inputs, gc, cfg, opts).value();
+    int64_t generated = 0;
+    for (const auto& o : r.outputs) generated += static_cast<int64_t>(o.generated_tokens.size());
+    report(state, generated, seconds_since(t0));
+    state.counters["steps"] = static_cast<double>(r.stats.steps);
+  }
+}
+
+// Time to first token of one request whose prompt is a long prefix plus a
+// short question, with the prefix cached (state.range(0) = 1) or not.
+void BM_TimeToFirstToken(benchmark::State& state) {
+  Setup& s = setup();
+  const bool cached = state.range(0) == 1;
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(s.model->vocab_size()) - 1);
+  std::vector<int32_t> prefix(static_cast<size_t>(env_int("LOOM_BENCH_PREFIX", 1000)));
+  for (auto& t : prefix) t = tok(rng);
+  ContinuousBatchingConfig cfg;
+  cfg.page_size = 16;
+  cfg.num_blocks = static_cast<int64_t>(prefix.size()) / 16 * 4 + 64;
+  cfg.max_batch_tokens = env_int("LOOM_BENCH_MAX_BATCH_TOKENS", 512);
+  cfg.allow_block_sharing = cached;
+  auto m = ContinuousBatchingManager::create(s.runner, GenerationConfig(), cfg).value();
+  (void)m->start();
+  RequestOptions o;
+  o.max_new_tokens = 1;
+  if (cached) {  // an earlier request with the same prefix filled the cache
+    std::vector<int32_t> warm = prefix;
+    warm.push_back(tok(rng));
+    (void)m->add_request(warm, o);
+    (void)m->get_result(std::nullopt, 600.0);
+  }
+  int round = 0;
+  for (auto _ : state) {
+    std::vector<int32_t> p = prefix;
+    for (int i = 0; i < 16; ++i) p.push_back(tok(rng));
+    o.request_id = "ttft" + std::to_string(round++);
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)m->add_request(p, o);
+    std::optional<GenerationOutput> out = m->get_result(o.request_id, 600.0);
+    state.SetIterationTime(seconds_since(t0));
+    if (!out || out->status != RequestStatus::kFinished) state.SkipWithError("request failed");
+  }
+  state.counters["prefix_hit_tokens"] = static_cast<double>(m->stats().prefix_hit_tokens);
+  m->destroy();
+}
+
+BENCHMARK(BM_Continuous)->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
+BENCHMARK(BM_Static)->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
+BENCHMARK(BM_OneAtATime)->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
+BENCHMARK(BM_TimeToFirstToken)->Arg(0)->Arg(1)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace loom::batching
+
+BENCHMARK_MAIN();
