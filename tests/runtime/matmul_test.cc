@@ -8,6 +8,7 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/runtime/cpu/cpu_features.h"
@@ -188,9 +189,12 @@ TEST_P(LinearIsaTest, BitwiseEqualToScalarPath) {
 TEST_P(LinearIsaTest, RowsAreBitwiseIndependentOfBatchAndThreads) {
   ScopedIsa force(GetParam());
   ThreadPool pool1(1), pool2(2), pool3(3);
-  const int64_t M = 70, K = 300, N = 200;
+  const int64_t M = 70, K = 300;
   uint32_t seed = 500;
-  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+  // N = 200 splits panels across threads, N = 40 (two panels) splits rows.
+  for (const auto& [dt, N] : {std::pair{DType::kF32, int64_t{200}}, std::pair{DType::kBF16, int64_t{200}},
+                              std::pair{DType::kF16, int64_t{200}}, std::pair{DType::kF32, int64_t{40}},
+                              std::pair{DType::kBF16, int64_t{40}}}) {
     ++seed;
     const Tensor weight = make_weight(N, K, dt, seed);
     const Tensor bias = Tensor::from_f32(random_floats(N, seed + 1), {N});

@@ -7,6 +7,10 @@
 
 #include "loom/core/logging.h"
 
+#if defined(__linux__)
+#include <unistd.h>
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #define LOOM_X86 1
@@ -25,6 +29,10 @@ uint64_t read_xcr0() {
 
 CpuFeatures detect() {
   CpuFeatures f;
+#if defined(__linux__) && defined(_SC_LEVEL2_CACHE_SIZE)
+  const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  f.l2_cache_bytes = l2 > 0 ? l2 : 0;
+#endif
 #if defined(LOOM_X86)
   unsigned a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;

@@ -27,12 +27,26 @@ using detail::KernelTable;
 using detail::TileArgs;
 using detail::TileFn;
 
-// Rows up to which linear() streams every weight panel straight from memory with
-// in-register widening instead of blocking. bench/matmul_bench.cc rows/…, 2048→8192,
-// 2 threads, GFLOP/s stream vs blocked: bf16 M=1 37/22, M=4 145/81, M=8 151/101,
-// M=16 157/125, M=32 157/156; f32 M=16 179/153, M=32 155/174.
+// When linear() streams every weight panel from memory (one tile of rows after
+// another over the whole K, the panel re-read from L2 by each) instead of blocking
+// over k with x packed and weights widened per block. Measured with
+// bench/matmul_bench.cc rows/… and a wider sweep (2 threads, GFLOP/s, stream vs
+// blocked): at M ≤ 16 streaming wins everywhere (bf16 2048→8192 M=1 37/22, M=16
+// 197/146); bf16/f16 keep winning up to M = 128 while a panel fits in L2 (bf16
+// 2048→8192 M=32 218/180, M=128 204/202; K=14336 M=96 229/203), f32 does not
+// (2048→8192 equal within noise; K=14336, 1.8 MB panels, M=32 193/219).
 constexpr int64_t kStreamMaxRows = 16;
-std::atomic<int64_t> g_stream_max_rows{kStreamMaxRows};
+constexpr int64_t kStreamMaxRowsWidening = 128;
+std::atomic<int64_t> g_stream_max_rows{-1};  // bench override; -1: the rule below
+
+int64_t stream_max_rows(const PackedLinear& w) {
+  const int64_t forced = g_stream_max_rows.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced;
+  if (w.weight_dtype() == DType::kF32) return kStreamMaxRows;
+  const int64_t l2 = cpu_features().l2_cache_bytes > 0 ? cpu_features().l2_cache_bytes : int64_t{1} << 20;
+  return static_cast<int64_t>(w.panel_stride_bytes()) <= l2 / 2 ? kStreamMaxRowsWidening : kStreamMaxRows;
+}
+
 // Rows of x packed per block in the large-M path: 192 × kKc f32 = 192 KB of x in
 // L2 per k block, reused by every weight panel of the thread.
 constexpr int64_t kMc = 192;
@@ -85,14 +99,15 @@ struct Problem {
   int64_t x_bf16_stride;
 };
 
-// One panel, all rows, whole K: weights read exactly once per max_mr rows.
-void stream_panels(const Problem& pb, int64_t p0, int64_t p1) {
+// Rows [m_begin, m_end) × panels [p0, p1), each panel over the whole K one row
+// tile after another: weights read from memory once, then from L2.
+void stream_panels(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0, int64_t p1) {
   const PackedLinear& w = *pb.w;
   const DType dt = w.weight_dtype();
   const int64_t N = w.out_features(), K = w.in_features();
   TileFn fn = dt == DType::kF32 ? pb.kt->f32 : dt == DType::kF16 ? pb.kt->f16 : pb.x_bf16 ? pb.kt->bf16_dot : pb.kt->bf16;
   for (int64_t p = p0; p < p1; ++p) {
-    for (int64_t m0 = 0; m0 < pb.M; m0 += pb.kt->max_mr) {
+    for (int64_t m0 = m_begin; m0 < m_end; m0 += pb.kt->max_mr) {
       TileArgs t;
       if (pb.x_bf16) {
         t.a = pb.x_bf16 + m0 * pb.x_bf16_stride;
@@ -105,7 +120,7 @@ void stream_panels(const Problem& pb, int64_t p0, int64_t p1) {
       t.k = K;
       t.c = pb.y + m0 * pb.y_stride + p * kNr;
       t.ldc = pb.y_stride;
-      t.mr = static_cast<int>(std::min<int64_t>(pb.kt->max_mr, pb.M - m0));
+      t.mr = static_cast<int>(std::min<int64_t>(pb.kt->max_mr, m_end - m0));
       t.n_valid = static_cast<int>(std::min<int64_t>(kNr, N - p * kNr));
       t.bias = w.bias() ? w.bias() + p * kNr : nullptr;
       fn(t);
@@ -211,7 +226,7 @@ std::shared_ptr<void> allocate_weights(size_t bytes) {
 }  // namespace
 
 namespace detail {
-void set_stream_max_rows(int64_t rows) { g_stream_max_rows.store(rows < 0 ? kStreamMaxRows : rows); }
+void set_stream_max_rows(int64_t rows) { g_stream_max_rows.store(rows < 0 ? -1 : rows); }
 }  // namespace detail
 
 Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias) {
@@ -318,18 +333,29 @@ void linear(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, 
 
   const int64_t panels = w.num_panels();
   const int threads = pool.num_threads();
-  if (M <= g_stream_max_rows.load(std::memory_order_relaxed)) {
-    // Waking a worker costs a few µs: give each at least ~64 KB of weights, so
-    // tiny layers run on the calling thread alone.
-    const int64_t grain = std::max<int64_t>(1, (int64_t{64} << 10) / static_cast<int64_t>(w.panel_stride_bytes()));
-    pool.parallel_for(panels, [&](int64_t p0, int64_t p1, int) { stream_panels(pb, p0, p1); }, grain);
-  } else if (panels >= 2 * threads || M < 2 * kt.max_mr * threads) {
+  const bool stream = M <= stream_max_rows(w);
+  if (panels >= 2 * threads || M < 2 * kt.max_mr * threads) {
     // Split N: each thread reads only its panels; x is small next to them.
-    pool.parallel_for(panels, [&](int64_t p0, int64_t p1, int) { blocked(pb, 0, M, p0, p1); });
+    if (stream) {
+      // Waking a worker costs a few µs: give each at least ~64 KB of weights, so
+      // tiny layers run on the calling thread alone.
+      const int64_t grain = std::max<int64_t>(1, (int64_t{64} << 10) / static_cast<int64_t>(w.panel_stride_bytes()));
+      pool.parallel_for(panels, [&](int64_t p0, int64_t p1, int) { stream_panels(pb, 0, M, p0, p1); }, grain);
+    } else {
+      pool.parallel_for(panels, [&](int64_t p0, int64_t p1, int) { blocked(pb, 0, M, p0, p1); });
+    }
   } else {
     // Few panels, many rows: split rows (in whole tiles) instead.
     pool.parallel_for(
-        M, [&](int64_t m0, int64_t m1, int) { blocked(pb, m0, m1, 0, panels); }, kt.max_mr);
+        M,
+        [&](int64_t m0, int64_t m1, int) {
+          if (stream) {
+            stream_panels(pb, m0, m1, 0, panels);
+          } else {
+            blocked(pb, m0, m1, 0, panels);
+          }
+        },
+        kt.max_mr);
   }
 }
 

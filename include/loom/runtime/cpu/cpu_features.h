@@ -29,6 +29,8 @@ struct CpuFeatures {
   bool amx_tile = false;  // hardware bits and XCR0 tile state; Linux still needs arch_prctl to use it
   bool amx_bf16 = false;
   bool amx_int8 = false;
+  // Per-core L2 size in bytes (0 if unknown): sizes the blocks kernels keep there.
+  int64_t l2_cache_bytes = 0;
 };
 
 // Detected once on first call (cpuid + xgetbv).
