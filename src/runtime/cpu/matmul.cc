@@ -1,7 +1,11 @@
 // PackedLinear packing and the linear() driver: picks the kernel table of the
-// active code path, then either streams each weight panel once for all rows
-// (small M, decode) or blocks over k and rows with weights widened once per block
-// (large M, prefill). See matmul_kernels.h for the kernels' contract.
+// active code path, then either streams each weight panel over the whole K for
+// all rows (decode and batched decode) or blocks over k and rows with weights
+// widened once per block (prefill). Both give bitwise the same result; see
+// matmul_kernels.h for the kernels' contract. oneDNN and OpenBLAS versions of
+// this layer live in matmul_baselines.h for the benchmark only: on the target
+// CPU they are not faster (f32 prefill within noise, bf16 prefill 1.6-1.8x
+// slower, decode slower) and their summation order depends on M.
 #include "loom/runtime/cpu/matmul.h"
 
 #include <algorithm>
