@@ -38,11 +38,12 @@ inline ThreadPool& one_thread_pool() {
   return pool;
 }
 
-// "reference" is the scalar backend: its attention and matmuls compute every
-// row on its own, so a request's arithmetic cannot depend on how it was batched
-// or chunked. "cpu" is the optimized one.
+// "cpu" is the optimized backend, the one users run: its matmuls and attention
+// compute each row the same way whatever else is in the step, so a request's
+// arithmetic cannot depend on how it was batched or chunked. "reference" is the
+// scalar one.
 inline std::shared_ptr<ModelRunner> make_runner(const std::shared_ptr<const models::Model>& model,
-                                                const std::string& backend = "reference") {
+                                                const std::string& backend = "cpu") {
   return std::shared_ptr<ModelRunner>(ModelRunner::create(model, backend, &one_thread_pool()).value().release());
 }
 

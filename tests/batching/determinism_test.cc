@@ -3,11 +3,10 @@
 // what it generates alone through batching::generate.
 //
 // Exact equality needs arithmetic that is the same for a row whatever else is in
-// the step. The reference backend guarantees that (every row is computed on its
-// own), so the matrix runs there: it checks that the batching layer — paging,
-// chunking, prefix sharing, preemption, swapping, async planning — never changes
-// what a request computes. The optimized backend is checked where its kernels
-// are row-invariant today (see CpuBackendDecodeBatching).
+// the step; the optimized backend's kernels are built that way (matmul rows
+// accumulate in a fixed k order, attention chunks start at absolute positions),
+// so the matrix runs on it: paging, chunking, prefix sharing, preemption,
+// swapping and async planning never change what a request computes.
 #include <gtest/gtest.h>
 
 #include <algorithm>

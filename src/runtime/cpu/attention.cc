@@ -86,13 +86,23 @@ struct Scratch {
 };
 
 // Fills K/V row pointers for kv positions [c0, c0 + n) of kv head kvh.
+// Rows of a null page (before a sliding window) read as zeros: chunks start at
+// absolute multiples of the chunk size, so their first rows may lie before every
+// query's window; they are masked, but must point at readable memory.
+inline const float* zero_row(int64_t head_dim) {
+  thread_local std::vector<float> zeros;
+  if (static_cast<int64_t>(zeros.size()) < head_dim) zeros.assign(static_cast<size_t>(head_dim), 0.0f);
+  return zeros.data();
+}
+
 inline void kv_rows(const KvPages& kv, int64_t num_kv_heads, int64_t head_dim, int64_t kvh, int64_t c0, int64_t n,
                     const float** kp, const float** vp) {
   int64_t page = c0 / kv.page_size, off = c0 % kv.page_size;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t at = (off * num_kv_heads + kvh) * head_dim;
-    kp[i] = kv.k_pages[page] + at;
-    vp[i] = kv.v_pages[page] + at;
+    const bool present = page < kv.num_pages && kv.k_pages[page] && kv.v_pages[page];
+    kp[i] = present ? kv.k_pages[page] + at : zero_row(head_dim);
+    vp[i] = present ? kv.v_pages[page] + at : zero_row(head_dim);
     if (++off == kv.page_size) {
       off = 0;
       ++page;
@@ -452,9 +462,13 @@ void TileDimsInLanes(const Job& job, const Tile& tile, Scratch& s) {
   const float* p_rows[4];
   float dots[4];
 
-  attention_detail::kv_rows(seq.kv, p.num_kv_heads, D, tile.kv_head, tile.span_lo,
-                            std::min(C, tile.span_hi - tile.span_lo + 1), kp, vp);
-  for (int64_t c0 = tile.span_lo; c0 <= tile.span_hi; c0 += C) {
+  // Chunks start at absolute multiples of C, not at the tile's first position, so a
+  // query row goes through the same online-softmax steps whatever rows share its
+  // tile: a request's output does not depend on its batch mates or on chunking.
+  const int64_t first = tile.span_lo - tile.span_lo % C;
+  attention_detail::kv_rows(seq.kv, p.num_kv_heads, D, tile.kv_head, first,
+                            std::min(C, tile.span_hi - first + 1), kp, vp);
+  for (int64_t c0 = first; c0 <= tile.span_hi; c0 += C) {
     const int64_t cn = std::min(C, tile.span_hi - c0 + 1);
     const int64_t next_cn = std::min(C, tile.span_hi - (c0 + C) + 1);
     if (next_cn > 0)
@@ -542,14 +556,12 @@ void TileDimsInLanes(const Job& job, const Tile& tile, Scratch& s) {
 
 void RunTile(const Job& job, const Tile& tile, Scratch& s) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  const int64_t rows = (tile.t1 - tile.t0) * (tile.g1 - tile.g0);
-  if (rows < N) {
-    TileDimsInLanes(job, tile, s);
-  } else if (rows <= N) {
-    TileRowsInLanes<1>(job, tile, s);
-  } else {
-    TileRowsInLanes<2>(job, tile, s);
-  }
+  // Every tile takes the per-row path: which path a row took must not depend on
+  // how many rows share its tile, or batching would change its result. The
+  // rows-in-lanes path (TileRowsInLanes) is faster for long prefills but not
+  // batch-invariant; prefill attention is a few % of a prefill step.
+  (void)N;
+  TileDimsInLanes(job, tile, s);
 }
 
 void PagedAttention(const float* q, int64_t q_stride, const AttentionSequence* seqs, int64_t num_seqs,
