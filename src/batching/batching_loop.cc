@@ -101,10 +101,25 @@ void ContinuousBatchingManager::admit_new(std::unique_ptr<RequestState> r) {
 }
 
 void ContinuousBatchingManager::cancel_now(const std::string& id) {
+  const Status why(ErrorCode::kCancelled, "request '" + id + "' was cancelled");
   auto it = requests_.find(id);
-  if (it == requests_.end()) return;  // ended meanwhile
-  finish(it->second.get(), RequestStatus::kFailed, FinishReason::kCancelled,
-         Status(ErrorCode::kCancelled, "request '" + id + "' was cancelled"));
+  if (it != requests_.end()) {
+    finish(it->second.get(), RequestStatus::kFailed, FinishReason::kCancelled, why);
+    return;
+  }
+  // A sequence of num_return_sequences not forked yet: its parent forgets it.
+  const size_t hash = id.rfind('#');
+  if (hash == std::string::npos) return;  // ended meanwhile
+  auto parent = requests_.find(id.substr(0, hash));
+  if (parent == requests_.end()) return;
+  auto& forks = parent->second->forks;
+  for (auto f = forks.begin(); f != forks.end(); ++f) {
+    if (f->second != id) continue;
+    const int32_t index = f->first;
+    forks.erase(f);
+    end_unforked(*parent->second, index, id, RequestStatus::kFailed, FinishReason::kCancelled, why);
+    return;
+  }
 }
 
 void ContinuousBatchingManager::fail_everything(const Status& why) {
@@ -268,6 +283,57 @@ void ContinuousBatchingManager::commit(RequestState* r, int64_t count, float* ro
     stats_.computed_tokens += count;
   }
   if (r->num_computed == static_cast<int64_t>(r->tokens.size())) {
+    if (!r->forks.empty()) fork_sequences(r, row);
+    if (!sample_into(r, row)) return;
+  } else {
+    r->status = RequestStatus::kPrefilling;
+  }
+  kv_->register_blocks(r->kv, r->tokens, r->num_computed);
+  kv_->drop_out_of_window(r->kv, r->num_computed);
+}
+
+void ContinuousBatchingManager::fork_sequences(RequestState* parent, const float* row) {
+  kv_->register_blocks(parent->kv, parent->tokens, parent->num_computed);  // the forks share the keys too
+  std::vector<std::pair<int32_t, std::string>> forks;
+  forks.swap(parent->forks);
+  for (auto& [index, id] : forks) {
+    auto owned = std::make_unique<RequestState>();
+    RequestState* c = owned.get();
+    c->id = id;
+    c->arrival = next_arrival_++;
+    c->prompt = parent->prompt;
+    c->tokens = parent->tokens;
+    c->max_new_tokens = parent->max_new_tokens;
+    c->max_length = parent->max_length;
+    c->sampling = parent->sampling;
+    c->seed = parent->seed;
+    // A distinct stream per sequence, fixed by (seed, index): reproducible whatever the batch.
+    c->rng.reseed(parent->seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index));
+    c->eos_token_ids = parent->eos_token_ids;
+    c->stop_strings = parent->stop_strings;
+    if (opts_.text_stream) c->text_stream = opts_.text_stream(c->prompt);
+    c->stops = generation::StopStringMatcher(c->stop_strings);
+    c->sequence_index = index;
+    c->parent_id = parent->id;
+    c->streaming = parent->streaming;
+    c->record_timestamps = parent->record_timestamps;
+    c->created_time = parent->created_time;
+    c->first_scheduled_time = parent->first_scheduled_time;
+    requests_[id] = std::move(owned);
+    if (!kv_->fork(parent->kv, c->kv, parent->num_computed)) {
+      scheduler_->add(c);  // no room to copy the partial page: it computes the prompt itself
+      continue;
+    }
+    c->num_computed = parent->num_computed;
+    scheduler_->add_running(c);
+    fork_row_.assign(row, row + vocab_);
+    if (!sample_into(c, fork_row_.data())) continue;
+    kv_->drop_out_of_window(c->kv, c->num_computed);
+  }
+}
+
+bool ContinuousBatchingManager::sample_into(RequestState* r, float* row) {
+  {
     const generation::SampledToken tok = generation::sample_next(row, vocab_, r->sampling, r->tokens, r->rng);
     r->tokens.push_back(tok.id);
     if (cfg_.return_logprobs) r->logprobs.push_back(tok.logprob);
@@ -281,7 +347,7 @@ void ContinuousBatchingManager::commit(RequestState* r, int64_t count, float* ro
       Result<std::string> piece = r->text_stream->push(tok.id);
       if (!piece.ok()) {
         finish(r, RequestStatus::kFailed, FinishReason::kError, piece.status());
-        return;
+        return false;
       }
       r->text += r->stops.push(*piece);
     }
@@ -291,15 +357,46 @@ void ContinuousBatchingManager::commit(RequestState* r, int64_t count, float* ro
     else if (r->generated() >= r->max_new_tokens) reason = FinishReason::kLength;
     if (reason != FinishReason::kNone) {
       finish(r, RequestStatus::kFinished, reason);
-      return;
+      return false;
     }
     r->status = RequestStatus::kDecoding;
     if (r->streaming) deliver(snapshot(*r));
-  } else {
-    r->status = RequestStatus::kPrefilling;
   }
-  kv_->register_blocks(r->kv, r->tokens, r->num_computed);
-  kv_->drop_out_of_window(r->kv, r->num_computed);
+  return true;
+}
+
+void ContinuousBatchingManager::end_unforked(const RequestState& parent, int32_t index, const std::string& id,
+                                             RequestStatus status, FinishReason reason, const Status& error) {
+  GenerationOutput o;
+  o.request_id = id;
+  o.sequence_index = index;
+  o.parent_request_id = parent.id;
+  o.prompt_ids = parent.prompt;
+  o.status = status;
+  o.finish_reason = reason;
+  if (!error.ok()) {
+    o.error = error.to_string();
+    o.error_code = error.code();
+  }
+  o.created_time = parent.created_time;
+  o.lifespan = {parent.first_scheduled_time, wall_seconds()};
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    live_ids_.erase(id);
+    sequence_ended_locked(parent.id);
+  }
+  {
+    std::lock_guard<std::mutex> sl(stats_mu_);
+    if (status == RequestStatus::kFinished) ++stats_.finished;
+    else if (reason == FinishReason::kCancelled) ++stats_.cancelled;
+    else ++stats_.failed;
+  }
+  deliver(std::move(o));
+}
+
+void ContinuousBatchingManager::sequence_ended_locked(const std::string& group) {
+  auto it = groups_.find(group);
+  if (it != groups_.end() && --it->second.live <= 0) groups_.erase(it);
 }
 
 void ContinuousBatchingManager::finish(RequestState* r, RequestStatus status, FinishReason reason, Status error) {
@@ -330,9 +427,14 @@ void ContinuousBatchingManager::finish(RequestState* r, RequestStatus status, Fi
   r->finish_reason = reason;
   r->error = error;
   r->end_time = wall_seconds();
+  // Sequences not forked yet (the request ended before its first token) end alike.
+  std::vector<std::pair<int32_t, std::string>> unforked;
+  unforked.swap(r->forks);
+  for (const auto& [index, id] : unforked) end_unforked(*r, index, id, status, reason, error);
   {
     std::lock_guard<std::mutex> lk(mu_);
     live_ids_.erase(r->id);
+    sequence_ended_locked(r->parent_id.empty() ? r->id : r->parent_id);
     if (r->first_scheduled_time < 0) --queued_;
   }
   queue_cv_.notify_all();
@@ -350,6 +452,8 @@ void ContinuousBatchingManager::finish(RequestState* r, RequestStatus status, Fi
 GenerationOutput ContinuousBatchingManager::snapshot(const RequestState& r) const {
   GenerationOutput o;
   o.request_id = r.id;
+  o.sequence_index = r.sequence_index;
+  o.parent_request_id = r.parent_id;
   o.prompt_ids = r.prompt;
   o.generated_tokens.assign(r.tokens.begin() + static_cast<std::ptrdiff_t>(r.prompt.size()), r.tokens.end());
   o.logprobs = r.logprobs;

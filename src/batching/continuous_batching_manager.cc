@@ -127,10 +127,18 @@ Result<std::string> ContinuousBatchingManager::add_request(std::vector<int32_t> 
   }
   if (Status s = r->sampling.validate(); !s.ok()) return Status(s.code(), "add_request: " + s.message());
 
-  if (o.seed) r->rng.reseed(*o.seed);
-  else if (cfg_.seed) r->rng.reseed(*cfg_.seed);
-  else if (gc_.seed) r->rng.reseed(*gc_.seed);
-  else r->rng.reseed((static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}());
+  const int32_t num_sequences = o.num_return_sequences.value_or(static_cast<int32_t>(gc_.num_return_sequences));
+  if (num_sequences < 1)
+    return invalid_argument("add_request: num_return_sequences must be ≥ 1, got " + std::to_string(num_sequences));
+  if (num_sequences > 1 && r->sampling.greedy())
+    return invalid_argument("add_request: num_return_sequences = " + std::to_string(num_sequences) +
+                            " needs sampling (do_sample with temperature > 0): greedy decoding would return identical sequences");
+
+  if (o.seed) r->seed = *o.seed;
+  else if (cfg_.seed) r->seed = *cfg_.seed;
+  else if (gc_.seed) r->seed = *gc_.seed;
+  else r->seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  r->rng.reseed(r->seed);
 
   if (o.eos_token_ids) r->eos_token_ids = *o.eos_token_ids;
   else
@@ -173,12 +181,21 @@ Result<std::string> ContinuousBatchingManager::add_request(std::vector<int32_t> 
       if (destroyed_) return failed_precondition("add_request: the manager was destroyed");
       if (live_ids_.count(id)) return invalid_argument("add_request: request_id '" + id + "' is already in use");
     }
+    for (int32_t k = 1; k < num_sequences; ++k) {
+      std::string fork_id = id + "#" + std::to_string(k);
+      if (live_ids_.count(fork_id))
+        return invalid_argument("add_request: request_id '" + fork_id + "' (sequence " + std::to_string(k) + " of '" +
+                                id + "') is already in use");
+      r->forks.emplace_back(k, std::move(fork_id));
+    }
     r->id = id;
     live_ids_.insert(id);
+    for (const auto& f : r->forks) live_ids_.insert(f.second);
+    if (num_sequences > 1) groups_[id] = GroupInfo{num_sequences, num_sequences};
     ++queued_;
     {
       std::lock_guard<std::mutex> sl(stats_mu_);
-      ++stats_.requests_added;
+      stats_.requests_added += num_sequences;
       stats_.prompt_tokens += len;
     }
     incoming_.push_back(std::move(r));
@@ -203,8 +220,14 @@ Result<std::vector<std::string>> ContinuousBatchingManager::add_requests(const s
 Status ContinuousBatchingManager::cancel_request(const std::string& request_id) {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (!live_ids_.count(request_id)) return not_found("cancel_request: no live request '" + request_id + "'");
-    cancels_.push_back(request_id);
+    const std::vector<std::string> ids = group_ids(request_id);
+    bool any = false;
+    for (const std::string& id : ids)
+      if (live_ids_.count(id)) {
+        cancels_.push_back(id);
+        any = true;
+      }
+    if (!any) return not_found("cancel_request: no live request '" + request_id + "'");
   }
   cv_.notify_all();
   return Status::Ok();
@@ -223,16 +246,34 @@ Status ContinuousBatchingManager::register_result_handler(const std::string& req
                                                           Executor executor) {
   if (!callback) return invalid_argument("register_result_handler: no callback");
   std::lock_guard<std::recursive_mutex> dl(delivery_mu_);  // the loop cannot deliver meanwhile: order is kept
-  bool live;
+  // A request with num_return_sequences > 1: the handler takes every sequence.
+  std::vector<std::string> ids;
+  std::vector<bool> live;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    live = live_ids_.count(request_id) != 0;
+    ids = group_ids(request_id);
+    for (const std::string& id : ids) live.push_back(live_ids_.count(id) != 0);
   }
-  std::vector<GenerationOutput> queued = results_->take_all(request_id);
-  if (!live && queued.empty()) return not_found("register_result_handler: no request '" + request_id + "'");
-  handlers_[request_id] = Handler{std::move(callback), std::move(executor)};
+  bool found = false;
+  std::vector<GenerationOutput> queued;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::vector<GenerationOutput> mine = results_->take_all(ids[i]);
+    if (!live[i] && mine.empty()) continue;
+    found = true;
+    handlers_[ids[i]] = Handler{callback, executor};
+    for (GenerationOutput& o : mine) queued.push_back(std::move(o));
+  }
+  if (!found) return not_found("register_result_handler: no request '" + request_id + "'");
   for (GenerationOutput& o : queued) deliver(std::move(o));
   return Status::Ok();
+}
+
+std::vector<std::string> ContinuousBatchingManager::group_ids(const std::string& request_id) const {
+  std::vector<std::string> ids{request_id};
+  auto it = groups_.find(request_id);
+  if (it != groups_.end())
+    for (int32_t k = 1; k < it->second.size; ++k) ids.push_back(request_id + "#" + std::to_string(k));
+  return ids;
 }
 
 Status ContinuousBatchingManager::start() {

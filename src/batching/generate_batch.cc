@@ -1,5 +1,6 @@
 #include "loom/batching/generate_batch.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -49,28 +50,43 @@ Result<BatchResult> generate_batch(std::shared_ptr<ModelRunner> runner, const st
     inbox->cv.notify_all();
   };
 
+  // An input with num_return_sequences = n fills n consecutive slots.
   BatchResult result;
-  result.outputs.resize(inputs.size());
+  std::vector<size_t> first_slot(inputs.size());
+  size_t total = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    first_slot[i] = total;
+    total += static_cast<size_t>(std::max<int64_t>(
+        1, inputs[i].options.num_return_sequences.value_or(static_cast<int32_t>(generation_config.num_return_sequences))));
+  }
+  result.outputs.resize(total);
   std::unordered_map<std::string, size_t> slot;
   size_t pending = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     RequestOptions o = inputs[i].options;
     o.record_timestamps = options.record_timestamps;
     if (!o.queue_timeout) o.queue_timeout = 1e9;  // with max_queue_size: wait for room, do not fail
+    const size_t n = (i + 1 < inputs.size() ? first_slot[i + 1] : total) - first_slot[i];
     Result<std::string> id = manager->add_request(inputs[i].input_ids, o);
-    GenerationOutput& out = result.outputs[i];
-    if (!id.ok()) {
-      out.request_id = o.request_id.value_or("input_" + std::to_string(i));
+    const std::string base = id.ok() ? *id : o.request_id.value_or("input_" + std::to_string(i));
+    for (size_t k = 0; k < n; ++k) {
+      const std::string seq_id = k == 0 ? base : base + "#" + std::to_string(k);
+      GenerationOutput& out = result.outputs[first_slot[i] + k];
+      if (id.ok()) {
+        slot[seq_id] = first_slot[i] + k;
+        ++pending;
+        continue;
+      }
+      out.request_id = seq_id;
+      out.sequence_index = static_cast<int32_t>(k);
+      if (k > 0) out.parent_request_id = base;
       out.prompt_ids = inputs[i].input_ids;
       out.status = RequestStatus::kFailed;
       out.finish_reason = generation::FinishReason::kError;
       out.error = id.status().to_string();
       out.error_code = id.status().code();
-      continue;
     }
-    slot[*id] = i;
-    ++pending;
-    LOOM_RETURN_IF_ERROR(manager->register_result_handler(*id, on_output));
+    if (id.ok()) LOOM_RETURN_IF_ERROR(manager->register_result_handler(*id, on_output));
   }
 
   auto report = [&](int64_t done) {
@@ -78,7 +94,7 @@ Result<BatchResult> generate_batch(std::shared_ptr<ModelRunner> runner, const st
     const ManagerStats s = manager->stats();
     BatchProgress p;
     p.done = done;
-    p.total = static_cast<int64_t>(inputs.size());
+    p.total = static_cast<int64_t>(total);
     p.generated_tokens = s.generated_tokens - before.generated_tokens;
     p.elapsed_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     p.tokens_per_second = p.elapsed_seconds > 0 ? static_cast<double>(p.generated_tokens) / p.elapsed_seconds : 0;
@@ -86,7 +102,7 @@ Result<BatchResult> generate_batch(std::shared_ptr<ModelRunner> runner, const st
     p.pages_capacity = s.pages_capacity;
     options.progress(p);
   };
-  int64_t done = static_cast<int64_t>(inputs.size() - pending);
+  int64_t done = static_cast<int64_t>(total - pending);
   report(done);
   Status failure;
   while (pending > 0) {

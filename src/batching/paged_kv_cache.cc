@@ -248,6 +248,43 @@ void PagedKvCache::register_blocks(SequenceKv& s, const std::vector<int32_t>& to
   }
 }
 
+bool PagedKvCache::fork(const SequenceKv& src, SequenceKv& dst, int64_t num_computed) {
+  if (src.swapped || dst.num_pages != 0 || num_computed <= 0) return false;
+  init_tables(dst);
+  const int64_t pages = ceil_pages(num_computed);
+  if (pages > src.num_pages) return false;
+  const bool partial = num_computed % page_size_ != 0;
+  int64_t need = 0;
+  if (partial)
+    for (size_t g = 0; g < groups_.size(); ++g)
+      if (src.tables[g][static_cast<size_t>(pages - 1)] != kNoBlock) need += static_cast<int64_t>(groups_[g].layers.size());
+  if (available_pages() < need) return false;
+  evict_for(need);
+  if (pool_.free_pages() < need) return false;
+  const size_t bytes = static_cast<size_t>(pool_.shape().page_floats()) * sizeof(float);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (int64_t p = 0; p < pages; ++p) {
+      const BlockId b = src.tables[g][static_cast<size_t>(p)];
+      if (b == kNoBlock || !(partial && p == pages - 1)) {
+        if (b != kNoBlock) pool_.retain(b);
+        dst.tables[g].push_back(b);
+        continue;
+      }
+      const BlockId copy = pool_.allocate(static_cast<int>(g)).value();
+      for (int i = 0; i < static_cast<int>(groups_[g].layers.size()); ++i) {
+        std::memcpy(pool_.k_page(copy, i), pool_.k_page(b, i), bytes);
+        std::memcpy(pool_.v_page(copy, i), pool_.v_page(b, i), bytes);
+      }
+      dst.tables[g].push_back(copy);
+    }
+    dst.first_live[g] = std::min(src.first_live[g], pages);
+  }
+  dst.num_pages = pages;
+  dst.registered = std::min(src.registered, num_computed / page_size_);
+  dst.keys.assign(src.keys.begin(), src.keys.begin() + dst.registered);
+  return true;
+}
+
 bool PagedKvCache::swap_out(SequenceKv& s) {
   init_tables(s);
   if (!swap_ || s.swapped) return false;

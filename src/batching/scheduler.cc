@@ -49,6 +49,8 @@ void Scheduler::add(RequestState* r) {
   insert_waiting(r);
 }
 
+void Scheduler::add_running(RequestState* r) { insert_running(r); }
+
 void Scheduler::remove(RequestState* r) {
   running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());

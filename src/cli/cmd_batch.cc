@@ -1,7 +1,8 @@
 // `loom batch`: many prompts through continuous batching. Reads JSON lines
 // ({"id": .., "prompt": "..."} or {"prompt_ids": [...]}, with optional
 // max_new_tokens, temperature, top_k, top_p, min_p, repetition_penalty, seed,
-// stop), writes one JSON line per input, in input order, and shows progress and
+// stop, num_return_sequences), writes one JSON line per input (per sequence with
+// num_return_sequences > 1, tagged sequence_index), in input order, and shows progress and
 // a summary on stderr. Every ContinuousBatchingConfig field is a flag named
 // after it; --cb-config FILE.json loads them all (flags win).
 #include <unistd.h>
@@ -162,6 +163,7 @@ Result<batching::BatchInput> parse_line(const std::string& line, size_t number, 
     if (j.contains("min_p")) o.min_p = j["min_p"].get<float>(), o.do_sample = true;
     if (j.contains("repetition_penalty")) o.repetition_penalty = j["repetition_penalty"].get<float>();
     if (j.contains("seed")) o.seed = j["seed"].get<uint64_t>();
+    if (j.contains("num_return_sequences")) o.num_return_sequences = j["num_return_sequences"].get<int32_t>();
     if (j.contains("stop")) {
       if (j["stop"].is_string()) o.stop_strings.push_back(j["stop"].get<std::string>());
       else o.stop_strings = j["stop"].get<std::vector<std::string>>();
@@ -221,6 +223,9 @@ void run_batch(const BatchFlags& f) {
     } else {
       batching::BatchInput placeholder;
       placeholder.options.request_id = "line_" + std::to_string(number);
+      const json j = json::parse(line, nullptr, false);  // keep the line's own id when it has one
+      if (j.is_object() && j.contains("id"))
+        placeholder.options.request_id = j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump();
       inputs.push_back(std::move(placeholder));
       line_errors.push_back(r.status());
     }
@@ -265,21 +270,39 @@ void run_batch(const BatchFlags& f) {
     if (!out_file) throw Error(io_error("--output: cannot write '" + f.output + "'"));
     out = &out_file;
   }
-  std::vector<const batching::GenerationOutput*> by_slot(inputs.size(), nullptr);
-  for (size_t k = 0; k < slot.size(); ++k) by_slot[slot[k]] = &result.outputs[k];
+  // The outputs of runnable input k start at first_output[k]; sequences k > 0 of
+  // an input follow its first one.
+  std::vector<size_t> first_output(slot.size() + 1, result.outputs.size());
+  for (size_t k = 0, pos = 0; k < slot.size(); ++k) {
+    first_output[k] = pos;
+    const std::string& base = result.outputs[pos].request_id;
+    ++pos;
+    while (pos < result.outputs.size() && result.outputs[pos].sequence_index > 0 &&
+           result.outputs[pos].parent_request_id == base)
+      ++pos;
+  }
+  std::vector<size_t> runnable_of(inputs.size(), 0);
+  for (size_t k = 0; k < slot.size(); ++k) runnable_of[slot[k]] = k;
   int64_t finished = 0, failed = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    json j;
     if (line_errors[i]) {
+      json j;
       j["id"] = *inputs[i].options.request_id;
       j["prompt_ids"] = json::array();
       j["generated_ids"] = json::array();
       j["status"] = "FAILED";
       j["error"] = line_errors[i]->to_string();
       ++failed;
-    } else {
-      const batching::GenerationOutput& o = *by_slot[i];
-      j["id"] = o.request_id;
+      *out << j.dump() << "\n";
+      continue;
+    }
+    const size_t k = runnable_of[i];
+    const size_t begin = first_output[k], end = first_output[k + 1];
+    for (size_t pos = begin; pos < end; ++pos) {
+      const batching::GenerationOutput& o = result.outputs[pos];
+      json j;
+      j["id"] = o.parent_request_id.empty() ? o.request_id : o.parent_request_id;
+      if (end - begin > 1) j["sequence_index"] = o.sequence_index;
       j["prompt_ids"] = o.prompt_ids;
       j["generated_ids"] = o.generated_tokens;
       if (tokenizer) j["text"] = o.text;
@@ -288,8 +311,8 @@ void run_batch(const BatchFlags& f) {
       j["error"] = o.error.empty() ? json(nullptr) : json(o.error);
       if (cb.return_logprobs) j["logprobs"] = o.logprobs;
       (o.status == batching::RequestStatus::kFinished ? finished : failed) += 1;
+      *out << j.dump() << "\n";
     }
-    *out << j.dump() << "\n";
   }
   out->flush();
   const batching::ManagerStats& s = result.stats;

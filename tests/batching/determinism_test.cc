@@ -54,6 +54,9 @@ struct Condition {
   double offload_gib;
   const char* scheduler;
   bool async;
+  // < 0: the scheduler's default (0.2 for fifo). A tight pool uses 0 so that
+  // fifo admits as much as fits and running requests must preempt to grow.
+  double safety_margin = -1;
 };
 
 void run_condition(const std::shared_ptr<ModelRunner>& runner, const Workload& w,
@@ -68,6 +71,7 @@ void run_condition(const std::shared_ptr<ModelRunner>& runner, const Workload& w
   cfg.cpu_offload_space = c.offload_gib;
   cfg.scheduler_type = c.scheduler;
   cfg.use_async_batching = c.async;
+  if (c.safety_margin >= 0) cfg.safety_margin = c.safety_margin;
   auto m = ContinuousBatchingManager::create(runner, testing::no_eos_config(), cfg).value();
   ASSERT_TRUE(m->start().ok());
   std::map<std::string, size_t> index;
@@ -114,23 +118,25 @@ std::vector<std::vector<int32_t>> run_alone(ModelRunner& runner, const Workload&
 TEST(Determinism, FullAttentionMatchesRunningAlone) {
   auto model = load_fixture("llama-f32");
   auto runner = make_runner(model);
-  const Workload w = make_workload(24, 96, 12, model->vocab_size(), 1234);
+  // The issue's workload: 64 requests, prompts of 1–600 tokens.
+  const Workload w = make_workload(64, 600, 40, model->vocab_size(), 1234);
   const auto expected = run_alone(*runner, w);
   // Each condition of the issue appears at least once: page_size 16 and 256,
   // sharing on/off, max_batch_tokens 32, a pool too small for the batch (with
   // recompute, with swap), fifo and prefill_first, async on and off.
   const Condition conditions[] = {
-      {"page16 sharing fifo sync", 16, 400, 64, true, 0.0, "fifo", false},
-      {"page256 no-sharing prefill_first async", 256, 40, 256, false, 0.0, "prefill_first", true},
-      {"page16 mbt32 sharing fifo async", 16, 400, 32, true, 0.0, "fifo", true},
+      {"page16 sharing fifo sync", 16, 2400, 256, true, 0.0, "fifo", false},
+      {"page256 no-sharing prefill_first async", 256, 160, 256, false, 0.0, "prefill_first", true},
+      {"page16 mbt32 sharing fifo async", 16, 2400, 32, true, 0.0, "fifo", true},
   };
   for (const Condition& c : conditions) run_condition(runner, w, expected, c, false);
-  // 14 blocks of 16 positions: two of the longest requests at most; preemption is certain.
+  // 48 blocks of 16 positions (768): the longest request (≤ 612) fits, two long
+  // ones do not; preemption is certain.
   const Condition tight[] = {
-      {"tiny pool recompute fifo async", 16, 14, 32, true, 0.0, "fifo", true},
-      {"tiny pool swap prefill_first sync", 16, 14, 32, false, 1.0 / 64, "prefill_first", false},
-      {"tiny pool swap fifo async no-sharing", 16, 14, 48, false, 1.0 / 64, "fifo", true},
-      {"tiny pool recompute prefill_first sync page8", 8, 15, 32, true, 0.0, "prefill_first", false},
+      {"tiny pool recompute fifo async", 16, 48, 64, true, 0.0, "fifo", true, 0.0},
+      {"tiny pool swap prefill_first sync", 16, 48, 64, false, 1.0 / 16, "prefill_first", false},
+      {"tiny pool swap fifo async no-sharing", 16, 48, 48, false, 1.0 / 16, "fifo", true, 0.0},
+      {"tiny pool recompute prefill_first sync page8", 8, 90, 32, true, 0.0, "prefill_first", false},
   };
   for (const Condition& c : tight) run_condition(runner, w, expected, c, true);
 }

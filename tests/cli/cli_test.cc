@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace {
 
@@ -115,6 +116,44 @@ TEST(Cli, BenchPrintsATable) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("prefill tok/s"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| LlamaForCausalLM |"), std::string::npos) << r.out;
+}
+
+// `loom batch`: one output line per input (per sequence with
+// num_return_sequences), in input order, greedy lines equal to `loom generate`,
+// a bad line failing alone.
+TEST(Cli, BatchWritesOneLinePerSequenceInInputOrder) {
+  const fs::path dir = fs::temp_directory_path() / ("loom_cli_batch_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream in(dir / "in.jsonl");
+    in << R"({"id": "g", "prompt_ids": [5, 6, 7], "max_new_tokens": 6})" << "\n"
+       << R"({"id": "bad", "prompt": 3})" << "\n"
+       << R"({"id": "s", "prompt_ids": [9, 10], "max_new_tokens": 5, "temperature": 0.8, "seed": 4, "num_return_sequences": 3})"
+       << "\n";
+  }
+  const std::string model = fixture("llama-f32");
+  CommandResult r = loom("batch --model " + model + " --input " + (dir / "in.jsonl").string() + " --output " +
+                         (dir / "out.jsonl").string() + " --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("3 requests (4 finished, 1 failed)"), std::string::npos) << r.out;
+  std::ifstream out(dir / "out.jsonl");
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(out, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 5u);
+  CommandResult g = loom("generate --model " + model + " --prompt-ids 5,6,7 --max-new-tokens 6 --json");
+  ASSERT_EQ(g.exit_code, 0) << g.out;
+  EXPECT_EQ(lines[0]["generated_ids"], nlohmann::json::parse(g.out)["generated_ids"]);
+  EXPECT_EQ(lines[1]["id"], "bad");
+  EXPECT_EQ(lines[1]["status"], "FAILED");
+  EXPECT_NE(lines[1]["error"].get<std::string>().find("'prompt' must be a string"), std::string::npos);
+  for (int k = 0; k < 3; ++k) {
+    const nlohmann::json& l = lines[static_cast<size_t>(2 + k)];
+    EXPECT_EQ(l["id"], "s");
+    EXPECT_EQ(l["sequence_index"], k);
+    EXPECT_EQ(l["status"], "FINISHED") << l.dump();
+    EXPECT_EQ(l["generated_ids"].size(), 5u);
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -190,6 +190,18 @@ class ContinuousBatchingManager {
   void deliver(GenerationOutput out);
   GenerationOutput snapshot(const RequestState& r) const;
   void publish_stats();
+  // The request and, for num_return_sequences > 1, its other sequences' ids (mu_ held).
+  std::vector<std::string> group_ids(const std::string& request_id) const;
+  // num_return_sequences: the parent's prompt is computed; fork its sequences.
+  void fork_sequences(RequestState* parent, const float* logits_row);
+  // Samples r's next token from `row` (modified) and ends r when that finishes
+  // it; false when r ended (and is gone).
+  bool sample_into(RequestState* r, float* row);
+  // A sequence that will never be forked ends with its parent's outcome.
+  void end_unforked(const RequestState& parent, int32_t index, const std::string& id, RequestStatus status,
+                    generation::FinishReason reason, const Status& error);
+  // One sequence of `group` (a request with num_return_sequences > 1) ended (mu_ held).
+  void sequence_ended_locked(const std::string& group);
   void planner_loop();
 
   std::shared_ptr<ModelRunner> runner_;
@@ -213,6 +225,12 @@ class ContinuousBatchingManager {
   std::vector<std::unique_ptr<RequestState>> incoming_;
   std::vector<std::string> cancels_;
   std::unordered_set<std::string> live_ids_;
+  // Requests added with num_return_sequences > 1, until their last sequence ends.
+  struct GroupInfo {
+    int32_t size = 0;
+    int32_t live = 0;
+  };
+  std::unordered_map<std::string, GroupInfo> groups_;
   int64_t queued_ = 0;  // added and not yet admitted (max_queue_size)
   std::condition_variable queue_cv_;
   int pause_count_ = 0;
@@ -238,6 +256,7 @@ class ContinuousBatchingManager {
 
   // Outputs.
   std::unique_ptr<ResultQueue> results_;
+  std::vector<float> fork_row_;  // scratch: each forked sequence samples from its own copy of the logits
   std::recursive_mutex delivery_mu_;
   struct Handler {
     ResultCallback callback;

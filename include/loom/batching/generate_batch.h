@@ -39,7 +39,7 @@ struct GenerateBatchOptions {
 };
 
 struct BatchResult {
-  std::vector<GenerationOutput> outputs;  // in input order
+  std::vector<GenerationOutput> outputs;  // in input order; an input with num_return_sequences = n has n consecutive slots
   ManagerStats stats;
   double seconds = 0;
   const GenerationOutput* find(const std::string& request_id) const;

@@ -20,6 +20,10 @@ const char* request_status_name(RequestStatus s);  // "PENDING", …
 
 struct GenerationOutput {
   std::string request_id;
+  // With num_return_sequences > 1: which sequence (0 for the request itself,
+  // k for "<request_id>#<k>") and the id the request was added under.
+  int32_t sequence_index = 0;
+  std::string parent_request_id;
   std::vector<int32_t> prompt_ids;
   std::vector<int32_t> generated_tokens;
   std::vector<float> logprobs;  // one per generated token with return_logprobs, else empty

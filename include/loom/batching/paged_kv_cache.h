@@ -126,6 +126,13 @@ class PagedKvCache {
   // block identical to a cached one is replaced by it (deduplicated).
   void register_blocks(SequenceKv& s, const std::vector<int32_t>& tokens, int64_t num_computed);
 
+  // ── forking (num_return_sequences) ──
+  // Gives the empty `dst` the K/V of positions [0, num_computed) of `src`: full
+  // pages are shared (reference-counted; no sequence writes a full page again),
+  // the partial last page is copied, since both sequences go on writing into it.
+  // False (nothing changed) when the budget lacks room for the copies.
+  bool fork(const SequenceKv& src, SequenceKv& dst, int64_t num_computed);
+
   // ── swapping ──
   // Copies the live pages of `s` to the host pool and releases its blocks.
   // False (nothing changed) when the host pool is too small.

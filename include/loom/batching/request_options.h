@@ -32,6 +32,13 @@ struct RequestOptions {
   // Added to the GenerationConfig's; need a tokenizer (ManagerOptions::text_stream).
   std::vector<std::string> stop_strings;
 
+  // Sequences sampled from this prompt (GenerationConfig's num_return_sequences
+  // when unset). The prompt is computed once; after it, sequence k > 0 forks
+  // with id "<request_id>#<k>", shares the prompt's full KV blocks (the partial
+  // last one is copied) and samples with its own RNG (seed derived from the
+  // request's seed and k). Needs sampling: greedy would give N equal sequences.
+  std::optional<int32_t> num_return_sequences;
+
   // With max_queue_size reached: wait this long for room (seconds), else fail at once.
   std::optional<double> queue_timeout;
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/batching/generate.h"
@@ -40,6 +41,14 @@ struct RequestState {
   std::unique_ptr<TextStream> text_stream;  // null without a tokenizer
   generation::StopStringMatcher stops;
   std::string text;
+
+  // num_return_sequences: the sequences (index, id) still to fork from this one
+  // once its prompt is computed, and their RNG seeds' base. A forked sequence
+  // knows its index and parent.
+  std::vector<std::pair<int32_t, std::string>> forks;
+  uint64_t seed = 0;
+  int32_t sequence_index = 0;
+  std::string parent_id;
 
   bool streaming = false;
   bool record_timestamps = false;

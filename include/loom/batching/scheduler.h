@@ -64,6 +64,9 @@ class Scheduler {
 
   // Queues a request (PENDING) in arrival order.
   void add(RequestState* r);
+  // Takes in a request that already holds its K/V (a sequence forked from
+  // another one's computed prompt) as running.
+  void add_running(RequestState* r);
   // Forgets a request wherever it is (it finished, failed or was cancelled). Its
   // blocks are the caller's to release.
   void remove(RequestState* r);
