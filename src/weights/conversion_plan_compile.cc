@@ -156,6 +156,7 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
   // 2. Renamings, chained in order.
   std::vector<std::string> renamed(source.tensors.size());
   std::map<std::string, size_t> by_renamed;
+  std::vector<const CompiledRenaming*> renamed_by(source.tensors.size(), nullptr);
   for (size_t i = 0; i < source.tensors.size(); ++i) {
     std::string key = source.tensors[i].name;
     const CompiledRenaming* last = nullptr;
@@ -173,7 +174,9 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
       ++r.matches;
       last = &r;
     }
+    renamed_by[i] = last;
     auto [it, inserted] = by_renamed.emplace(key, i);
+    if (!last) last = renamed_by[it->second];
     if (!inserted)
       return invalid_argument((last ? rule_label(last->index, rules[last->index]) : std::string("renaming")) +
                               ": checkpoint tensors " + quote(source.tensors[it->second].name) + " and " +
