@@ -156,23 +156,26 @@ namespace {
 template <typename T>
 void transpose_elems(const uint8_t* src, uint8_t* dst, int64_t row_begin, int64_t row_end, int64_t n0, int64_t B,
                      int64_t n1) {
-  // Output rows r = a*n1 + i1; blocks of consecutive rows read consecutive input
-  // elements, so each input cache line is used for a whole block.
-  constexpr int64_t kBlock = 16;
+  // Output rows r = a*n1 + i1 hold in[a, :, b, i1]. Square tiles of kTile rows ×
+  // kTile columns keep both the strided reads and the writes inside L1.
+  constexpr int64_t kTile = 64 / static_cast<int64_t>(sizeof(T)) < 16 ? 16 : 64 / static_cast<int64_t>(sizeof(T));
   const T* in = reinterpret_cast<const T*>(src);
   T* out = reinterpret_cast<T*>(dst);
-  int64_t in_base[kBlock];
-  for (int64_t r0 = row_begin; r0 < row_end; r0 += kBlock) {
-    const int64_t nr = std::min(kBlock, row_end - r0);
+  int64_t in_base[kTile];
+  for (int64_t r0 = row_begin; r0 < row_end; r0 += kTile) {
+    const int64_t nr = std::min(kTile, row_end - r0);
     for (int64_t k = 0; k < nr; ++k) {
       const int64_t a = (r0 + k) / n1, i1 = (r0 + k) % n1;
       in_base[k] = a * n0 * B * n1 + i1;
     }
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t i0 = 0; i0 < n0; ++i0) {
-        const int64_t in_off = (i0 * B + b) * n1;
-        T* o = out + (r0 * B + b) * n0 + i0;
-        for (int64_t k = 0; k < nr; ++k) o[k * B * n0] = in[in_base[k] + in_off];
+      for (int64_t c0 = 0; c0 < n0; c0 += kTile) {
+        const int64_t nc = std::min(kTile, n0 - c0);
+        for (int64_t i0 = c0; i0 < c0 + nc; ++i0) {
+          const int64_t in_off = (i0 * B + b) * n1;
+          T* o = out + (r0 * B + b) * n0 + i0;
+          for (int64_t k = 0; k < nr; ++k) o[k * B * n0] = in[in_base[k] + in_off];
+        }
       }
   }
 }
