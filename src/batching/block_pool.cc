@@ -1,6 +1,12 @@
 #include "loom/batching/block_pool.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 
 #include <algorithm>
 #include <new>
@@ -8,12 +14,49 @@
 
 namespace loom::batching {
 
-PageStorage::PageStorage(KvPageShape shape, int64_t num_pages) : floats_(shape.page_floats()), num_pages_(num_pages) {
+namespace {
+
+// An unlinked file of `bytes` at `path` (a file to create, or a directory to
+// create one in); its descriptor. Throws loom::Error naming the path.
+int open_backing_file(const std::string& path, size_t bytes) {
+  std::error_code ec;
+  int fd = -1;
+  std::string name = path;
+  if (std::filesystem::is_directory(path, ec)) {
+    name = (std::filesystem::path(path) / "loom-kv-swap-XXXXXX").string();
+    fd = mkstemp(name.data());
+  } else {
+    fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  }
+  if (fd < 0)
+    throw Error(io_error("cpu_offload_path: cannot create '" + name + "': " + std::strerror(errno) +
+                         (errno == EEXIST ? " (give a new file name or a directory)" : "")));
+  unlink(name.c_str());
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const int err = errno;
+    close(fd);
+    throw Error(io_error("cpu_offload_path: cannot size '" + name + "' to " + std::to_string(bytes) +
+                         " bytes: " + std::strerror(err)));
+  }
+  return fd;
+}
+
+}  // namespace
+
+PageStorage::PageStorage(KvPageShape shape, int64_t num_pages, const std::string& file_path)
+    : floats_(shape.page_floats()), num_pages_(num_pages) {
   if (num_pages <= 0 || floats_ <= 0)
     throw Error(invalid_argument("KV page storage: num_pages (" + std::to_string(num_pages) +
                                  ") and the page shape must be positive"));
   bytes_ = static_cast<size_t>(num_pages) * shape.page_bytes();
-  void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p = MAP_FAILED;
+  if (file_path.empty()) {
+    p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  } else {
+    const int fd = open_backing_file(file_path, bytes_);
+    p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);  // the mapping keeps the file alive
+  }
   if (p == MAP_FAILED)
     throw Error(resource_exhausted("KV page storage: cannot reserve " + std::to_string(bytes_) + " bytes for " +
                                    std::to_string(num_pages) + " pages"));

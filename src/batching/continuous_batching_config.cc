@@ -1,6 +1,10 @@
 #include "loom/batching/continuous_batching_config.h"
 
+#include <sys/statvfs.h>
+
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -84,6 +88,13 @@ class Reader {
     *out = v.get<std::string>();
     return Status::Ok();
   }
+  Status get(const std::string& key, std::optional<std::string>* out) const {
+    if (!has(key)) return Status::Ok();
+    std::string v;
+    LOOM_RETURN_IF_ERROR(get(key, &v));
+    *out = std::move(v);
+    return Status::Ok();
+  }
   Status get_object(const std::string& key, std::optional<json>* out) const {
     if (!has(key)) return Status::Ok();
     const json& v = j_.at(key);
@@ -116,7 +127,8 @@ const std::set<std::string>& known_keys() {
       "max_blocks_per_request", "allow_block_sharing", "use_async_batching", "use_cuda_graph",
       "q_padding_interval_size", "kv_padding_interval_size", "varlen_compile_config", "decode_compile_config",
       "default_compile_level", "scheduler_type", "safety_margin", "return_logprobs", "seed", "auto_switch_to_flash",
-      "cpu_offload_space", "cpu_offload_space_safety_threshold", "max_queue_size", "per_request_processors",
+      "cpu_offload_space", "cpu_offload_space_safety_threshold", "cpu_offload_path", "max_queue_size",
+      "per_request_processors",
       "drop_unsupported_processors", "disable_nccl_graph_mixing", "cpu_group_timeout",
       "use_default_compile_configs", "max_cached_graphs", "block_size"};
   return keys;
@@ -156,6 +168,8 @@ Status ContinuousBatchingConfig::validate() const {
     return field_error("safety_margin", "must be in [0, 1), got " + std::to_string(*safety_margin));
   if (cpu_offload_space && !(*cpu_offload_space >= 0.0 && std::isfinite(*cpu_offload_space)))
     return field_error("cpu_offload_space", "must be a finite number of GiB ≥ 0");
+  if (cpu_offload_path && cpu_offload_path->empty())
+    return field_error("cpu_offload_path", "is empty (unset it to keep the swap pool in RAM)");
   if (!(cpu_offload_space_safety_threshold > 0.0 && cpu_offload_space_safety_threshold <= 1.0))
     return field_error("cpu_offload_space_safety_threshold", "must be in (0, 1], got " +
                                                                  std::to_string(cpu_offload_space_safety_threshold));
@@ -194,6 +208,8 @@ Result<ContinuousBatchingConfig> ContinuousBatchingConfig::from_json(const nlohm
   if (j.contains("cpu_offload_space") && j.at("cpu_offload_space").is_null()) c.cpu_offload_space.reset();
   LOOM_RETURN_IF_ERROR(r.get("cpu_offload_space", &c.cpu_offload_space));
   LOOM_RETURN_IF_ERROR(r.get("cpu_offload_space_safety_threshold", &c.cpu_offload_space_safety_threshold));
+  if (j.contains("cpu_offload_path") && j.at("cpu_offload_path").is_null()) c.cpu_offload_path.reset();
+  else LOOM_RETURN_IF_ERROR(r.get("cpu_offload_path", &c.cpu_offload_path));
   LOOM_RETURN_IF_ERROR(r.get("max_queue_size", &c.max_queue_size));
   LOOM_RETURN_IF_ERROR(r.get("per_request_processors", &c.per_request_processors));
   LOOM_RETURN_IF_ERROR(r.get("drop_unsupported_processors", &c.drop_unsupported_processors));
@@ -240,6 +256,7 @@ nlohmann::json ContinuousBatchingConfig::to_json() const {
   j["auto_switch_to_flash"] = auto_switch_to_flash;
   j["cpu_offload_space"] = opt(cpu_offload_space);
   j["cpu_offload_space_safety_threshold"] = cpu_offload_space_safety_threshold;
+  j["cpu_offload_path"] = opt(cpu_offload_path);
   j["max_queue_size"] = max_queue_size;
   j["per_request_processors"] = per_request_processors;
   j["drop_unsupported_processors"] = drop_unsupported_processors;
@@ -285,8 +302,16 @@ std::pair<size_t, size_t> host_memory() {
   return {avail, total};
 }
 
+size_t free_disk_bytes(const std::string& path) {
+  struct statvfs st {};
+  std::filesystem::path p(path);
+  if (!std::filesystem::is_directory(p)) p = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+  if (statvfs(p.c_str(), &st) != 0) return 0;
+  return static_cast<size_t>(st.f_bavail) * static_cast<size_t>(st.f_frsize);
+}
+
 Result<CbResources> resolve(const ContinuousBatchingConfig& c, size_t position_bytes, int num_layers,
-                            size_t available_memory, size_t total_memory) {
+                            size_t available_memory, size_t total_memory, size_t activation_bytes_per_token) {
   LOOM_RETURN_IF_ERROR(c.validate());
   if (position_bytes == 0 || num_layers <= 0) return invalid_argument("resolve: the model has no KV cache");
   if (available_memory == 0 || total_memory == 0) {
@@ -298,31 +323,64 @@ Result<CbResources> resolve(const ContinuousBatchingConfig& c, size_t position_b
   r.page_size = c.effective_page_size();
   const size_t page_bytes = position_bytes * static_cast<size_t>(r.page_size);
   r.block_bytes = page_bytes * static_cast<size_t>(num_layers);
-  if (c.num_blocks) {
+  constexpr int64_t kMaxInferredBatchTokens = 256;  // upstream's bound; CPU steps are compute-bound well before it
+  constexpr double kStepShareOfPool = 0.01;          // upstream's m: one step fills at most 1% of the pool
+  const double act = static_cast<double>(activation_bytes_per_token);
+  const double block = static_cast<double>(r.block_bytes);
+  if (c.num_blocks && c.max_batch_tokens) {
     r.num_blocks = *c.num_blocks;
+    r.max_batch_tokens = *c.max_batch_tokens;
   } else {
     const double share = c.max_memory_percent.value_or(0.9);
     if (available_memory == 0)
-      return failed_precondition("num_blocks is unset and the available memory cannot be read from /proc/meminfo: set num_blocks");
-    r.num_blocks = static_cast<int64_t>(share * static_cast<double>(available_memory) / static_cast<double>(r.block_bytes));
-    if (r.num_blocks < 1)
-      return resource_exhausted("not enough memory for one KV block of " + std::to_string(r.block_bytes) +
-                                " bytes (available " + std::to_string(available_memory) + ")");
+      return failed_precondition("num_blocks or max_batch_tokens is unset and the available memory cannot be read "
+                                 "from /proc/meminfo: set both");
+    const double budget = share * static_cast<double>(available_memory);
+    const std::string memory = " (max_memory_percent " + std::to_string(share) + " of " +
+                               std::to_string(available_memory) + " available bytes)";
+    r.max_batch_tokens_inferred = !c.max_batch_tokens;
+    if (c.max_batch_tokens) {
+      r.max_batch_tokens = *c.max_batch_tokens;
+    } else if (act <= 0) {
+      r.max_batch_tokens = kMaxInferredBatchTokens;
+    } else if (c.num_blocks) {
+      const double left = budget - static_cast<double>(*c.num_blocks) * block;
+      r.max_batch_tokens = std::min<int64_t>(kMaxInferredBatchTokens, static_cast<int64_t>(left / act));
+      if (r.max_batch_tokens < 1)
+        return resource_exhausted("num_blocks = " + std::to_string(*c.num_blocks) +
+                                  " leaves no memory for a step's activations" + memory +
+                                  ": lower num_blocks or set max_batch_tokens");
+    } else {
+      const double positions = budget / (block / static_cast<double>(r.page_size) + kStepShareOfPool * act);
+      r.max_batch_tokens = std::clamp<int64_t>(static_cast<int64_t>(kStepShareOfPool * positions), 1,
+                                               kMaxInferredBatchTokens);
+    }
+    if (c.num_blocks) {
+      r.num_blocks = *c.num_blocks;
+    } else {
+      r.num_blocks = static_cast<int64_t>((budget - static_cast<double>(r.max_batch_tokens) * act) / block);
+      if (r.num_blocks < 1)
+        return resource_exhausted("not enough memory for one KV block of " + std::to_string(r.block_bytes) +
+                                  " bytes beside a step of " + std::to_string(r.max_batch_tokens) + " tokens" + memory);
+    }
   }
-  r.max_batch_tokens = c.max_batch_tokens.value_or(256);
   r.max_requests_per_batch = std::min(c.max_requests_per_batch.value_or(1024), r.max_batch_tokens);
   r.max_blocks_per_request = c.max_blocks_per_request.value_or(0);
   r.safety_margin = c.safety_margin.value_or(c.scheduler_type == "fifo" ? 0.2 : 0.0);
   double swap_bytes = c.cpu_offload_space.value_or(0.0) * 1024.0 * 1024.0 * 1024.0;
-  if (swap_bytes > 0 && total_memory > 0) {
-    const double cap = c.cpu_offload_space_safety_threshold * static_cast<double>(total_memory);
+  // The swap pool lives in RAM, or in a file: then the free disk space bounds it.
+  const size_t swap_room = c.cpu_offload_path ? free_disk_bytes(*c.cpu_offload_path) : total_memory;
+  const char* room_name = c.cpu_offload_path ? "the free space of cpu_offload_path" : "RAM";
+  if (swap_bytes > 0 && swap_room > 0) {
+    const double cap = c.cpu_offload_space_safety_threshold * static_cast<double>(swap_room);
     if (swap_bytes > cap) {
       log_warn("cpu_offload_space " + std::to_string(*c.cpu_offload_space) + " GiB is more than " +
-               std::to_string(c.cpu_offload_space_safety_threshold) + " of RAM: clamped to " +
+               std::to_string(c.cpu_offload_space_safety_threshold) + " of " + room_name + ": clamped to " +
                std::to_string(cap / (1024.0 * 1024.0 * 1024.0)) + " GiB");
       swap_bytes = cap;
     }
   }
+  if (c.cpu_offload_path) r.swap_path = *c.cpu_offload_path;
   r.swap_pages = static_cast<int64_t>(swap_bytes / static_cast<double>(page_bytes));
   if (swap_bytes > 0 && r.swap_pages == 0)
     log_warn("cpu_offload_space is smaller than one KV page (" + std::to_string(page_bytes) + " bytes): no swapping");

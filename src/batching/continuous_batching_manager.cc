@@ -54,7 +54,14 @@ Result<std::unique_ptr<ContinuousBatchingManager>> ContinuousBatchingManager::cr
   m->vocab_ = m->runner_->model().vocab_size();
   const runtime::KvLayout l = m->runner_->kv_layout();
   const size_t position_bytes = 2 * static_cast<size_t>(l.row_floats()) * sizeof(float);
-  LOOM_ASSIGN_OR_RETURN(m->res_, resolve(m->cfg_, position_bytes, l.num_layers));
+  // A step's f32 activations per token, roughly: residual, normed and attention
+  // output, q/k/v, gate/up/act of the MLP, and a row of logits (upstream counts
+  // hidden + vocab the same way).
+  const ModelConfig& mc = m->runner_->model().config();
+  const int64_t qkv = (mc.num_attention_heads + 2 * mc.num_key_value_heads) * mc.head_dim;
+  const size_t act_per_token =
+      sizeof(float) * static_cast<size_t>(3 * mc.hidden_size + qkv + 3 * mc.intermediate_size + mc.vocab_size);
+  LOOM_ASSIGN_OR_RETURN(m->res_, resolve(m->cfg_, position_bytes, l.num_layers, 0, 0, act_per_token));
   for (const std::string& note : m->cfg_.cpu_no_op_fields()) log_info("continuous batching: " + note);
   if (m->cfg_.block_size) log_warn("continuous batching: block_size is deprecated, use page_size");
   LOOM_RETURN_IF_ERROR(m->build_cache());
@@ -71,6 +78,7 @@ Status ContinuousBatchingManager::build_cache() {
   o.num_pages = res_.num_blocks * runner_->model().num_layers();
   o.block_sharing = cfg_.allow_block_sharing;
   o.swap_pages = res_.swap_pages;
+  o.swap_path = res_.swap_path;
   o.max_step_tokens = res_.max_batch_tokens;
   try {
     kv_ = std::make_unique<PagedKvCache>(KvCacheLayout::from_model(runner_->model()), o);

@@ -2,7 +2,8 @@
 
 namespace loom::batching {
 
-HostSwapPool::HostSwapPool(KvPageShape shape, int64_t num_pages) : storage_(shape, num_pages) {
+HostSwapPool::HostSwapPool(KvPageShape shape, int64_t num_pages, const std::string& file_path)
+    : storage_(shape, num_pages, file_path) {
   free_.reserve(static_cast<size_t>(num_pages));
   for (int64_t i = num_pages - 1; i >= 0; --i) free_.push_back(static_cast<int32_t>(i));
 }

@@ -77,7 +77,7 @@ PagedKvCache::PagedKvCache(const KvCacheLayout& layout, const PagedKvCacheOption
     while (salt == 0) salt = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
     prefix_ = std::make_unique<PrefixCache>(page_size_, salt);
   }
-  if (o.swap_pages > 0) swap_ = std::make_unique<HostSwapPool>(pool_.shape(), o.swap_pages);
+  if (o.swap_pages > 0) swap_ = std::make_unique<HostSwapPool>(pool_.shape(), o.swap_pages, o.swap_path);
 }
 
 void PagedKvCache::init_tables(SequenceKv& s) const {

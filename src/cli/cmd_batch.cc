@@ -32,6 +32,7 @@ struct CbFlags {
   std::optional<bool> allow_block_sharing, use_async_batching, return_logprobs, auto_switch_to_flash,
       per_request_processors, drop_unsupported_processors, disable_nccl_graph_mixing;
   bool no_block_sharing = false;
+  std::optional<std::string> cpu_offload_path;
   std::optional<std::string> scheduler_type, use_cuda_graph, varlen_compile_config, decode_compile_config;
   std::optional<int64_t> q_padding_interval_size, kv_padding_interval_size, default_compile_level, max_queue_size;
 };
@@ -49,7 +50,8 @@ void add_cb_options(CLI::App* cmd, CbFlags* f) {
   cmd->add_option("--cb-config", f->cb_config, "ContinuousBatchingConfig as a JSON file (flags below override it)");
   cmd->add_option("--page-size", f->page_size, "Tokens per KV page per layer (default 256)");
   cmd->add_option("--num-blocks", f->num_blocks, "KV blocks (one page per layer); default: from available memory");
-  cmd->add_option("--max-batch-tokens", f->max_batch_tokens, "Token budget of one step (default 256)");
+  cmd->add_option("--max-batch-tokens", f->max_batch_tokens,
+                  "Token budget of one step (default: from memory, at most 256)");
   cmd->add_option("--max-memory-percent", f->max_memory_percent, "Share of available memory for KV when --num-blocks is unset");
   cmd->add_option("--max-requests-per-batch", f->max_requests_per_batch, "Sequences per step");
   cmd->add_option("--max-blocks-per-request", f->max_blocks_per_request, "Blocks one request may hold (0: no limit)");
@@ -68,7 +70,9 @@ void add_cb_options(CLI::App* cmd, CbFlags* f) {
   cmd->add_option("--auto-switch-to-flash", f->auto_switch_to_flash, "GPU only; no effect on CPU");
   cmd->add_option("--cpu-offload-space", f->cpu_offload_space, "GiB of host swap for preempted requests (0: recompute)");
   cmd->add_option("--cpu-offload-space-safety-threshold", f->cpu_offload_space_safety_threshold,
-                  "Clamp --cpu-offload-space to this share of RAM");
+                  "Clamp --cpu-offload-space to this share of RAM (of free disk with --cpu-offload-path)");
+  cmd->add_option("--cpu-offload-path", f->cpu_offload_path,
+                  "Keep the swap pool in a file (a new file name, or a directory) instead of RAM");
   cmd->add_option("--max-queue-size", f->max_queue_size, "Most requests waiting for admission (0: no limit)");
   cmd->add_option("--per-request-processors", f->per_request_processors,
                   "Honour per-line sampling settings (true/false; default true for this command)");
@@ -120,6 +124,7 @@ batching::ContinuousBatchingConfig make_cb_config(const CbFlags& f, uint64_t see
   set("auto_switch_to_flash", f.auto_switch_to_flash);
   set("cpu_offload_space", f.cpu_offload_space);
   set("cpu_offload_space_safety_threshold", f.cpu_offload_space_safety_threshold);
+  set("cpu_offload_path", f.cpu_offload_path);
   set("max_queue_size", f.max_queue_size);
   set("per_request_processors", f.per_request_processors);
   set("drop_unsupported_processors", f.drop_unsupported_processors);

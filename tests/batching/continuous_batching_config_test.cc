@@ -122,5 +122,54 @@ TEST(ContinuousBatchingConfig, ResolveInfersWhatIsUnset) {
   EXPECT_FALSE(resolve(c, 64, 4, 1000, 1ull << 30).ok());  // not even one block
 }
 
+TEST(ContinuousBatchingConfig, ResolveInfersTheStepBudgetFromMemory) {
+  ContinuousBatchingConfig c;
+  c.page_size = 16;
+  c.max_memory_percent = 0.5;
+  const size_t available = 64ull << 20;     // 64 MiB: a budget of 32 MiB
+  const size_t act = 256 * 1024;            // 256 KiB of activations per step token
+  const double budget = 0.5 * static_cast<double>(available);
+  // Both unset: a step is 1% of the positions the pool holds (capped at 256), the
+  // blocks take the rest. Blocks are 16 positions × 4 layers × 64 bytes = 4 KiB.
+  CbResources r = resolve(c, 64, 4, available, 1ull << 30, act).value();
+  EXPECT_TRUE(r.max_batch_tokens_inferred);
+  const double positions = budget / (4096.0 / 16 + 0.01 * static_cast<double>(act));
+  EXPECT_EQ(r.max_batch_tokens, static_cast<int64_t>(0.01 * positions));
+  EXPECT_EQ(r.num_blocks, static_cast<int64_t>((budget - static_cast<double>(r.max_batch_tokens * act)) / 4096));
+  EXPECT_LE(static_cast<double>(r.num_blocks) * 4096 + static_cast<double>(r.max_batch_tokens * act), budget);
+  // num_blocks given: the step gets what the blocks leave.
+  c.num_blocks = 4000;
+  r = resolve(c, 64, 4, available, 1ull << 30, act).value();
+  EXPECT_EQ(r.max_batch_tokens, static_cast<int64_t>((budget - 4000.0 * 4096) / static_cast<double>(act)));
+  // ... and nothing left is an error naming the fields.
+  c.num_blocks = 9000;
+  Result<CbResources> bad = resolve(c, 64, 4, available, 1ull << 30, act);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("num_blocks = 9000"), std::string::npos) << bad.status().to_string();
+  // max_batch_tokens given: the blocks get what the step leaves.
+  c.num_blocks.reset();
+  c.max_batch_tokens = 20;
+  r = resolve(c, 64, 4, available, 1ull << 30, act).value();
+  EXPECT_FALSE(r.max_batch_tokens_inferred);
+  EXPECT_EQ(r.num_blocks, static_cast<int64_t>((budget - 20.0 * static_cast<double>(act)) / 4096));
+  // Plenty of memory: the step budget stops at 256.
+  c.max_batch_tokens.reset();
+  EXPECT_EQ(resolve(c, 64, 4, 64ull << 30, 1ull << 36, act).value().max_batch_tokens, 256);
+}
+
+TEST(ContinuousBatchingConfig, FileBackedSwapIsBoundedByTheDisk) {
+  ContinuousBatchingConfig c = ContinuousBatchingConfig::from_json(
+      {{"cpu_offload_space", 1e6}, {"cpu_offload_path", "/tmp"}, {"num_blocks", 8}, {"max_batch_tokens", 16}}).value();
+  EXPECT_EQ(*c.cpu_offload_path, "/tmp");
+  EXPECT_EQ(c.to_json()["cpu_offload_path"], "/tmp");
+  const size_t disk = free_disk_bytes("/tmp");
+  ASSERT_GT(disk, 0u);
+  const CbResources r = resolve(c, 64, 4, 1 << 20, 1ull << 40).value();  // RAM would allow far more
+  EXPECT_EQ(r.swap_path, "/tmp");
+  EXPECT_LE(static_cast<double>(r.swap_pages) * 64 * 256, 0.8 * static_cast<double>(disk) + 1);
+  EXPECT_FALSE(ContinuousBatchingConfig::from_json({{"cpu_offload_path", ""}}).ok());
+  EXPECT_FALSE(ContinuousBatchingConfig::from_json({{"cpu_offload_path", 3}}).ok());
+}
+
 }  // namespace
 }  // namespace loom::batching

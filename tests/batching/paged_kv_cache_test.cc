@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 
 namespace loom::batching {
@@ -171,8 +175,29 @@ TEST(PagedKvCache, IdenticalComputedBlocksAreDeduplicated) {
   kv.release(b);
 }
 
-TEST(PagedKvCache, SwapOutAndInRestoresEveryLivePageBitwise) {
-  PagedKvCache kv(layout({0, 3}), options(2, 20, false, /*swap=*/20));
+class SwapBacking : public ::testing::TestWithParam<bool> {};  // file-backed swap pool?
+
+std::string swap_dir() {
+  const auto dir = std::filesystem::temp_directory_path() / ("loom_swap_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+bool mapped_deleted_swap_file() {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);)
+    if (line.find("loom-kv-swap-") != std::string::npos && line.find("(deleted)") != std::string::npos) return true;
+  return false;
+}
+
+TEST_P(SwapBacking, SwapOutAndInRestoresEveryLivePageBitwise) {
+  PagedKvCacheOptions o = options(2, 20, false, /*swap=*/20);
+  const std::string dir = GetParam() ? swap_dir() : "";
+  o.swap_path = dir;
+  PagedKvCache kv(layout({0, 3}), o);
+  // A file-backed pool maps an unlinked file: mapped, yet nothing left in the directory.
+  EXPECT_EQ(mapped_deleted_swap_file(), GetParam());
+  if (GetParam()) EXPECT_TRUE(std::filesystem::is_empty(dir));
   SequenceKv s;
   ASSERT_TRUE(kv.ensure(s, 8));
   kv.drop_out_of_window(s, 8);  // the sliding layer keeps positions ≥ 6 only
@@ -213,6 +238,27 @@ TEST(PagedKvCache, SwapOutAndInRestoresEveryLivePageBitwise) {
   EXPECT_EQ(view.pages(1, 0).k_pages[0], nullptr);
   kv.release(s);
   EXPECT_EQ(kv.pool().used_pages(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(PagedKvCache, SwapBacking, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "File" : "Ram"; });
+
+TEST(PagedKvCache, FileBackedSwapErrorsNameThePath) {
+  const std::string dir = swap_dir();
+  const std::string existing = dir + "/taken";
+  std::ofstream(existing) << "x";
+  for (const std::string& path : {existing, dir + "/no/such/dir/file"}) {
+    PagedKvCacheOptions o = options(2, 20, false, 4);
+    o.swap_path = path;
+    try {
+      PagedKvCache kv(layout({0}), o);
+      ADD_FAILURE() << "no error for " << path;
+    } catch (const Error& e) {
+      EXPECT_NE(e.status().message().find("cpu_offload_path"), std::string::npos) << e.status().to_string();
+      EXPECT_NE(e.status().message().find(path), std::string::npos) << e.status().to_string();
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(PagedKvCache, PagesForLengthBoundsTheRing) {

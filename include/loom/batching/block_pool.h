@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "loom/core/status.h"
@@ -34,9 +35,13 @@ struct KvPageShape {
 
 // Page memory reserved with mmap: the budget is address space up front and RAM
 // only once pages are written, so a large num_blocks does not cost RAM it never uses.
+// With a `file_path` the pages live in a shared mapping of a file instead (the
+// host swap pool's cpu_offload_path): a path names the file to create, a
+// directory gets an anonymous one; either way the file is unlinked at once, so
+// nothing is left behind even if the process dies.
 class PageStorage {
  public:
-  PageStorage(KvPageShape shape, int64_t num_pages);
+  PageStorage(KvPageShape shape, int64_t num_pages, const std::string& file_path = "");
   ~PageStorage();
   PageStorage(const PageStorage&) = delete;
   PageStorage& operator=(const PageStorage&) = delete;

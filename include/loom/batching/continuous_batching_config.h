@@ -52,8 +52,12 @@ struct ContinuousBatchingConfig {
   bool auto_switch_to_flash = true;  // GPU only
   // GiB of host swap space for preempted requests' K/V; 0 or unset: recompute instead.
   std::optional<double> cpu_offload_space = 0.0;
-  // cpu_offload_space is clamped to this share of total RAM.
+  // cpu_offload_space is clamped to this share of total RAM (of the free disk
+  // space with cpu_offload_path).
   double cpu_offload_space_safety_threshold = 0.8;
+  // loom only: back the host swap pool with a file instead of RAM — a file path,
+  // or a directory to create an anonymous (already unlinked) file in. Unset: RAM.
+  std::optional<std::string> cpu_offload_path;
   // Most requests waiting for admission; 0: no limit. add_request fails (or waits,
   // with a queue timeout) when the queue is full.
   int64_t max_queue_size = 0;
@@ -86,19 +90,34 @@ struct CbResources {
   int64_t page_size = 0;
   int64_t num_blocks = 0;
   int64_t max_batch_tokens = 0;
+  bool max_batch_tokens_inferred = false;  // from memory, not the config
   int64_t max_requests_per_batch = 0;
   int64_t max_blocks_per_request = 0;  // 0: no limit
   double safety_margin = 0.0;
   int64_t swap_pages = 0;  // host swap, pages of one layer
+  std::string swap_path;   // file backing the swap pool; empty: RAM
   bool async_batching = false;
   size_t block_bytes = 0;  // one page per layer, K and V
 };
 
+// Fills in num_blocks and max_batch_tokens from memory when unset, as
+// Transformers' PagedAttentionMemoryHandler does (without its attention-mask
+// term: loom has none). With B the budget (max_memory_percent of available
+// memory), N blocks of `block_bytes` and a step of M tokens needing
+// `activation_bytes_per_token` each:  B = N·block_bytes + M·activation_bytes_per_token.
+//   both unset:            M = 1% of the positions the pool holds (N·page_size), at most 256;
+//   num_blocks set:        M from what the blocks leave, at most 256;
+//   max_batch_tokens set:  N from what the step leaves.
 // `position_bytes`: K+V bytes of one position of one layer; a block is
 // page_size positions of `num_layers` layers. `available_memory` /
-// `total_memory` in bytes (0: read /proc/meminfo).
+// `total_memory` in bytes (0: read /proc/meminfo). activation_bytes_per_token 0:
+// unknown, M = 256 when unset.
 Result<CbResources> resolve(const ContinuousBatchingConfig& c, size_t position_bytes, int num_layers,
-                            size_t available_memory = 0, size_t total_memory = 0);
+                            size_t available_memory = 0, size_t total_memory = 0,
+                            size_t activation_bytes_per_token = 0);
+
+// Free bytes on the file system holding `path` (a file or a directory; 0 when unknown).
+size_t free_disk_bytes(const std::string& path);
 
 // MemAvailable and MemTotal from /proc/meminfo, in bytes (0 when unreadable).
 std::pair<size_t, size_t> host_memory();

@@ -1,7 +1,8 @@
 // Host swap space for the K/V of preempted requests (cpu_offload_space): a
-// second, separate page budget. On a CPU both pools are RAM; what the swap pool
-// buys is that a preempted request's K/V is kept (copied out, copied back
-// bitwise) instead of recomputed, without counting against the KV budget.
+// second, separate page budget. On a CPU both pools are RAM unless the swap pool
+// is file-backed (cpu_offload_path); what it buys is that a preempted request's
+// K/V is kept (copied out, copied back bitwise) instead of recomputed, without
+// counting against the KV budget.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,8 @@ namespace loom::batching {
 
 class HostSwapPool {
  public:
-  HostSwapPool(KvPageShape shape, int64_t num_pages);
+  // file_path: back the pages with a file (see PageStorage); empty: RAM.
+  HostSwapPool(KvPageShape shape, int64_t num_pages, const std::string& file_path = "");
 
   // `n` pages, or an empty vector when fewer are free.
   std::vector<int32_t> allocate(int64_t n);

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "loom/batching/block_pool.h"
@@ -43,6 +44,7 @@ struct PagedKvCacheOptions {
   int64_t num_pages = 0;        // KV budget, in pages of one layer (num_blocks × num_layers)
   bool block_sharing = true;
   int64_t swap_pages = 0;       // host swap space in pages of one layer; 0: none
+  std::string swap_path;        // file (or directory) backing the swap pages; empty: RAM
   uint64_t salt = 0;            // prefix-key salt; 0: a random one
   int64_t max_step_tokens = 1;  // most positions one step adds to a request (bounds the sliding ring)
 };
