@@ -129,6 +129,24 @@ void register_all() {
       }
     }
   }
+  // Panels per streaming tile call (TileArgs::panels) at decode sizes: 1 is one
+  // panel at a time, 0 the kernels' own limit. Compare with
+  // --benchmark_enable_random_interleaving=true on a shared machine.
+  for (const LinearShape& s : {LinearShape{2048, 8192}, LinearShape{8192, 2048}, LinearShape{2048, 128256}}) {
+    for (DType dt : {DType::kBF16, DType::kF32}) {
+      for (int64_t M : {1, 2, 4}) {
+        for (int limit : {1, 2, 0}) {
+          add("panels/" + std::string(dtype_name(dt)) + "/" + shape_name(s) + "/M=" + std::to_string(M) +
+                  "/limit=" + std::to_string(limit),
+              [=](benchmark::State& st) {
+                detail::set_stream_panels_limit(limit);
+                run_case(st, s, dt, Impl::kLoom, M, best_isa());
+                detail::set_stream_panels_limit(0);
+              });
+        }
+      }
+    }
+  }
   // Row sweep for the streaming/blocked switch (stream_max_rows in matmul.cc): the
   // same layer with each strategy forced; 14336→1024 has panels too big for L2.
   for (const LinearShape& s : {LinearShape{2048, 8192}, LinearShape{14336, 1024}}) {

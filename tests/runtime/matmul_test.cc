@@ -262,6 +262,68 @@ TEST_P(LinearIsaTest, PropagatesNonFiniteValues) {
 
 INSTANTIATE_TEST_SUITE_P(Isa, LinearIsaTest, ::testing::ValuesIn(supported_isas()), isa_param_name);
 
+// The streaming tiles that take several panels per call (TileArgs::panels), called
+// directly against the scalar tile run one panel at a time: every legal
+// (rows, panels) pair, odd K (bf16 pair tail), a partial last panel, a C row
+// stride wider than the panels, bias and accumulate.
+TEST(StreamTiles, MultiPanelTilesEqualScalarTilesPanelByPanel) {
+  std::vector<const detail::KernelTable*> tables;
+#if defined(LOOM_MATMUL_X86)
+  if (isa_supported(Isa::kAvx2)) tables.push_back(&detail::kernels_avx2());
+  if (isa_supported(Isa::kAvx512)) tables.push_back(&detail::kernels_avx512());
+#endif
+  const detail::KernelTable& scalar = detail::kernels_scalar();
+  uint32_t seed = 4000;
+  for (const detail::KernelTable* kt : tables) {
+    if (!kt->stream_panels) continue;  // one panel per call: covered by LinearIsaTest
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (int64_t K : {1, 2, 37, 300}) {
+        for (int mr = 1; mr <= kt->max_mr; ++mr) {
+          for (int np = 2; np <= kt->stream_panels(mr); np *= 2) {
+            for (bool accumulate : {false, true}) {
+              ++seed;
+              const int64_t N = np * detail::kNr - 5;  // last panel partial
+              const Tensor weight = make_weight(N, K, dt, seed);
+              const Tensor bias = Tensor::from_f32(random_floats(N, seed + 1), {N});
+              PackedLinear w = PackedLinear::pack(weight, &bias).value();
+              const std::vector<float> x = random_floats(static_cast<size_t>(mr * K), seed + 2);
+              const int64_t ldc = np * detail::kNr + 3;
+              const std::vector<float> c0 = random_floats(static_cast<size_t>(mr * ldc), seed + 3);
+              std::vector<float> want = c0, got = c0;
+              detail::TileArgs t;
+              t.a = x.data();
+              t.lda = K;
+              t.k = K;
+              t.ldc = ldc;
+              t.mr = mr;
+              t.accumulate = accumulate;
+              const detail::TileFn ref = dt == DType::kF32 ? scalar.f32 : dt == DType::kF16 ? scalar.f16 : scalar.bf16;
+              for (int j = 0; j < np; ++j) {
+                detail::TileArgs one = t;
+                one.b = w.panel(j);
+                one.c = want.data() + j * detail::kNr;
+                one.n_valid = static_cast<int>(std::min<int64_t>(detail::kNr, N - j * detail::kNr));
+                one.bias = w.bias() + j * detail::kNr;
+                ref(one);
+              }
+              t.b = w.panel(0);
+              t.c = got.data();
+              t.panels = np;
+              t.panel_stride = static_cast<int64_t>(w.panel_stride_bytes());
+              t.n_valid = static_cast<int>(N);
+              t.bias = w.bias();
+              (dt == DType::kF32 ? kt->f32 : dt == DType::kF16 ? kt->f16 : kt->bf16)(t);
+              ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size()))
+                  << kt->name << " " << dtype_name(dt) << " K=" << K << " mr=" << mr << " panels=" << np
+                  << (accumulate ? " accumulate" : "");
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(PackedLinear, ReportsShapeDtypeAndSize) {
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
     const Tensor weight = make_weight(70, 33, dt, 3);

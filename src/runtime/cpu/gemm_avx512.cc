@@ -11,6 +11,7 @@ namespace {
 struct F32Loader {
   static constexpr int kSteps = 1;
   const float* b;
+  LOOM_INLINE F32Loader panel(int j, int64_t stride_bytes) const { return {b + j * (stride_bytes / 4)}; }
   LOOM_TARGET_AVX512 LOOM_INLINE void load(int64_t k, __m512 (*out)[kNv]) const {
 #pragma GCC unroll 8
     for (int v = 0; v < kNv; ++v) out[0][v] = _mm512_load_ps(b + k * kNr + 16 * v);
@@ -26,21 +27,31 @@ struct F32Loader {
 // weights streamed from memory.
 struct F32Tile {
   const TileArgs& t;
-  template <int MR>
+  template <int MR, int NP = 1>
   LOOM_TARGET_AVX512 LOOM_INLINE void run() const {
     const F32Loader w{static_cast<const float*>(t.b)};
-    if (t.blocked) {
-      tile_body<MR, kKc, 0>(t, w);
-    } else {
-      tile_body<MR, 0, kStreamPrefetchBytes>(t, w);
+    if constexpr (NP == 1) {
+      if (t.blocked) {
+        tile_body<MR, 1, kKc, 0>(t, w);
+        return;
+      }
     }
+    tile_body<MR, NP, 0, kStreamPrefetchBytes>(t, w);
   }
 };
 
 }  // namespace
 }  // namespace avx512
 
-LOOM_TARGET_AVX512 void f32_tile_avx512(const TileArgs& t) { avx512::dispatch_mr(t.mr, avx512::F32Tile{t}); }
+LOOM_TARGET_AVX512 void f32_tile_avx512(const TileArgs& t) {
+  if (t.blocked) {
+    avx512::dispatch_mr(t.mr, avx512::F32Tile{t});
+  } else {
+    avx512::dispatch_stream(t, avx512::F32Tile{t});
+  }
+}
+
+int stream_panels_avx512(int mr) { return avx512::stream_panels_for(mr); }
 
 LOOM_TARGET_AVX512 void widen_bf16_avx512(const void* src, int64_t k, float* dst) {
   const uint16_t* s = static_cast<const uint16_t*>(src);
@@ -68,13 +79,15 @@ LOOM_TARGET_AVX512 void widen_f16_avx512(const void* src, int64_t k, float* dst)
 
 const KernelTable& kernels_avx512() {
   static const KernelTable table{"AVX512",         kMaxMr,           f32_tile_avx512,   bf16_tile_avx512,
-                                 f16_tile_avx512,  widen_bf16_avx512, widen_f16_avx512, nullptr};
+                                 f16_tile_avx512,  widen_bf16_avx512, widen_f16_avx512, nullptr,
+                                 stream_panels_avx512};
   return table;
 }
 
 const KernelTable& kernels_avx512_bf16() {
   static const KernelTable table{"AVX512_BF16",   kMaxMr,           f32_tile_avx512,   bf16_tile_avx512,
-                                 f16_tile_avx512, widen_bf16_avx512, widen_f16_avx512, bf16_dot_tile_avx512bf16};
+                                 f16_tile_avx512, widen_bf16_avx512, widen_f16_avx512, bf16_dot_tile_avx512bf16,
+                                 stream_panels_avx512};
   return table;
 }
 

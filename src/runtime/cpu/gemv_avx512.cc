@@ -16,6 +16,7 @@ namespace {
 struct Bf16PairLoader {
   static constexpr int kSteps = 2;
   const uint16_t* b;
+  LOOM_INLINE Bf16PairLoader panel(int j, int64_t stride_bytes) const { return {b + j * (stride_bytes / 2)}; }
   LOOM_TARGET_AVX512 LOOM_INLINE void load(int64_t k, __m512 (*out)[kNv]) const {
     const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
 #pragma GCC unroll 8
@@ -42,6 +43,7 @@ struct Bf16PairLoader {
 struct F16Loader {
   static constexpr int kSteps = 1;
   const uint16_t* b;
+  LOOM_INLINE F16Loader panel(int j, int64_t stride_bytes) const { return {b + j * (stride_bytes / 2)}; }
   LOOM_TARGET_AVX512 LOOM_INLINE void load(int64_t k, __m512 (*out)[kNv]) const {
 #pragma GCC unroll 8
     for (int v = 0; v < kNv; ++v) {
@@ -55,25 +57,25 @@ struct F16Loader {
 
 struct Bf16Tile {
   const TileArgs& t;
-  template <int MR>
+  template <int MR, int NP>
   LOOM_TARGET_AVX512 LOOM_INLINE void run() const {
-    tile_body<MR, 0, kStreamPrefetchBytes>(t, Bf16PairLoader{static_cast<const uint16_t*>(t.b)});
+    tile_body<MR, NP, 0, kStreamPrefetchBytes>(t, Bf16PairLoader{static_cast<const uint16_t*>(t.b)});
   }
 };
 
 struct F16Tile {
   const TileArgs& t;
-  template <int MR>
+  template <int MR, int NP>
   LOOM_TARGET_AVX512 LOOM_INLINE void run() const {
-    tile_body<MR, 0, kStreamPrefetchBytes>(t, F16Loader{static_cast<const uint16_t*>(t.b)});
+    tile_body<MR, NP, 0, kStreamPrefetchBytes>(t, F16Loader{static_cast<const uint16_t*>(t.b)});
   }
 };
 
 }  // namespace
 }  // namespace avx512
 
-LOOM_TARGET_AVX512 void bf16_tile_avx512(const TileArgs& t) { avx512::dispatch_mr(t.mr, avx512::Bf16Tile{t}); }
-LOOM_TARGET_AVX512 void f16_tile_avx512(const TileArgs& t) { avx512::dispatch_mr(t.mr, avx512::F16Tile{t}); }
+LOOM_TARGET_AVX512 void bf16_tile_avx512(const TileArgs& t) { avx512::dispatch_stream(t, avx512::Bf16Tile{t}); }
+LOOM_TARGET_AVX512 void f16_tile_avx512(const TileArgs& t) { avx512::dispatch_stream(t, avx512::F16Tile{t}); }
 
 }  // namespace loom::cpu::detail
 

@@ -42,6 +42,7 @@ using detail::TileFn;
 constexpr int64_t kStreamMaxRows = 16;
 constexpr int64_t kStreamMaxRowsWidening = 128;
 std::atomic<int64_t> g_stream_max_rows{-1};  // bench override; -1: the rule below
+std::atomic<int> g_stream_panels_limit{0};   // bench override; 0: the kernels' limit
 
 int64_t stream_max_rows(const PackedLinear& w) {
   const int64_t forced = g_stream_max_rows.load(std::memory_order_relaxed);
@@ -110,7 +111,15 @@ void stream_panels(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0
   const DType dt = w.weight_dtype();
   const int64_t N = w.out_features(), K = w.in_features();
   TileFn fn = dt == DType::kF32 ? pb.kt->f32 : dt == DType::kF16 ? pb.kt->f16 : pb.x_bf16 ? pb.kt->bf16_dot : pb.kt->bf16;
-  for (int64_t p = p0; p < p1; ++p) {
+  // Panels per group: as many as the first (largest) row tile may take, so a
+  // group's weights stay in L2 for the row tiles after it as a single panel did.
+  const int first_mr = static_cast<int>(std::min<int64_t>(pb.kt->max_mr, m_end - m_begin));
+  int group = pb.kt->stream_panels && !pb.x_bf16 ? pb.kt->stream_panels(first_mr) : 1;
+  if (const int limit = g_stream_panels_limit.load(std::memory_order_relaxed); limit > 0) group = std::min(group, limit);
+  for (int64_t p = p0; p < p1;) {
+    // Tiles take 1, 2 or 4 panels.
+    const int64_t left = p1 - p;
+    const int np = group >= 4 && left >= 4 ? 4 : group >= 2 && left >= 2 ? 2 : 1;
     for (int64_t m0 = m_begin; m0 < m_end; m0 += pb.kt->max_mr) {
       TileArgs t;
       if (pb.x_bf16) {
@@ -125,10 +134,13 @@ void stream_panels(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0
       t.c = pb.y + m0 * pb.y_stride + p * kNr;
       t.ldc = pb.y_stride;
       t.mr = static_cast<int>(std::min<int64_t>(pb.kt->max_mr, m_end - m0));
-      t.n_valid = static_cast<int>(std::min<int64_t>(kNr, N - p * kNr));
+      t.panels = np;
+      t.panel_stride = static_cast<int64_t>(w.panel_stride_bytes());
+      t.n_valid = static_cast<int>(std::min<int64_t>(np * kNr, N - p * kNr));
       t.bias = w.bias() ? w.bias() + p * kNr : nullptr;
       fn(t);
     }
+    p += np;
   }
 }
 
@@ -231,6 +243,7 @@ std::shared_ptr<void> allocate_weights(size_t bytes) {
 
 namespace detail {
 void set_stream_max_rows(int64_t rows) { g_stream_max_rows.store(rows < 0 ? -1 : rows); }
+void set_stream_panels_limit(int panels) { g_stream_panels_limit.store(panels > 0 ? panels : 0); }
 }  // namespace detail
 
 Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias) {

@@ -51,7 +51,13 @@ struct TileArgs {
   float* c = nullptr;
   int64_t ldc = 0;
   int mr = 0;       // 1..max_mr rows
-  int n_valid = 0;  // 1..kNr columns of the panel that exist in y
+  // Streaming path: consecutive panels computed together (b, b + panel_stride,
+  // ...; C and bias advance by kNr per panel), so an M = 1 row has 2·panels
+  // independent fma chains instead of 2. Only with panels ≤ KernelTable::
+  // stream_panels(mr); every output still sees the same fma sequence.
+  int panels = 1;
+  int64_t panel_stride = 0;  // bytes between the panels' weight blocks
+  int n_valid = 0;  // 1..panels·kNr columns of the panel(s) that exist in y
   bool accumulate = false;       // C holds the sum over earlier k blocks
   // Blocked path: a is the driver's packed x block (lda == kKc, compile-time
   // addressing) and b sits in L1; otherwise weights stream from memory.
@@ -85,6 +91,9 @@ struct KernelTable {
   void (*widen_f16)(const void* src, int64_t k, float* dst);
   // vdpbf16ps with x rounded to bf16 (AVX512_BF16 only, else null).
   TileFn bf16_dot = nullptr;
+  // Most panels the f32/bf16/f16 streaming tiles take per call for mr rows
+  // (TileArgs::panels); null: one.
+  int (*stream_panels)(int mr) = nullptr;
 };
 
 const KernelTable& kernels_scalar();
@@ -96,6 +105,9 @@ const KernelTable& kernels_avx512_bf16();
 // streams weight panels instead of blocking; a negative value restores the
 // default. Numerics do not depend on it.
 void set_stream_max_rows(int64_t rows);
+// Benchmark hook: at most this many panels per streaming tile call (≥ 1), or
+// the kernels' own limit when ≤ 0. Numerics do not depend on it.
+void set_stream_panels_limit(int panels);
 
 // Per-ISA pieces the tables are built from.
 void f32_tile_scalar(const TileArgs& t);
@@ -115,6 +127,8 @@ void bf16_tile_avx512(const TileArgs& t);
 void f16_tile_avx512(const TileArgs& t);
 void widen_bf16_avx512(const void* src, int64_t k, float* dst);
 void widen_f16_avx512(const void* src, int64_t k, float* dst);
+
+int stream_panels_avx512(int mr);
 
 void bf16_dot_tile_avx512bf16(const TileArgs& t);
 // Rounds n floats to bf16 (nearest even) and zero-fills up to n_padded.
