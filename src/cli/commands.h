@@ -14,5 +14,6 @@ void add_bench_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 void add_batch_command(CLI::App& app);
+void add_convert_command(CLI::App& app);
 
 }  // namespace loom::cli

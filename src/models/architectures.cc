@@ -1,4 +1,5 @@
-// The Llama family: one decoder, four configurations.
+// The Llama family (one decoder, four configurations) and Phi-3, the same
+// decoder stored with fused qkv_proj / gate_up_proj tensors.
 #include <cmath>
 
 #include "loom/models/architecture.h"
@@ -74,11 +75,46 @@ Result<std::unique_ptr<CausalLM>> build_decoder(const ModelConfig& c, const Fami
   return std::make_unique<CausalLM>(s);
 }
 
+// Phi3Config's defaults where they differ from ModelConfig's generic ones, and
+// its attention pattern: with a sliding_window every layer slides
+// (Phi3Model picks create_sliding_window_causal_mask for the whole stack).
+Status resolve_phi3_config(ModelConfig& c) {
+  const nlohmann::json& raw = c.raw;
+  auto absent = [&raw](const char* key) { return !raw.contains(key) || raw.at(key).is_null(); };
+  if (absent("tie_word_embeddings")) c.tie_word_embeddings = false;
+  if (absent("rms_norm_eps")) c.rms_norm_eps = 1e-5;
+  if (absent("bos_token_id")) c.bos_token_id = 1;
+  if (absent("eos_token_id")) c.eos_token_ids = {32000};
+  if (absent("pad_token_id")) c.pad_token_id = 32000;
+  if (!raw.contains("layer_types"))
+    c.layer_types.assign(static_cast<size_t>(c.num_hidden_layers), c.sliding_window ? "sliding_attention" : "full_attention");
+  if (!absent("attention_bias") && raw.at("attention_bias").is_boolean() && raw.at("attention_bias").get<bool>())
+    return unsupported(c.source + ": attention_bias true: Phi3ForCausalLM's qkv_proj and o_proj have no bias");
+  return Status::Ok();
+}
+
+// The checkpoint fuses q/k/v and gate/up; loom's modules keep them apart, so
+// the load plan chunks them (sizes from the targets: q is larger than k and v
+// under GQA) and save concatenates them back.
+WeightRules phi3_rules(const ModelConfig&) {
+  return {
+      WeightConverter{{"self_attn.qkv_proj.weight"},
+                      {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"},
+                      {Chunk(0)}, false, "Phi3 qkv_proj"},
+      WeightConverter{{"mlp.gate_up_proj.weight"}, {"mlp.gate_proj.weight", "mlp.up_proj.weight"}, {Chunk(0)}, false,
+                      "Phi3 gate_up_proj"},
+  };
+}
+
 std::vector<Architecture> make_architectures() {
   auto family = [](const char* type, const char* cls, FamilyTraits t) {
-    return Architecture{type, cls, [t](const ModelConfig& c) { return build_decoder(c, t); }};
+    return Architecture{type, cls, nullptr, [t](const ModelConfig& c) { return build_decoder(c, t); },
+                        [](const ModelConfig&) { return WeightRules{}; }};
   };
   return {
+      Architecture{"phi3", "Phi3ForCausalLM", resolve_phi3_config,
+                   [](const ModelConfig& c) { return build_decoder(c, {"Phi3", false, false, false, false}); },
+                   phi3_rules},
       family("llama", "LlamaForCausalLM", {"Llama", false, true, true, false}),
       family("mistral", "MistralForCausalLM", {"Mistral", false, false, false, false}),
       family("qwen2", "Qwen2ForCausalLM", {"Qwen2", true, false, false, false}),

@@ -1,12 +1,19 @@
 #include "loom/models/model.h"
 
 #include <filesystem>
-#include <set>
 
 #include "loom/core/logging.h"
 #include "loom/models/architecture.h"
 
 namespace loom::models {
+
+ExpectedParams expected_parameters(const Module& root) {
+  std::vector<ParameterSpec> specs;
+  root.collect_parameters(&specs);
+  ExpectedParams out;
+  for (auto& p : specs) out[p.name] = ExpectedParam{std::move(p.shape), std::nullopt};
+  return out;
+}
 
 Result<std::shared_ptr<Model>> Model::load(const std::string& dir) {
   namespace fs = std::filesystem;
@@ -18,36 +25,48 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir) {
   m->dir_ = dir;
   LOOM_ASSIGN_OR_RETURN(m->config_, ModelConfig::from_file(config_path));
   LOOM_ASSIGN_OR_RETURN(const Architecture* arch, find_architecture(m->config_));
+  if (arch->resolve_config) LOOM_RETURN_IF_ERROR(arch->resolve_config(m->config_));
   LOOM_ASSIGN_OR_RETURN(m->module_, arch->build(m->config_));
+  if (arch->weight_rules) m->rules_ = arch->weight_rules(m->config_);
   LOOM_ASSIGN_OR_RETURN(Checkpoint ckpt_opened, Checkpoint::open(dir));
   m->checkpoint_ = std::make_unique<Checkpoint>(std::move(ckpt_opened));
-
-  std::vector<ParameterSpec> specs;
-  m->module_->collect_parameters(&specs);
-  std::vector<std::string> names;
-  std::set<std::string> used;
-  for (const auto& p : specs) {
-    names.push_back(p.name);
-    used.insert(p.name);
-  }
-  LOOM_RETURN_IF_ERROR(m->checkpoint_->require(names, arch->class_name));
-  for (const auto& p : specs) {
-    const TensorInfo* info = m->checkpoint_->find(p.name);
-    if (info->shape != p.shape)
-      return invalid_argument(m->checkpoint_->source() + ": tensor '" + p.name + "' has shape " +
-                              shape_to_string(info->shape) + " but " + arch->class_name + " with this config.json expects " +
-                              shape_to_string(p.shape));
-    if (!dtype_is_float(info->dtype))
-      return unsupported(m->checkpoint_->source() + ": tensor '" + p.name + "' has dtype " +
-                         std::string(dtype_name(info->dtype)) + "; loom loads F32, BF16 and F16 weights");
-  }
-  // A tied checkpoint may still carry lm_head.weight; it is unused, not an error.
-  if (m->config_.tie_word_embeddings) used.insert("lm_head.weight");
-  m->checkpoint_->warn_unexpected(used, arch->class_name);
-
   const Checkpoint& ckpt = *m->checkpoint_;
-  auto graph = std::make_shared<graph::Graph>(
-      m->module_->build_graph([&ckpt](const std::string& name) { return ckpt.get(name).value(); }));
+  const std::string& what = arch->class_name;
+
+  // Everything below up to plan.load() looks at headers only.
+  auto plan = ConversionPlan::compile(m->rules_, SourceIndex::from_checkpoint(ckpt), expected_parameters(*m->module_));
+  if (!plan.ok())
+    return plan.status().with_context(ckpt.source() + ": " + what + " with this config.json");
+  m->plan_ = std::make_unique<ConversionPlan>(std::move(plan).value());
+  for (const ConversionGroup& g : m->plan_->groups())
+    for (const auto& slot : g.sources)
+      for (const PlanTensor& t : slot)
+        if (!dtype_is_float(t.dtype))
+          return unsupported(ckpt.source() + ": tensor '" + t.name + "' has dtype " + std::string(dtype_name(t.dtype)) +
+                             "; loom loads F32, BF16 and F16 weights");
+  // A tied checkpoint may still carry lm_head.weight; it is unused, not worth a warning.
+  std::vector<std::string> unused;
+  for (const auto& name : m->plan_->unused_sources())
+    if (!(m->config_.tie_word_embeddings && name == "lm_head.weight")) unused.push_back(name);
+  if (!unused.empty()) {
+    std::string list;
+    for (size_t i = 0; i < unused.size() && i < 8; ++i) list += (i ? ", " : "") + unused[i];
+    log_warn(ckpt.source() + ": " + std::to_string(unused.size()) + " tensor(s) not used by " + what + ": " + list +
+             (unused.size() > 8 ? ", …" : ""));
+  }
+
+  auto stats = m->plan_->load(ckpt, [&m](const std::string& name, Tensor t) {
+    m->params_[name] = std::move(t);
+    return Status::Ok();
+  });
+  if (!stats.ok()) return stats.status().with_context(ckpt.source() + ": loading " + what);
+
+  const auto& params = m->params_;
+  auto graph = std::make_shared<graph::Graph>(m->module_->build_graph([&params](const std::string& name) {
+    auto it = params.find(name);
+    if (it == params.end()) throw Error(internal_error("graph asks for parameter '" + name + "' the plan did not load"));
+    return it->second;
+  }));
   m->graph_ = std::move(graph);
   return m;
 }

@@ -157,3 +157,36 @@ TEST(Cli, BatchWritesOneLinePerSequenceInInputOrder) {
 }
 
 }  // namespace
+
+// `loom convert`: the written checkpoint is byte-identical, a non-empty --out is
+// refused without --force, and the model's own folder is refused even with it.
+namespace {
+TEST(Cli, ConvertWritesTheSameCheckpointAndGuardsItsOutput) {
+  auto bytes = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const fs::path out = fs::temp_directory_path() / ("loom_cli_convert_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  for (const char* variant : {"llama-f32", "qwen2-bf16"}) {
+    CommandResult r = loom("convert --model " + fixture(variant) + " --out " + out.string() + " --force");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("model.safetensors"), std::string::npos) << "progress names the files: " << r.out;
+    EXPECT_TRUE(bytes(out / "model.safetensors") == bytes(fs::path(fixture(variant)) / "model.safetensors")) << variant;
+    EXPECT_EQ(bytes(out / "config.json"), bytes(fs::path(fixture(variant)) / "config.json")) << variant;
+  }
+  CommandResult refused = loom("convert --model " + fixture("llama-f32") + " --out " + out.string());
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_NE(refused.out.find("--force"), std::string::npos) << refused.out;
+  CommandResult self = loom("convert --model " + fixture("llama-f32") + " --out " + fixture("llama-f32") + " --force");
+  EXPECT_EQ(self.exit_code, 2) << self.out;
+  EXPECT_NE(self.out.find("model directory itself"), std::string::npos) << self.out;
+  CommandResult missing = loom("convert --model /nonexistent/loom_model --out " + (out / "x").string());
+  EXPECT_EQ(missing.exit_code, 2) << missing.out;
+  EXPECT_NE(missing.out.find("/nonexistent/loom_model"), std::string::npos) << missing.out;
+  CommandResult help = loom("convert --help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("--out"), std::string::npos) << help.out;
+  fs::remove_all(out);
+}
+}  // namespace

@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_io  # noqa: E402
 
 ARCHS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-         "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+         "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM"}
 DTYPES = {"f32": (torch.float32, "float32"), "bf16": (torch.bfloat16, "bfloat16")}
 
 # Every knob with its default; make_fixtures.py passes dicts with a subset of these keys.
@@ -41,6 +41,7 @@ DEFAULT_SPEC = dict(
     rope_theta=10000.0, rope=None, rope_format="rope_scaling", max_position_embeddings=256,
     sliding_window=None, use_sliding_window=False, max_window_layers=None, layer_types=None,
     rms_norm_eps=1e-6, embed_std=0.2, logit_scale=3.0, qk_scale=4.0,
+    partial_rotary_factor=None,
 )
 
 
@@ -76,14 +77,26 @@ def build_config(spec):
         cfg["head_dim"] = head_dim
     if s["arch"] in ("llama", "qwen3"):
         cfg["attention_bias"] = s["attention_bias"]
+    elif s["arch"] == "phi3":  # Phi3Config writes it (and the model ignores a false one)
+        cfg["attention_bias"] = False
+        if s["attention_bias"]:
+            raise ValueError("phi3: attention_bias is fixed by the architecture")
     elif s["attention_bias"]:
         raise ValueError(f"{s['arch']}: attention_bias is fixed by the architecture")
     if s["arch"] == "llama":
         cfg["mlp_bias"] = s["mlp_bias"]
     elif s["mlp_bias"]:
         raise ValueError(f"{s['arch']}: mlp_bias is only a llama knob")
-    if s["arch"] == "mistral":
+    if s["arch"] in ("mistral", "phi3"):
         cfg["sliding_window"] = s["sliding_window"]
+    if s["arch"] == "phi3":
+        cfg["original_max_position_embeddings"] = s["max_position_embeddings"]
+        cfg["resid_pdrop"] = 0.0
+        cfg["embd_pdrop"] = 0.0
+    if s["partial_rotary_factor"] is not None:
+        if s["arch"] != "phi3":
+            raise ValueError("partial_rotary_factor is only a phi3 knob")
+        cfg["partial_rotary_factor"] = s["partial_rotary_factor"]
     if s["arch"] in ("qwen2", "qwen3"):
         cfg["use_sliding_window"] = s["use_sliding_window"]
         cfg["sliding_window"] = s["sliding_window"]
@@ -156,6 +169,19 @@ def init_tensor(name, shape, gen, spec):
     return scale * x
 
 
+def fuse_phi3(cfg, tensors):
+    """Phi3 stores q/k/v as one qkv_proj (rows q | k | v) and gate/up as one gate_up_proj
+    (rows gate | up). The parts are drawn as for llama, then concatenated, so the scaling
+    rules above hold for each part."""
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        tensors[p + "self_attn.qkv_proj.weight"] = torch.cat(
+            [tensors.pop(p + f"self_attn.{n}.weight") for n in ("q_proj", "k_proj", "v_proj")], dim=0)
+        tensors[p + "mlp.gate_up_proj.weight"] = torch.cat(
+            [tensors.pop(p + f"mlp.{n}.weight") for n in ("gate_proj", "up_proj")], dim=0)
+    return tensors
+
+
 def make_checkpoint(out_dir, **overrides):
     """Writes the checkpoint for DEFAULT_SPEC updated with `overrides`; returns the config dict."""
     unknown = set(overrides) - set(DEFAULT_SPEC)
@@ -173,6 +199,8 @@ def make_checkpoint(out_dir, **overrides):
     # Values are drawn in a fixed (sorted-name) order so a spec always gives the same weights.
     specs = sorted(tensor_specs(cfg))
     tensors = {name: init_tensor(name, shape, gen, spec).to(dtype) for name, shape in specs}
+    if spec["arch"] == "phi3":
+        tensors = fuse_phi3(cfg, tensors)
     safetensors_io.save_file(tensors, os.path.join(out_dir, "model.safetensors"), {"format": "pt"})
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)

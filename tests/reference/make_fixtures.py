@@ -78,6 +78,13 @@ VARIANTS = {
                    rope_theta=1000000.0, seed=12), "qk_norm"),
     "mistral_sliding": (dict(arch="mistral", hidden_size=128, intermediate_size=320, num_attention_heads=8,
                              num_key_value_heads=2, vocab_size=384, sliding_window=16, seed=13), "window"),
+    # Fused qkv_proj split 3:1:1 (GQA, uneven chunks) and gate_up_proj; 3/4 of each head rotated.
+    "phi3": (dict(arch="phi3", hidden_size=96, intermediate_size=224, num_attention_heads=6,
+                  num_key_value_heads=2, vocab_size=352, partial_rotary_factor=0.75, rms_norm_eps=1e-5,
+                  seed=14), "partial_rope"),
+    "phi3_sliding": (dict(arch="phi3", hidden_size=64, intermediate_size=160, num_attention_heads=4,
+                          num_key_value_heads=1, vocab_size=288, sliding_window=16, rms_norm_eps=1e-5,
+                          seed=15), "window"),
 }
 DTYPES = ("f32", "bf16")
 
@@ -122,6 +129,8 @@ def feature_effect(model, feature, prompt, logits):
             theta = cfg.rope["rope_theta"]
             cfg.rope = {"rope_type": "default", "rope_theta": theta,
                         "partial_rotary_factor": cfg.rope["partial_rotary_factor"]}
+        elif feature == "partial_rope":  # rotate every dim instead of the first rotary_dim
+            cfg.rope = dict(cfg.rope, partial_rotary_factor=1.0)
         elif feature == "window":
             cfg.layer_windows = [None] * cfg.num_hidden_layers
         elif feature == "bias":

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Independent PyTorch reference for decoder-only checkpoints in Hugging Face layout.
 
-Covers LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM with the
+Covers LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and
+Phi3ForCausalLM (fused qkv_proj / gate_up_proj, split on the activations as modeling_phi3.py does) with the
 semantics of Transformers' modeling code (eager attention path), written from scratch so that
 loom can be parity-checked without Transformers installed (Debian 12 ships only torch 1.13,
 which has no scaled_dot_product_attention: attention is written out with an explicit mask).
@@ -50,6 +51,12 @@ _DEFAULTS = {
                   max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=False,
                   rope_theta=10000.0, attention_bias=False, use_sliding_window=False, sliding_window=4096,
                   max_window_layers=28, layer_types=None),
+    # configuration_phi3.py. sliding_window applies to every layer (Phi3Model builds one
+    # sliding-window causal mask for the stack); partial_rotary_factor rotates the first dims.
+    "phi3": dict(vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+                 num_attention_heads=32, num_key_value_heads=None, head_dim=None, hidden_act="silu",
+                 max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                 rope_theta=10000.0, attention_bias=False, sliding_window=None),
 }
 
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
@@ -91,13 +98,18 @@ class Config:
         elif model_type == "qwen3":
             ab = bool(c["attention_bias"])
             self.qkv_bias, self.o_bias, self.mlp_bias = ab, ab, False
+        elif model_type == "phi3":  # nn.Linear(..., bias=False) everywhere in modeling_phi3.py
+            if c["attention_bias"]:
+                raise ValueError("config.json: Phi3 has no attention biases")
+            self.qkv_bias, self.o_bias, self.mlp_bias = False, False, False
         else:  # llama
             ab = bool(c["attention_bias"])
             self.qkv_bias, self.o_bias, self.mlp_bias = ab, ab, bool(c["mlp_bias"])
         self.qk_norm = model_type == "qwen3"
+        self.fused = model_type == "phi3"  # qkv_proj and gate_up_proj stored (and applied) fused
 
         # Per-layer sliding window (None = full causal attention).
-        if model_type == "mistral":
+        if model_type in ("mistral", "phi3"):
             sw = c["sliding_window"]
             self.layer_windows = [int(sw) if sw is not None else None] * self.num_hidden_layers
         elif model_type in ("qwen2", "qwen3"):
@@ -319,6 +331,12 @@ class Model:
             p = f"model.layers.{i}."
             shapes[p + "input_layernorm.weight"] = [h]
             shapes[p + "post_attention_layernorm.weight"] = [h]
+            if c.fused:
+                shapes[p + "self_attn.qkv_proj.weight"] = [(nh + 2 * nkv) * hd, h]
+                shapes[p + "self_attn.o_proj.weight"] = [h, nh * hd]
+                shapes[p + "mlp.gate_up_proj.weight"] = [2 * c.intermediate_size, h]
+                shapes[p + "mlp.down_proj.weight"] = [h, c.intermediate_size]
+                continue
             for name, out in (("q_proj", nh * hd), ("k_proj", nkv * hd), ("v_proj", nkv * hd)):
                 shapes[p + f"self_attn.{name}.weight"] = [out, h]
                 if c.qkv_bias:
@@ -369,9 +387,16 @@ class Model:
         """Projects x [T, hidden] to q [H, T, D] and k, v [KV, T, D], with q/k norm and RoPE."""
         c, p = self.cfg, f"model.layers.{i}.self_attn."
         t = x.shape[0]
-        q = linear(x, self.w[p + "q_proj.weight"], self._b(p + "q_proj.bias")).view(t, -1, c.head_dim)
-        k = linear(x, self.w[p + "k_proj.weight"], self._b(p + "k_proj.bias")).view(t, -1, c.head_dim)
-        v = linear(x, self.w[p + "v_proj.weight"], self._b(p + "v_proj.bias")).view(t, -1, c.head_dim)
+        if c.fused:  # Phi3Attention: one projection, sliced into q | k | v
+            qkv = linear(x, self.w[p + "qkv_proj.weight"], None)
+            nq, nkv = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+            q = qkv[:, :nq].reshape(t, -1, c.head_dim)
+            k = qkv[:, nq:nq + nkv].reshape(t, -1, c.head_dim)
+            v = qkv[:, nq + nkv:].reshape(t, -1, c.head_dim)
+        else:
+            q = linear(x, self.w[p + "q_proj.weight"], self._b(p + "q_proj.bias")).view(t, -1, c.head_dim)
+            k = linear(x, self.w[p + "k_proj.weight"], self._b(p + "k_proj.bias")).view(t, -1, c.head_dim)
+            v = linear(x, self.w[p + "v_proj.weight"], self._b(p + "v_proj.bias")).view(t, -1, c.head_dim)
         if c.qk_norm:  # Qwen3: RMSNorm over head_dim of each head, before RoPE
             q = rms_norm(q, self.w[p + "q_norm.weight"], c.rms_norm_eps)
             k = rms_norm(k, self.w[p + "k_norm.weight"], c.rms_norm_eps)
@@ -390,6 +415,9 @@ class Model:
 
     def _mlp(self, i, x):
         p = f"model.layers.{i}.mlp."
+        if self.cfg.fused:  # Phi3MLP: gate_up_proj output chunked into gate, up
+            gate, up = linear(x, self.w[p + "gate_up_proj.weight"], None).chunk(2, dim=-1)
+            return linear(up * F.silu(gate), self.w[p + "down_proj.weight"], None)
         gate = linear(x, self.w[p + "gate_proj.weight"], self._b(p + "gate_proj.bias"))
         up = linear(x, self.w[p + "up_proj.weight"], self._b(p + "up_proj.bias"))
         return linear(F.silu(gate) * up, self.w[p + "down_proj.weight"], self._b(p + "down_proj.bias"))

@@ -341,5 +341,42 @@ class ConfigDefaultsTest(unittest.TestCase):
         self.assertEqual((ll.head_dim, ll.num_key_value_heads, ll.rope["rope_type"]), (16, 4, "default"))
 
 
+class Phi3Test(unittest.TestCase):
+    def test_fused_phi3_equals_unfused_mistral_twin(self):
+        """Phi3's fused qkv_proj / gate_up_proj, sliced on the activations, equal separate
+        q/k/v and gate/up projections (a Mistral twin with the same window and rotary fraction)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            d = tiny(tmp, "phi3", arch="phi3", hidden_size=48, intermediate_size=80, num_attention_heads=6,
+                     num_key_value_heads=2, vocab_size=64, sliding_window=5, partial_rotary_factor=0.5, seed=3)
+            with open(os.path.join(d, "config.json")) as f:
+                cfg = json.load(f)
+            t = safetensors_io.load_file(os.path.join(d, "model.safetensors"))
+            hd = cfg["hidden_size"] // cfg["num_attention_heads"]
+            nq, nkv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+            split = {}
+            for name, x in t.items():
+                if name.endswith("qkv_proj.weight"):
+                    p = name[: -len("qkv_proj.weight")]
+                    split[p + "q_proj.weight"], split[p + "k_proj.weight"], split[p + "v_proj.weight"] = (
+                        x[:nq], x[nq:nq + nkv], x[nq + nkv:])
+                elif name.endswith("gate_up_proj.weight"):
+                    p = name[: -len("gate_up_proj.weight")]
+                    split[p + "gate_proj.weight"], split[p + "up_proj.weight"] = x.chunk(2, dim=0)
+                else:
+                    split[name] = x
+            twin = os.path.join(tmp, "twin")
+            os.makedirs(twin)
+            safetensors_io.save_file(split, os.path.join(twin, "model.safetensors"))
+            cfg.update(model_type="mistral", architectures=["MistralForCausalLM"])
+            with open(os.path.join(twin, "config.json"), "w") as f:
+                json.dump(cfg, f)
+            prompt = ids(20, 64)
+            a, b = rm.Model(d), rm.Model(twin)
+            self.assertEqual(a.cfg.layer_windows, [5, 5])
+            self.assertEqual(a.cfg.rotary_dim, 4)
+            torch.testing.assert_close(a.forward(prompt), b.forward(prompt), rtol=0, atol=1e-5)
+            self.assertEqual(a.greedy_cached(prompt, 6)[0], b.greedy(prompt, 6)[0])
+
+
 if __name__ == "__main__":
     unittest.main()

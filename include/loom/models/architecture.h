@@ -11,13 +11,21 @@
 #include "loom/core/status.h"
 #include "loom/io/model_config.h"
 #include "loom/models/decoder.h"
+#include "loom/weights/weight_rule.h"
 
 namespace loom::models {
 
 struct Architecture {
   std::string model_type;                // "llama"
   std::string class_name;                // "LlamaForCausalLM"
+  // Fills in what the Transformers config class defaults for this model_type
+  // when ModelConfig's generic parse cannot know it (unset: nothing to do).
+  std::function<Status(ModelConfig&)> resolve_config;
   std::function<Result<std::unique_ptr<CausalLM>>(const ModelConfig&)> build;
+  // How the checkpoint's tensors map to the module tree's parameters (empty:
+  // every parameter is stored under its own name, as in the Llama family). The
+  // same rules, reversed, write the checkpoint back (save_pretrained).
+  std::function<WeightRules(const ModelConfig&)> weight_rules;
 };
 
 const std::vector<Architecture>& architectures();

@@ -1,29 +1,43 @@
-// A loaded checkpoint: its config, its module tree and its weights (views into
-// the mmap'd safetensors), checked against each other before anything runs.
+// A loaded checkpoint: its config, its module tree and its weights, checked
+// against each other before anything runs. Weights arrive through the weights
+// layer: the architecture's conversion rules are compiled against the
+// checkpoint's headers and the module tree's parameters into a plan, validated
+// before any tensor byte is read, then streamed (identity groups stay views
+// into the mmap'd safetensors). The plan is kept, so save_pretrained can write
+// the checkpoint back in its original layout.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
 #include "loom/core/status.h"
+#include "loom/core/tensor.h"
 #include "loom/graph/graph.h"
-#include "loom/io/checkpoint.h"
-#include "loom/io/model_config.h"
+#include "loom/io/model_config.h"  // config.json is read where the architecture registry reads it
 #include "loom/models/decoder.h"
+#include "loom/weights/conversion_plan.h"
+#include "loom/weights/weight_rule.h"
 
 namespace loom::models {
 
 class Model {
  public:
   // Reads config.json and the safetensors in `dir`. Errors name the file and
-  // the tensor: unsupported model_type, missing tensors, wrong shapes. Tensors
-  // the architecture does not use are reported with a warning.
+  // the tensor: unsupported model_type, missing tensors, wrong shapes or
+  // dtypes, rules that do not fit. Tensors the architecture does not use are
+  // reported with a warning.
   static Result<std::shared_ptr<Model>> load(const std::string& dir);
 
   const std::string& dir() const { return dir_; }
   const ModelConfig& config() const { return config_; }
   const CausalLM& module() const { return *module_; }
   const Checkpoint& checkpoint() const { return *checkpoint_; }
+  // The checkpoint → parameters plan this instance was loaded with.
+  const ConversionPlan& weight_plan() const { return *plan_; }
+  const WeightRules& weight_rules() const { return rules_; }
+  // Every module parameter by name, as the graph uses it.
+  const std::map<std::string, Tensor>& parameters() const { return params_; }
 
   // The graph of one forward step over a packed batch (see step_io names).
   // Built once; every caller shares it.
@@ -40,7 +54,14 @@ class Model {
   ModelConfig config_;
   std::unique_ptr<CausalLM> module_;
   std::unique_ptr<Checkpoint> checkpoint_;
+  WeightRules rules_;
+  std::unique_ptr<ConversionPlan> plan_;
+  std::map<std::string, Tensor> params_;
   std::shared_ptr<const graph::Graph> graph_;
 };
+
+// The module tree's parameters as a conversion plan expects them: name → shape,
+// dtype left to the checkpoint (loom runs F32, BF16 and F16 weights as stored).
+ExpectedParams expected_parameters(const Module& root);
 
 }  // namespace loom::models
