@@ -324,14 +324,7 @@ Result<std::unique_ptr<Decoder>> make_decoder(const json& j, const std::string& 
     return std::unique_ptr<Decoder>(new CtcDec(pad.value_or("<pad>"), delim.value_or("|"), cleanup));
   }
   if (type == "Sequence") {
-    LOOM_ASSIGN_OR_RETURN(const json* arr, read_array(j, path, "decoders"));
-    std::vector<std::unique_ptr<Decoder>> items;
-    for (size_t i = 0; i < arr->size(); ++i) {
-      std::string p = field_path(path, "decoders") + "[" + std::to_string(i) + "]";
-      if ((*arr)[i].is_null()) return field_error(p, "expected a decoder");
-      LOOM_ASSIGN_OR_RETURN(auto d, make_decoder((*arr)[i], p));
-      items.push_back(std::move(d));
-    }
+    LOOM_ASSIGN_OR_RETURN(auto items, read_sequence<Decoder>(j, path, "decoders", "a decoder", make_decoder));
     return std::unique_ptr<Decoder>(new SequenceDec(std::move(items)));
   }
   return unsupported(path + ": unknown type \"" + type + "\"");

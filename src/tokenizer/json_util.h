@@ -4,8 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "loom/core/status.h"
 
@@ -38,5 +40,21 @@ Result<const json*> read_array(const json& j, const std::string& path, const cha
 Result<std::string> read_type(const json& j, const std::string& path);
 // A single char field (Metaspace replacement, CharDelimiterSplit delimiter).
 Result<char32_t> read_char(const json& j, const std::string& path, const char* key);
+
+// The components listed under `key` of a "Sequence" component, each built by
+// `make(item, item_path)`; a null item is an error naming it (`what`: "a decoder").
+template <typename T, typename Make>
+Result<std::vector<std::unique_ptr<T>>> read_sequence(const json& j, const std::string& path, const char* key,
+                                                      const char* what, Make make) {
+  LOOM_ASSIGN_OR_RETURN(const json* arr, read_array(j, path, key));
+  std::vector<std::unique_ptr<T>> items;
+  for (size_t i = 0; i < arr->size(); ++i) {
+    const std::string p = field_path(path, key) + "[" + std::to_string(i) + "]";
+    if ((*arr)[i].is_null()) return field_error(p, std::string("expected ") + what);
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<T> item, make((*arr)[i], p));
+    items.push_back(std::move(item));
+  }
+  return items;
+}
 
 }  // namespace loom::tok

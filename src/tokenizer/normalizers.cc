@@ -370,14 +370,7 @@ Result<std::unique_ptr<Normalizer>> make_normalizer(const json& j, const std::st
     return std::unique_ptr<Normalizer>(std::move(p));
   }
   if (type == "Sequence") {
-    LOOM_ASSIGN_OR_RETURN(const json* arr, read_array(j, path, "normalizers"));
-    std::vector<std::unique_ptr<Normalizer>> items;
-    for (size_t i = 0; i < arr->size(); ++i) {
-      std::string p = field_path(path, "normalizers") + "[" + std::to_string(i) + "]";
-      if ((*arr)[i].is_null()) return field_error(p, "expected a normalizer");
-      LOOM_ASSIGN_OR_RETURN(auto n, make_normalizer((*arr)[i], p));
-      items.push_back(std::move(n));
-    }
+    LOOM_ASSIGN_OR_RETURN(auto items, read_sequence<Normalizer>(j, path, "normalizers", "a normalizer", make_normalizer));
     return std::unique_ptr<Normalizer>(new Sequence(std::move(items)));
   }
   return unsupported(path + ": unknown type \"" + type + "\"");

@@ -207,14 +207,7 @@ Result<std::unique_ptr<PostProcessor>> make_post_processor(const json& j, const 
     return std::unique_ptr<PostProcessor>(new Template(std::move(items), std::move(specials)));
   }
   if (type == "Sequence") {
-    LOOM_ASSIGN_OR_RETURN(const json* arr, read_array(j, path, "processors"));
-    std::vector<std::unique_ptr<PostProcessor>> items;
-    for (size_t i = 0; i < arr->size(); ++i) {
-      std::string p = field_path(path, "processors") + "[" + std::to_string(i) + "]";
-      if ((*arr)[i].is_null()) return field_error(p, "expected a post-processor");
-      LOOM_ASSIGN_OR_RETURN(auto pp, make_post_processor((*arr)[i], p));
-      items.push_back(std::move(pp));
-    }
+    LOOM_ASSIGN_OR_RETURN(auto items, read_sequence<PostProcessor>(j, path, "processors", "a post-processor", make_post_processor));
     return std::unique_ptr<PostProcessor>(new SequencePost(std::move(items)));
   }
   return unsupported(path + ": unknown type \"" + type + "\"");

@@ -273,14 +273,7 @@ Result<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const json& j, const st
     return char_split(Is{d}, SplitBehavior::kRemoved);
   }
   if (type == "Sequence") {
-    LOOM_ASSIGN_OR_RETURN(const json* arr, read_array(j, path, "pretokenizers"));
-    std::vector<std::unique_ptr<PreTokenizer>> items;
-    for (size_t i = 0; i < arr->size(); ++i) {
-      std::string p = field_path(path, "pretokenizers") + "[" + std::to_string(i) + "]";
-      if ((*arr)[i].is_null()) return field_error(p, "expected a pre-tokenizer");
-      LOOM_ASSIGN_OR_RETURN(auto pt, make_pre_tokenizer((*arr)[i], p));
-      items.push_back(std::move(pt));
-    }
+    LOOM_ASSIGN_OR_RETURN(auto items, read_sequence<PreTokenizer>(j, path, "pretokenizers", "a pre-tokenizer", make_pre_tokenizer));
     return std::unique_ptr<PreTokenizer>(new SequencePre(std::move(items)));
   }
   return unsupported(path + ": unknown type \"" + type + "\"");
