@@ -31,21 +31,20 @@ inline void record(const TinyDecoder& d, Recorded* out) {
   graph::Graph& g = out->graph;
   std::vector<ModuleInfo>& mods = out->view.modules;
   const int tokens = g.add_symbol("tokens");
+  // Each module's own parameters; ModuleInfo::parameters gets the whole subtree at the end.
+  std::vector<std::pair<std::string, ParamInfo>> own;
   auto param = [&](const std::string& name, Shape shape) {
     return g.add_parameter(name, Tensor::zeros(DType::kF32, std::move(shape)));
   };
   auto linear = [&](const std::string& path, graph::ValueId x, int64_t in, int64_t outf) {
-    mods.push_back({path, "Linear", "Linear", {{path + ".weight", {outf, in}}}});
+    mods.push_back({path, "Linear", "Linear", {}});
+    own.push_back({path, {path + ".weight", {outf, in}}});
     return g.add_node("linear", {x, param(path + ".weight", {outf, in})}, {}, path)[0];
   };
   auto norm = [&](const std::string& path, graph::ValueId x) {
-    mods.push_back({path, "LlamaRMSNorm", "RMSNorm", {{path + ".weight", {d.hidden}}}});
+    mods.push_back({path, "LlamaRMSNorm", "RMSNorm", {}});
+    own.push_back({path, {path + ".weight", {d.hidden}}});
     return g.add_node("rms_norm", {x, param(path + ".weight", {d.hidden})}, {{"eps", 1e-6}}, path)[0];
-  };
-  auto collect_params = [&](size_t first_child, ModuleInfo* parent) {
-    for (size_t i = first_child; i < mods.size(); ++i)
-      for (const auto& p : mods[i].parameters)
-        if (scope_within(mods[i].path, parent->path)) parent->parameters.push_back(p);
   };
 
   graph::ValueId x = g.add_input("hidden", DType::kF32, {graph::Dim::sym(tokens), graph::Dim::fixed(d.hidden)});
@@ -53,42 +52,39 @@ inline void record(const TinyDecoder& d, Recorded* out) {
   for (int i = 0; i < d.layers; ++i) {
     const std::string L = "model.layers." + std::to_string(i);
     mods.push_back({L, "LlamaDecoderLayer", "DecoderLayer", {}});
-    const size_t layer_idx = mods.size() - 1;
     graph::ValueId h = norm(L + ".input_layernorm", x);
 
     const std::string A = L + ".self_attn";
     mods.push_back({A, "LlamaAttention", "Attention", {}});
-    const size_t attn_idx = mods.size() - 1;
     graph::ValueId q = linear(A + ".q_proj", h, d.hidden, d.q_out);
     graph::ValueId k = linear(A + ".k_proj", h, d.hidden, d.kv_out);
     graph::ValueId v = linear(A + ".v_proj", h, d.hidden, d.kv_out);
     // Stand-in for attention: mixes q, k and v in the attention's own scope.
     graph::ValueId kv = g.add_node("mul", {k, v}, {}, A)[0];
     graph::ValueId kvq = g.add_node("linear", {kv, param(A + ".mix", {d.q_out, d.kv_out})}, {}, A)[0];
+    own.push_back({A, {A + ".mix", {d.q_out, d.kv_out}}});
     graph::ValueId mixed = g.add_node("add", {q, kvq}, {}, A)[0];
     graph::ValueId attn = linear(A + ".o_proj", mixed, d.q_out, d.hidden);
-    collect_params(attn_idx + 1, &mods[attn_idx]);
 
     graph::ValueId residual = g.add_node("add", {x, attn}, {}, L)[0];
     graph::ValueId n2 = norm(L + ".post_attention_layernorm", residual);
 
     const std::string M = L + ".mlp";
     mods.push_back({M, "LlamaMLP", "MLP", {}});
-    const size_t mlp_idx = mods.size() - 1;
     graph::ValueId gate = linear(M + ".gate_proj", n2, d.hidden, d.intermediate);
     graph::ValueId up = linear(M + ".up_proj", n2, d.hidden, d.intermediate);
     graph::ValueId act = g.add_node("silu", {gate}, {}, M)[0];
     graph::ValueId prod = g.add_node("mul", {act, up}, {}, M)[0];
     graph::ValueId m = linear(M + ".down_proj", prod, d.intermediate, d.hidden);
     if (d.mlp_reads_two_tensors) m = g.add_node("add", {m, residual}, {}, M)[0];
-    collect_params(mlp_idx + 1, &mods[mlp_idx]);
 
     x = g.add_node("add", {d.norm_output_also_in_residual ? n2 : residual, m}, {}, L)[0];
-    collect_params(layer_idx + 1, &mods[layer_idx]);
   }
   graph::ValueId final_norm = norm("model.norm", x);
-  collect_params(1, &mods[0]);
   g.mark_output("hidden_out", final_norm);
+  for (auto& m : mods)
+    for (const auto& [owner, p] : own)
+      if (scope_within(owner, m.path)) m.parameters.push_back(p);
   out->view.graph = &out->graph;
 }
 
