@@ -1,6 +1,10 @@
 #include "loom/kernels/kernel_config.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 namespace loom::kernels {
 namespace {
@@ -144,6 +148,29 @@ TEST(KernelConfig, NotJsonIsAParseError) {
   auto c = KernelConfig::parse("{\"RMSNorm\": ");
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), ErrorCode::kParseError);
+}
+
+TEST(KernelConfig, FromFileNamesTheFileInErrors) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("loom_kernel_config_" + std::to_string(getpid()) + ".json")).string();
+  {
+    std::ofstream(path) << R"({"RMSNorm": "loom:FusedRMSNorm", "use_fallback": false})";
+  }
+  auto ok = KernelConfig::from_file(path);
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_FALSE(ok->use_fallback());
+  EXPECT_EQ(ok->layers().at("RMSNorm").for_device("cpu")->id(), "loom:FusedRMSNorm");
+  {
+    std::ofstream(path) << R"({"Attention": "loom"})";
+  }
+  auto bad = KernelConfig::from_file(path);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(path), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("\"Attention\""), std::string::npos) << bad.status().message();
+  std::filesystem::remove(path);
+  auto missing = KernelConfig::from_file(path);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), ErrorCode::kIoError);
 }
 
 TEST(ModulePattern, StarIsExactlyOneSegment) {
