@@ -147,6 +147,21 @@ void register_all() {
       }
     }
   }
+  // Threads taking chunks of each other's share once done with their own
+  // (set_work_stealing) against static equal shares.
+  for (const LinearShape& s : {LinearShape{2048, 8192}, LinearShape{8192, 2048}, LinearShape{2048, 128256}}) {
+    for (int64_t M : {1, 512}) {
+      if (M > 1 && s.N > 8192) continue;
+      for (bool steal : {false, true}) {
+        add("share/BF16/" + shape_name(s) + "/M=" + std::to_string(M) + (steal ? "/steal" : "/static"),
+            [=](benchmark::State& st) {
+              detail::set_work_stealing(steal);
+              run_case(st, s, DType::kBF16, Impl::kLoom, M, best_isa());
+              detail::set_work_stealing(true);
+            });
+      }
+    }
+  }
   // Row sweep for the streaming/blocked switch (stream_max_rows in matmul.cc): the
   // same layer with each strategy forced; 14336→1024 has panels too big for L2.
   for (const LinearShape& s : {LinearShape{2048, 8192}, LinearShape{14336, 1024}}) {

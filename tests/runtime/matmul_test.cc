@@ -217,6 +217,43 @@ TEST_P(LinearIsaTest, RowsAreBitwiseIndependentOfBatchAndThreads) {
   }
 }
 
+// Layers big enough to be cut into chunks that threads share and steal
+// (matmul.cc share_chunks): the result is the same for any thread count, with or
+// without stealing, and equal to one thread on the scalar path.
+TEST_P(LinearIsaTest, ChunkedLayersAreBitwiseIndependentOfThreadsAndStealing) {
+  ThreadPool pool1(1), pool2(2), pool3(3);
+  uint32_t seed = 700;
+  struct RestoreStealing {
+    ~RestoreStealing() { detail::set_work_stealing(true); }
+  } restore;
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    // M = 1 and 3 stream (3 chunks in bf16, 8 in f32), M = 40 runs f32 in blocks.
+    for (int64_t M : {1, 3, 40}) {
+      ++seed;
+      const int64_t K = 520, N = 1000;
+      const Tensor weight = make_weight(N, K, dt, seed);
+      const Tensor bias = Tensor::from_f32(random_floats(N, seed + 1), {N});
+      PackedLinear w = PackedLinear::pack(weight, &bias).value();
+      const std::vector<float> x = random_floats(static_cast<size_t>(M * K), seed + 2);
+      std::vector<float> want;
+      {
+        ScopedIsa force(Isa::kScalar);
+        want = run_linear(x, M, K, w, pool1);
+      }
+      ScopedIsa force(GetParam());
+      if (rounds_x(GetParam(), dt)) want = run_linear(x, M, K, w, pool1);
+      for (bool steal : {true, false}) {
+        detail::set_work_stealing(steal);
+        for (ThreadPool* pool : {&pool1, &pool2, &pool3}) {
+          const std::vector<float> got = run_linear(x, M, K, w, *pool, 1, 2);
+          ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size()))
+              << dtype_name(dt) << " M=" << M << " threads=" << pool->num_threads() << (steal ? "" : " no stealing");
+        }
+      }
+    }
+  }
+}
+
 // linear() streams panels for small M and blocks for large M; whichever it
 // picks, the numbers are the same.
 TEST_P(LinearIsaTest, StreamingAndBlockedStrategiesAgreeBitwise) {

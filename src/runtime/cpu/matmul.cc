@@ -55,6 +55,9 @@ int64_t stream_max_rows(const PackedLinear& w) {
 // Rows of x packed per block in the large-M path: 192 × kKc f32 = 192 KB of x in
 // L2 per k block, reused by every weight panel of the thread.
 constexpr int64_t kMc = 192;
+// Panels per work-sharing chunk in the blocked path (at most; layers with few
+// panels get ≥ 4 chunks per thread): each chunk re-reads the packed x from L3.
+constexpr int64_t kBlockedChunkPanels = 8;
 
 const KernelTable& table_for(Isa isa) {
 #if defined(LOOM_MATMUL_X86)
@@ -90,6 +93,7 @@ struct Scratches {
   Scratch x_block;   // packed x rows (large-M path)
   Scratch w_block;   // widened weight block
   Scratch x_bf16;    // x rounded to bf16 (AVX512_BF16 path), filled by the caller thread
+  Scratch x_pack;    // x in k blocks (large-M path), filled for all threads
 };
 thread_local Scratches t_scratch;
 
@@ -102,6 +106,9 @@ struct Problem {
   const KernelTable* kt;
   const uint16_t* x_bf16;  // non-null on the vdpbf16ps path
   int64_t x_bf16_stride;
+  // Blocked path: x packed once per call, k block b of row m at
+  // xpack[(b·M + m)·kKc], shared by all threads; null: each thread packs its own.
+  const float* xpack = nullptr;
 };
 
 // Rows [m_begin, m_end) × panels [p0, p1), each panel over the whole K one row
@@ -153,7 +160,7 @@ void blocked(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0, int6
   const int64_t N = w.out_features(), K = w.in_features();
   const int max_mr = pb.kt->max_mr;
   const int64_t mc = std::max<int64_t>(max_mr, kMc / max_mr * max_mr);
-  float* xblk = pb.x_bf16 ? nullptr : static_cast<float*>(t_scratch.x_block.get(sizeof(float) * mc * kKc));
+  float* xblk = pb.x_bf16 || pb.xpack ? nullptr : static_cast<float*>(t_scratch.x_block.get(sizeof(float) * mc * kKc));
   float* wblk = static_cast<float*>(t_scratch.w_block.get(sizeof(float) * kKc * kNr));
   // Packed bytes per k step of a panel (bf16 pairs: 2 bytes per k and column).
   const int64_t k_bytes = dt == DType::kF32 ? kNr * 4 : kNr * 2;
@@ -164,10 +171,13 @@ void blocked(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0, int6
       const int64_t kc = std::min<int64_t>(kKc, K - kb);
       const bool last = kb + kc == K;
       const int64_t block_lines = ((kc + 1) / 2 * 2 * k_bytes + 63) / 64;
+      const float* xb = xblk;
       if (xblk) {
         for (int64_t r = 0; r < rows; ++r) {
           std::memcpy(xblk + r * kKc, pb.x + (mb + r) * pb.x_stride + kb, sizeof(float) * kc);
         }
+      } else if (pb.xpack) {
+        xb = pb.xpack + (kb / kKc * pb.M + mb) * kKc;
       }
       for (int64_t p = p0; p < p1; ++p) {
         const uint8_t* src = w.panel(p) + kb * k_bytes;  // kb is even, so bf16 pairs start here
@@ -198,7 +208,7 @@ void blocked(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0, int6
             t.a = pb.x_bf16 + (mb + m0) * pb.x_bf16_stride + kb;
             t.lda = pb.x_bf16_stride;
           } else {
-            t.a = xblk + m0 * kKc;
+            t.a = xb + m0 * kKc;
             t.lda = kKc;
           }
           t.b = b;
@@ -219,6 +229,67 @@ void blocked(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0, int6
       }
     }
   }
+}
+
+std::atomic<bool> g_steal{true};  // bench override: false keeps static shares
+
+// body(u0, u1) over [0, units) in chunks of `chunk` units on the pool's threads.
+// Each thread starts at the front of its own equal share, so its weights stream
+// as one contiguous run; a thread that finishes early takes chunks from the back
+// of the share with the most left. A share is not left waiting on a thread that
+// woke late or lost its core to another process (on a busy 2-core machine the
+// static split spent 10-20% of a step spinning in parallel_for). Which thread
+// computes a chunk never changes the result.
+template <class Body>
+void share_chunks(ThreadPool& pool, int64_t units, int64_t chunk, const Body& body) {
+  const int64_t chunks = (units + chunk - 1) / chunk;
+  const int threads = static_cast<int>(std::min<int64_t>(pool.num_threads(), chunks));
+  if (threads <= 1) {
+    body(int64_t{0}, units);
+    return;
+  }
+  // front (high 32 bits) and back (low 32) of a share, in chunks.
+  struct alignas(64) Share {
+    std::atomic<uint64_t> range;
+  };
+  std::unique_ptr<Share[]> shares(new Share[static_cast<size_t>(threads)]);
+  for (int t = 0; t < threads; ++t) {
+    const uint64_t f = static_cast<uint64_t>(chunks * t / threads), b = static_cast<uint64_t>(chunks * (t + 1) / threads);
+    shares[static_cast<size_t>(t)].range.store(f << 32 | b, std::memory_order_relaxed);
+  }
+  auto take = [&](int t, bool from_back) -> int64_t {
+    std::atomic<uint64_t>& r = shares[static_cast<size_t>(t)].range;
+    uint64_t old = r.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint64_t f = old >> 32, b = old & 0xffffffffu;
+      if (f >= b) return -1;
+      const uint64_t next = from_back ? (f << 32 | (b - 1)) : ((f + 1) << 32 | b);
+      if (r.compare_exchange_weak(old, next, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+        return static_cast<int64_t>(from_back ? b - 1 : f);
+      }
+    }
+  };
+  auto run = [&](int64_t c) { body(c * chunk, std::min(units, (c + 1) * chunk)); };
+  const bool steal = g_steal.load(std::memory_order_relaxed);
+  pool.parallel_for(
+      threads,
+      [&](int64_t t0, int64_t t1, int) {
+        for (int64_t t = t0; t < t1; ++t) {
+          for (int64_t c; (c = take(static_cast<int>(t), false)) >= 0;) run(c);
+        }
+        while (steal) {
+          int victim = -1;
+          uint64_t most = 0;
+          for (int v = 0; v < threads; ++v) {
+            const uint64_t r = shares[static_cast<size_t>(v)].range.load(std::memory_order_relaxed);
+            const uint64_t f = r >> 32, b = r & 0xffffffffu;
+            if (f < b && b - f > most) most = b - f, victim = v;
+          }
+          if (victim < 0) break;
+          if (const int64_t c = take(victim, true); c >= 0) run(c);
+        }
+      },
+      1);
 }
 
 // Packed weights are read start to end on every decode step. Big buffers go on
@@ -244,6 +315,7 @@ std::shared_ptr<void> allocate_weights(size_t bytes) {
 namespace detail {
 void set_stream_max_rows(int64_t rows) { g_stream_max_rows.store(rows < 0 ? -1 : rows); }
 void set_stream_panels_limit(int panels) { g_stream_panels_limit.store(panels > 0 ? panels : 0); }
+void set_work_stealing(bool on) { g_steal.store(on); }
 }  // namespace detail
 
 Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias) {
@@ -353,13 +425,33 @@ void linear(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, 
   const bool stream = M <= stream_max_rows(w);
   if (panels >= 2 * threads || M < 2 * kt.max_mr * threads) {
     // Split N: each thread reads only its panels; x is small next to them.
+    const int64_t panel_bytes = static_cast<int64_t>(w.panel_stride_bytes());
     if (stream) {
-      // Waking a worker costs a few µs: give each at least ~64 KB of weights, so
-      // tiny layers run on the calling thread alone.
-      const int64_t grain = std::max<int64_t>(1, (int64_t{64} << 10) / static_cast<int64_t>(w.panel_stride_bytes()));
-      pool.parallel_for(panels, [&](int64_t p0, int64_t p1, int) { stream_panels(pb, 0, M, p0, p1); }, grain);
+      // Chunks of about 512 KB of weights (whole 4-panel groups when panels are
+      // small): long contiguous runs for the prefetchers, at most ~30 µs of
+      // streaming left to one thread at the end of a layer, and waking a worker
+      // (a few µs) only for layers of at least two chunks.
+      int64_t chunk = std::max<int64_t>(1, (int64_t{512} << 10) / panel_bytes);
+      if (chunk >= 4) chunk = chunk / 4 * 4;
+      share_chunks(pool, panels, chunk, [&](int64_t p0, int64_t p1) { stream_panels(pb, 0, M, p0, p1); });
     } else {
-      pool.parallel_for(panels, [&](int64_t p0, int64_t p1, int) { blocked(pb, 0, M, p0, p1); });
+      if (!pb.x_bf16) {
+        // x packed once into k blocks for every thread, rather than by each
+        // thread for each of its chunks.
+        const int64_t kblocks = (K + kKc - 1) / kKc;
+        float* xpack = static_cast<float*>(t_scratch.x_pack.get(sizeof(float) * kblocks * M * kKc));
+        pool.parallel_for(M, [&](int64_t r0, int64_t r1, int) {
+          for (int64_t r = r0; r < r1; ++r) {
+            for (int64_t b = 0; b < kblocks; ++b) {
+              const int64_t kc = std::min<int64_t>(kKc, K - b * kKc);
+              std::memcpy(xpack + (b * M + r) * kKc, x + r * x_stride + b * kKc, sizeof(float) * kc);
+            }
+          }
+        });
+        pb.xpack = xpack;
+      }
+      const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(kBlockedChunkPanels, panels / (4 * threads)));
+      share_chunks(pool, panels, chunk, [&](int64_t p0, int64_t p1) { blocked(pb, 0, M, p0, p1); });
     }
   } else {
     // Few panels, many rows: split rows (in whole tiles) instead.

@@ -108,6 +108,9 @@ void set_stream_max_rows(int64_t rows);
 // Benchmark hook: at most this many panels per streaming tile call (≥ 1), or
 // the kernels' own limit when ≤ 0. Numerics do not depend on it.
 void set_stream_panels_limit(int panels);
+// Benchmark hook: whether threads that finish their share of a layer take
+// chunks of the others' (default on), or keep to static equal shares.
+void set_work_stealing(bool on);
 
 // Per-ISA pieces the tables are built from.
 void f32_tile_scalar(const TileArgs& t);
