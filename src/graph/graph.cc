@@ -1,5 +1,7 @@
 #include "loom/graph/graph.h"
 
+#include <functional>
+#include <queue>
 #include <sstream>
 #include <unordered_map>
 
@@ -173,6 +175,45 @@ int Graph::remove_dead_nodes() {
     for (ValueId o : nodes_[i].outputs) values_[static_cast<size_t>(o)].producer = static_cast<NodeId>(i);
   }
   return removed;
+}
+
+void Graph::sort_topologically() {
+  const size_t n = nodes_.size();
+  std::vector<int> pending(n, 0);                 // inputs not yet produced
+  std::vector<std::vector<size_t>> consumers(n);  // by producing node
+  for (size_t i = 0; i < n; ++i)
+    for (ValueId in : nodes_[i].inputs) {
+      if (in == kNoValue) continue;
+      const Value& v = values_[static_cast<size_t>(in)];
+      if (v.kind != ValueKind::kNode) continue;
+      ++pending[i];
+      consumers[static_cast<size_t>(v.producer)].push_back(i);
+    }
+  // Kahn's algorithm, always taking the lowest ready index: an already valid
+  // order is kept as it is.
+  std::priority_queue<size_t, std::vector<size_t>, std::greater<size_t>> ready;
+  for (size_t i = 0; i < n; ++i)
+    if (pending[i] == 0) ready.push(i);
+  std::vector<size_t> order;
+  order.reserve(n);
+  while (!ready.empty()) {
+    const size_t i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (size_t c : consumers[i])
+      if (--pending[c] == 0) ready.push(c);
+  }
+  if (order.size() != n)
+    throw Error(internal_error("graph: the nodes form a cycle (" + std::to_string(n - order.size()) +
+                               " nodes never become ready)"));
+  std::vector<Node> sorted;
+  sorted.reserve(n);
+  for (size_t i : order) sorted.push_back(std::move(nodes_[i]));
+  nodes_ = std::move(sorted);
+  for (size_t i = 0; i < n; ++i) {
+    nodes_[i].id = static_cast<NodeId>(i);
+    for (ValueId o : nodes_[i].outputs) values_[static_cast<size_t>(o)].producer = static_cast<NodeId>(i);
+  }
 }
 
 std::string Graph::dim_to_string(const Dim& d) const {

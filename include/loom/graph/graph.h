@@ -90,7 +90,13 @@ class Graph {
   void replace_uses(ValueId from, ValueId to);
   // Drops nodes whose outputs reach no graph output and renumbers the rest (node
   // ids are positions; value ids never change). Returns how many were removed.
+  // Needs the nodes in topological order (sort_topologically after rewrites).
   int remove_dead_nodes();
+  // Reorders nodes so each comes after the producers of its inputs (a rewrite
+  // that appends replacement nodes leaves them after their consumers), keeping
+  // the existing order wherever it is already valid, and renumbers them. Throws
+  // loom::Error on a cycle.
+  void sort_topologically();
 
   std::string to_string() const;   // human-readable listing, one node a line
   std::string dim_to_string(const Dim& d) const;
