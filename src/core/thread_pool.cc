@@ -42,7 +42,14 @@ int default_num_threads() {
   return hc == 0 ? 1 : static_cast<int>(hc);
 }
 
-ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads < 1 ? 1 : num_threads) {
+namespace {
+constexpr uint64_t kOpen = 0, kRunning = 1, kTaken = 2, kDone = 3;
+uint64_t slot_value(uint64_t generation, uint64_t state) { return generation << 2 | state; }
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads)
+    : num_threads_(num_threads < 1 ? 1 : num_threads), slots_(new std::atomic<uint64_t>[static_cast<size_t>(num_threads_)]) {
+  for (int i = 0; i < num_threads_; ++i) slots_[static_cast<size_t>(i)].store(slot_value(0, kDone));
   for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
@@ -71,10 +78,15 @@ void ThreadPool::worker_loop(int index) {
     }
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
+    // The caller may already have run this chunk (or moved on to a newer region,
+    // which the next turn of the loop sees).
+    uint64_t open = slot_value(seen, kOpen);
+    std::atomic<uint64_t>& slot = slots_[static_cast<size_t>(index)];
+    if (!slot.compare_exchange_strong(open, slot_value(seen, kRunning), std::memory_order_acq_rel)) continue;
     int64_t b, e;
     chunk_range(task_n_, task_grain_, num_threads_, index, &b, &e);
     if (b < e) (*task_)(b, e, index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    slot.store(slot_value(seen, kDone), std::memory_order_release);
   }
 }
 
@@ -89,18 +101,29 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   task_ = &fn;
   task_n_ = n;
   task_grain_ = grain;
-  pending_.store(num_threads_ - 1, std::memory_order_release);
+  const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  for (int i = 1; i < num_threads_; ++i) slots_[static_cast<size_t>(i)].store(slot_value(gen, kOpen), std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+    generation_.store(gen, std::memory_order_release);
   }
   cv_.notify_all();
+  t_in_worker = true;
   int64_t b, e;
   chunk_range(n, grain, num_threads_, 0, &b, &e);
-  t_in_worker = true;
   if (b < e) fn(b, e, 0);
+  // Chunks no worker has started yet are cheaper to run here than to wait for.
+  for (int i = 1; i < num_threads_; ++i) {
+    uint64_t open = slot_value(gen, kOpen);
+    if (slots_[static_cast<size_t>(i)].compare_exchange_strong(open, slot_value(gen, kTaken), std::memory_order_acq_rel)) {
+      chunk_range(n, grain, num_threads_, i, &b, &e);
+      if (b < e) fn(b, e, i);
+    }
+  }
   t_in_worker = false;
-  while (pending_.load(std::memory_order_acquire) != 0) LOOM_PAUSE();
+  for (int i = 1; i < num_threads_; ++i) {
+    while (slots_[static_cast<size_t>(i)].load(std::memory_order_acquire) == slot_value(gen, kRunning)) LOOM_PAUSE();
+  }
   task_ = nullptr;
 }
 
