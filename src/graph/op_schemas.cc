@@ -123,6 +123,10 @@ std::map<std::string, OpSchema> build_schemas() {
       LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
       LOOM_RETURN_IF_ERROR(expect_rank(in[1], 1, "weight"));
       if (!dims_match(in[0]->shape[1], in[1]->shape[0])) return invalid_argument("weight size != row size");
+      if (in.size() > 2 && in[2]) {
+        LOOM_RETURN_IF_ERROR(expect_rank(in[2], 1, "bias"));
+        if (!dims_match(in[2]->shape[0], in[1]->shape[0])) return invalid_argument("bias size != weight size");
+      }
       out->push_back({DType::kF32, in[0]->shape});
       return Status::Ok();
     };

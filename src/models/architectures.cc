@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "loom/models/architecture.h"
+#include "models/gpt2.h"
 
 namespace loom::models {
 namespace {
@@ -106,19 +107,30 @@ WeightRules phi3_rules(const ModelConfig&) {
   };
 }
 
+bool tied_lm_head_unused(const std::string& name, const ModelConfig& c) {
+  return c.tie_word_embeddings && name == "lm_head.weight";
+}
+
 std::vector<Architecture> make_architectures() {
   auto family = [](const char* type, const char* cls, FamilyTraits t) {
-    return Architecture{type, cls, nullptr, [t](const ModelConfig& c) { return build_decoder(c, t); },
-                        [](const ModelConfig&) { return WeightRules{}; }};
+    return Architecture{.model_type = type,
+                        .class_name = cls,
+                        .build = [t](const ModelConfig& c) { return build_decoder(c, t); },
+                        .weight_rules = [](const ModelConfig&) { return WeightRules{}; },
+                        .expected_unused = tied_lm_head_unused};
   };
   return {
-      Architecture{"phi3", "Phi3ForCausalLM", resolve_phi3_config,
-                   [](const ModelConfig& c) { return build_decoder(c, {"Phi3", false, false, false, false}); },
-                   phi3_rules},
       family("llama", "LlamaForCausalLM", {"Llama", false, true, true, false}),
       family("mistral", "MistralForCausalLM", {"Mistral", false, false, false, false}),
       family("qwen2", "Qwen2ForCausalLM", {"Qwen2", true, false, false, false}),
       family("qwen3", "Qwen3ForCausalLM", {"Qwen3", false, true, false, true}),
+      Architecture{.model_type = "phi3",
+                   .class_name = "Phi3ForCausalLM",
+                   .resolve_config = resolve_phi3_config,
+                   .build = [](const ModelConfig& c) { return build_decoder(c, {"Phi3", false, false, false, false}); },
+                   .weight_rules = phi3_rules,
+                   .expected_unused = tied_lm_head_unused},
+      gpt2_architecture(),
   };
 }
 
@@ -127,6 +139,12 @@ std::vector<Architecture> make_architectures() {
 const std::vector<Architecture>& architectures() {
   static const std::vector<Architecture> table = make_architectures();
   return table;
+}
+
+const Architecture* find_architecture_by_type(const std::string& model_type) {
+  for (const auto& a : architectures())
+    if (a.model_type == model_type) return &a;
+  return nullptr;
 }
 
 Result<const Architecture*> find_architecture(const ModelConfig& config) {

@@ -2,15 +2,22 @@
 
 namespace loom::models {
 
+UnaryModule* DecoderPart::make_norm(const std::string& path, const DecoderSettings& s) {
+  if (s.layer_norm) return add_child<LayerNorm>(path, s.hidden_size, s.norm_eps);
+  return add_child<RMSNorm>(path, s.class_prefix + "RMSNorm", s.hidden_size, s.norm_eps);
+}
+
 DecoderLayer::DecoderLayer(const std::string& path, const DecoderSettings& s, const AttentionSettings& attn)
-    : Module(path, s.class_prefix + "DecoderLayer", "DecoderLayer") {
-  const std::string norm_class = s.class_prefix + "RMSNorm";
-  input_layernorm_ = add_child<RMSNorm>(join_path(path, "input_layernorm"), norm_class, s.hidden_size, s.norm_eps);
+    : DecoderPart(path, s.class_prefix + "DecoderLayer", "DecoderLayer") {
+  input_layernorm_ = make_norm(join_path(path, "input_layernorm"), s);
   self_attn_ = add_child<SelfAttention>(join_path(path, "self_attn"), s.class_prefix + "Attention", attn);
-  post_attention_layernorm_ =
-      add_child<RMSNorm>(join_path(path, "post_attention_layernorm"), norm_class, s.hidden_size, s.norm_eps);
-  mlp_ = add_child<GatedMLP>(join_path(path, "mlp"), s.class_prefix + "MLP", s.hidden_size, s.intermediate_size,
-                             s.mlp_bias, s.hidden_act);
+  post_attention_layernorm_ = make_norm(join_path(path, "post_attention_layernorm"), s);
+  if (s.gated_mlp)
+    mlp_ = add_child<GatedMLP>(join_path(path, "mlp"), s.class_prefix + "MLP", s.hidden_size, s.intermediate_size,
+                               s.mlp_bias, s.hidden_act);
+  else
+    mlp_ = add_child<MLP>(join_path(path, "mlp"), s.class_prefix + "MLP", s.hidden_size, s.intermediate_size, s.mlp_bias,
+                          s.hidden_act);
 }
 
 ValueId DecoderLayer::forward(GraphBuilder& b, ValueId x, ValueId positions) const {
@@ -26,20 +33,28 @@ ValueId DecoderLayer::forward(GraphBuilder& b, ValueId x, ValueId positions) con
 }
 
 DecoderModel::DecoderModel(const std::string& path, const DecoderSettings& s)
-    : Module(path, s.class_prefix + "Model", "Model") {
+    : DecoderPart(path, s.class_prefix + "Model", "Model") {
   embed_tokens_ = add_child<Embedding>(join_path(path, "embed_tokens"), s.vocab_size, s.hidden_size);
+  if (s.learned_positions > 0)
+    embed_positions_ = add_child<Embedding>(join_path(path, "embed_positions"), s.learned_positions, s.hidden_size);
   for (size_t i = 0; i < s.layers.size(); ++i)
     layers_.push_back(add_child<DecoderLayer>(join_path(path, "layers." + std::to_string(i)), s, s.layers[i]));
-  norm_ = add_child<RMSNorm>(join_path(path, "norm"), s.class_prefix + "RMSNorm", s.hidden_size, s.norm_eps);
+  norm_ = make_norm(join_path(path, "norm"), s);
 }
 
 ValueId DecoderModel::forward(GraphBuilder& b, ValueId ids, ValueId positions) const {
   ValueId x = embed_tokens_->forward(b, ids);
+  if (embed_positions_) {
+    ValueId pos = embed_positions_->forward(b, positions);
+    GraphBuilder::Scope scope(b, path());
+    x = b.op("add", {x, pos});
+  }
   for (const DecoderLayer* layer : layers_) x = layer->forward(b, x, positions);
   return norm_->forward(b, x);
 }
 
-CausalLM::CausalLM(const DecoderSettings& s) : Module("", s.class_prefix + "ForCausalLM", "CausalLM"), s_(s) {
+CausalLM::CausalLM(const DecoderSettings& s)
+    : Module("", s.class_name.empty() ? s.class_prefix + "ForCausalLM" : s.class_name, "CausalLM"), s_(s) {
   model_ = add_child<DecoderModel>("model", s);
   lm_head_ = add_child<Linear>("lm_head", s.hidden_size, s.vocab_size, false,
                                s.tie_word_embeddings ? "model.embed_tokens.weight" : "");

@@ -31,7 +31,7 @@ ValueId Embedding::forward(GraphBuilder& b, ValueId ids) const {
 }
 
 RMSNorm::RMSNorm(const std::string& path, std::string class_name, int64_t size, double eps, double weight_offset)
-    : Module(path, std::move(class_name), "RMSNorm"), size_(size), eps_(eps), offset_(weight_offset) {
+    : UnaryModule(path, std::move(class_name), "RMSNorm"), size_(size), eps_(eps), offset_(weight_offset) {
   declare_parameter("weight", {size_});
 }
 
@@ -40,9 +40,44 @@ ValueId RMSNorm::forward(GraphBuilder& b, ValueId x) const {
   return b.op("rms_norm", {x, b.param(param_name("weight"))}, {{"eps", eps_}, {"weight_offset", offset_}});
 }
 
+LayerNorm::LayerNorm(const std::string& path, int64_t size, double eps)
+    : UnaryModule(path, "LayerNorm", "LayerNorm"), size_(size), eps_(eps) {
+  declare_parameter("weight", {size_});
+  declare_parameter("bias", {size_});
+}
+
+ValueId LayerNorm::forward(GraphBuilder& b, ValueId x) const {
+  GraphBuilder::Scope scope(b, path());
+  return b.op("layer_norm", {x, b.param(param_name("weight")), b.param(param_name("bias"))}, {{"eps", eps_}});
+}
+
+ValueId record_activation(GraphBuilder& b, const std::string& activation, ValueId x) {
+  if (activation == "silu") return b.op("silu", {x});
+  if (activation == "gelu_pytorch_tanh" || activation == "gelu_new")
+    return b.op("gelu", {x}, {{"approximate", std::string("tanh")}});
+  return b.op("gelu", {x}, {{"approximate", std::string("none")}});
+}
+
+MLP::MLP(const std::string& path, std::string class_name, int64_t hidden, int64_t intermediate, bool bias,
+         std::string activation)
+    : UnaryModule(path, std::move(class_name), "MLP"), activation_(std::move(activation)) {
+  up_ = add_child<Linear>(join_path(path, "up_proj"), hidden, intermediate, bias);
+  down_ = add_child<Linear>(join_path(path, "down_proj"), intermediate, hidden, bias);
+}
+
+ValueId MLP::forward(GraphBuilder& b, ValueId x) const {
+  ValueId up = up_->forward(b, x);
+  ValueId act;
+  {
+    GraphBuilder::Scope scope(b, path());
+    act = record_activation(b, activation_, up);
+  }
+  return down_->forward(b, act);
+}
+
 GatedMLP::GatedMLP(const std::string& path, std::string class_name, int64_t hidden, int64_t intermediate, bool bias,
                    std::string activation)
-    : Module(path, std::move(class_name), "MLP"), activation_(std::move(activation)) {
+    : UnaryModule(path, std::move(class_name), "MLP"), activation_(std::move(activation)) {
   gate_ = add_child<Linear>(join_path(path, "gate_proj"), hidden, intermediate, bias);
   up_ = add_child<Linear>(join_path(path, "up_proj"), hidden, intermediate, bias);
   down_ = add_child<Linear>(join_path(path, "down_proj"), intermediate, hidden, bias);
@@ -52,14 +87,7 @@ ValueId GatedMLP::forward(GraphBuilder& b, ValueId x) const {
   ValueId gate = gate_->forward(b, x);
   ValueId up = up_->forward(b, x);
   GraphBuilder::Scope scope(b, path());
-  ValueId act;
-  if (activation_ == "silu") {
-    act = b.op("silu", {gate});
-  } else if (activation_ == "gelu_pytorch_tanh") {
-    act = b.op("gelu", {gate}, {{"approximate", std::string("tanh")}});
-  } else {
-    act = b.op("gelu", {gate}, {{"approximate", std::string("none")}});
-  }
+  ValueId act = record_activation(b, activation_, gate);
   ValueId h = b.op("mul", {act, up});
   return down_->forward(b, h);
 }
@@ -119,8 +147,10 @@ ValueId SelfAttention::forward(GraphBuilder& b, ValueId x, ValueId positions) co
           {"truncate", static_cast<int64_t>(r.truncate)},
       };
     };
-    q = b.op("rope", {q, positions}, rope_attrs(s_.num_heads));
-    k = b.op("rope", {k, positions}, rope_attrs(s_.num_kv_heads));
+    if (s_.use_rope) {
+      q = b.op("rope", {q, positions}, rope_attrs(s_.num_heads));
+      k = b.op("rope", {k, positions}, rope_attrs(s_.num_kv_heads));
+    }
     const double scale = s_.scale > 0 ? s_.scale : 1.0 / std::sqrt(static_cast<double>(s_.head_dim));
     attn = b.op("attention", {q, k, v},
                 {{"layer", static_cast<int64_t>(s_.layer)},

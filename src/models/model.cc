@@ -1,6 +1,7 @@
 #include "loom/models/model.h"
 
 #include <filesystem>
+#include <fstream>
 
 #include "loom/core/logging.h"
 #include "loom/models/architecture.h"
@@ -23,7 +24,23 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir) {
 
   std::shared_ptr<Model> m(new Model());
   m->dir_ = dir;
-  LOOM_ASSIGN_OR_RETURN(m->config_, ModelConfig::from_file(config_path));
+  // Architectures whose config.json uses other field names (GPT-2) rewrite it
+  // before ModelConfig parses it; the file itself is left as it is.
+  nlohmann::json raw;
+  {
+    std::ifstream in(config_path);
+    raw = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  }
+  const Architecture* adapter = nullptr;
+  if (raw.is_object() && raw.contains("model_type") && raw.at("model_type").is_string())
+    adapter = find_architecture_by_type(raw.at("model_type").get<std::string>());
+  if (adapter && adapter->adapt_config_json) {
+    Status s = adapter->adapt_config_json(raw);
+    if (!s.ok()) return s.with_context(config_path);
+    LOOM_ASSIGN_OR_RETURN(m->config_, ModelConfig::from_json(raw, config_path));
+  } else {
+    LOOM_ASSIGN_OR_RETURN(m->config_, ModelConfig::from_file(config_path));
+  }
   LOOM_ASSIGN_OR_RETURN(const Architecture* arch, find_architecture(m->config_));
   if (arch->resolve_config) LOOM_RETURN_IF_ERROR(arch->resolve_config(m->config_));
   LOOM_ASSIGN_OR_RETURN(m->module_, arch->build(m->config_));
@@ -44,10 +61,10 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir) {
         if (!dtype_is_float(t.dtype))
           return unsupported(ckpt.source() + ": tensor '" + t.name + "' has dtype " + std::string(dtype_name(t.dtype)) +
                              "; loom loads F32, BF16 and F16 weights");
-  // A tied checkpoint may still carry lm_head.weight; it is unused, not worth a warning.
+  // E.g. a tied checkpoint may still carry lm_head.weight: unused, not worth a warning.
   std::vector<std::string> unused;
   for (const auto& name : m->plan_->unused_sources())
-    if (!(m->config_.tie_word_embeddings && name == "lm_head.weight")) unused.push_back(name);
+    if (!(arch->expected_unused && arch->expected_unused(name, m->config_))) unused.push_back(name);
   if (!unused.empty()) {
     std::string list;
     for (size_t i = 0; i < unused.size() && i < 8; ++i) list += (i ? ", " : "") + unused[i];

@@ -128,6 +128,38 @@ OpKernel rms_norm_kernel() {
   return k;
 }
 
+// ── layer_norm ── (GPT-2): weight and optional bias widened to f32 once.
+struct F32WeightBias : NodeState {
+  std::vector<float> w, b;
+};
+
+template <bool kRef>
+OpKernel layer_norm_kernel() {
+  OpKernel k;
+  k.prepare = [](const graph::Graph& g, const Node& n) -> Result<std::unique_ptr<NodeState>> {
+    auto s = std::make_unique<F32WeightBias>();
+    s->w = to_f32(g.value(n.inputs[1]).tensor);
+    if (n.inputs.size() > 2 && n.inputs[2] != graph::kNoValue) s->b = to_f32(g.value(n.inputs[2]).tensor);
+    if (!s->b.empty() && s->b.size() != s->w.size())
+      return invalid_argument("layer_norm in " + n.scope + ": bias has " + std::to_string(s->b.size()) +
+                              " elements but weight has " + std::to_string(s->w.size()));
+    return std::unique_ptr<NodeState>(std::move(s));
+  };
+  k.run = [](KernelArgs& a) -> Status {
+    const auto* st = static_cast<F32WeightBias*>(a.state);
+    const int64_t n = cols_of(a.in[0]);
+    const float eps = static_cast<float>(a.node.attr_float("eps"));
+    const float* bias = st->b.empty() ? nullptr : st->b.data();
+    if (kRef)
+      cpu::layernorm_ref(a.in[0].data_as<float>(), rows_of(a.in[0]), n, st->w.data(), bias, eps, a.out[0].data_as<float>());
+    else
+      cpu::layernorm(a.in[0].data_as<float>(), rows_of(a.in[0]), n, st->w.data(), bias, eps, a.out[0].data_as<float>(),
+                     a.pool);
+    return Status::Ok();
+  };
+  return k;
+}
+
 // ── elementwise ──
 template <bool kRef>
 OpKernel binary_kernel(bool is_add) {
@@ -319,6 +351,7 @@ Backend make_backend(const char* name) {
   b.add("gather_rows", OpKernel{nullptr, run_gather_rows});
   b.add("linear", linear_kernel<kRef>());
   b.add("rms_norm", rms_norm_kernel<kRef>());
+  b.add("layer_norm", layer_norm_kernel<kRef>());
   b.add("add", binary_kernel<kRef>(true));
   b.add("mul", binary_kernel<kRef>(false));
   b.add("silu", activation_kernel<kRef>(false));

@@ -29,7 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_io  # noqa: E402
 
 ARCHS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-         "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM"}
+         "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM",
+         "gpt2": "GPT2LMHeadModel"}
 DTYPES = {"f32": (torch.float32, "float32"), "bf16": (torch.bfloat16, "bfloat16")}
 
 # Every knob with its default; make_fixtures.py passes dicts with a subset of these keys.
@@ -41,13 +42,84 @@ DEFAULT_SPEC = dict(
     rope_theta=10000.0, rope=None, rope_format="rope_scaling", max_position_embeddings=256,
     sliding_window=None, use_sliding_window=False, max_window_layers=None, layer_types=None,
     rms_norm_eps=1e-6, embed_std=0.2, logit_scale=3.0, qk_scale=4.0,
-    partial_rotary_factor=None,
+    partial_rotary_factor=None, legacy_names=False,
 )
+
+
+def build_gpt2_config(s):
+    """GPT2Config as saved by Transformers: its own field names (n_embd, n_layer, …)."""
+    if s["num_key_value_heads"] not in (None, s["num_attention_heads"]) or s["head_dim"] is not None:
+        raise ValueError("gpt2: no GQA and no explicit head_dim")
+    cfg = {
+        "architectures": [ARCHS["gpt2"]],
+        "model_type": "gpt2",
+        "vocab_size": s["vocab_size"],
+        "n_embd": s["hidden_size"],
+        "n_layer": s["num_hidden_layers"],
+        "n_head": s["num_attention_heads"],
+        "n_positions": s["max_position_embeddings"],
+        "n_ctx": s["max_position_embeddings"],
+        "n_inner": s["intermediate_size"],
+        "activation_function": "gelu_new",
+        "layer_norm_epsilon": s["rms_norm_eps"],
+        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+        "initializer_range": 0.02,
+        "scale_attn_weights": True,
+        "use_cache": True,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": DTYPES[s["dtype"]][1],
+    }
+    if not s["tie_word_embeddings"]:
+        cfg["tie_word_embeddings"] = False
+    return cfg
+
+
+def gpt2_tensor_specs(cfg, legacy):
+    """GPT-2's tensors: Conv1D weights [in, out]; `legacy` drops the "transformer." prefix and adds
+    the attn.bias causal-mask buffers, as the original OpenAI conversion on the Hub has them."""
+    h, inner, n = cfg["n_embd"], cfg["n_inner"], cfg["n_positions"]
+    pre = "" if legacy else "transformer."
+    out = [(pre + "wte.weight", [cfg["vocab_size"], h]), (pre + "wpe.weight", [n, h]),
+           (pre + "ln_f.weight", [h]), (pre + "ln_f.bias", [h])]
+    if not cfg.get("tie_word_embeddings", True):
+        out.append(("lm_head.weight", [cfg["vocab_size"], h]))
+    for i in range(cfg["n_layer"]):
+        p = f"{pre}h.{i}."
+        out += [(p + "ln_1.weight", [h]), (p + "ln_1.bias", [h]), (p + "ln_2.weight", [h]), (p + "ln_2.bias", [h])]
+        for name, shape in (("attn.c_attn", [h, 3 * h]), ("attn.c_proj", [h, h]),
+                            ("mlp.c_fc", [h, inner]), ("mlp.c_proj", [inner, h])):
+            out += [(p + name + ".weight", shape), (p + name + ".bias", [shape[1]])]
+        if legacy:
+            out.append((p + "attn.bias", [1, 1, n, n]))
+    return out
+
+
+def init_gpt2_tensor(name, shape, gen, spec):
+    """As init_tensor, for GPT-2's names; Conv1D weights have fan_in = shape[0]."""
+    if name.endswith(".attn.bias"):  # the causal-mask buffer (not c_attn.bias)
+        return torch.tril(torch.ones(shape, dtype=torch.float32))
+    x = torch.randn(shape, generator=gen, dtype=torch.float32)
+    if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+        return 1.0 + 0.1 * x
+    if name.endswith(".bias"):
+        return 0.1 * x
+    if name.endswith(("wte.weight", "wpe.weight")):
+        return spec["embed_std"] * x
+    if name == "lm_head.weight":
+        return spec["logit_scale"] / math.sqrt(shape[1]) * x
+    w = x / math.sqrt(shape[0])
+    if name.endswith("c_attn.weight"):  # q and k columns sharper, as for the other architectures
+        h = shape[0]
+        w[:, :2 * h] *= math.sqrt(spec["qk_scale"])
+    return w
 
 
 def build_config(spec):
     """config.json contents as Transformers would save them for this architecture."""
     s = spec
+    if s["arch"] == "gpt2":
+        return build_gpt2_config(s)
     heads = s["num_attention_heads"]
     kv = s["num_key_value_heads"] if s["num_key_value_heads"] is not None else heads
     cfg = {
@@ -197,8 +269,16 @@ def make_checkpoint(out_dir, **overrides):
     gen = torch.Generator().manual_seed(int(spec["seed"]))
     dtype = DTYPES[spec["dtype"]][0]
     # Values are drawn in a fixed (sorted-name) order so a spec always gives the same weights.
-    specs = sorted(tensor_specs(cfg))
-    tensors = {name: init_tensor(name, shape, gen, spec).to(dtype) for name, shape in specs}
+    if spec["arch"] == "gpt2":
+        # Drawn in the order of the prefixed names, so the legacy layout holds the same values.
+        specs = sorted(gpt2_tensor_specs(cfg, spec["legacy_names"]),
+                       key=lambda ns: ns[0] if ns[0].startswith(("transformer.", "lm_head")) else "transformer." + ns[0])
+        tensors = {name: init_gpt2_tensor(name, shape, gen, spec).to(dtype) for name, shape in specs}
+    else:
+        if spec["legacy_names"]:
+            raise ValueError("legacy_names is only a gpt2 knob")
+        specs = sorted(tensor_specs(cfg))
+        tensors = {name: init_tensor(name, shape, gen, spec).to(dtype) for name, shape in specs}
     if spec["arch"] == "phi3":
         tensors = fuse_phi3(cfg, tensors)
     safetensors_io.save_file(tensors, os.path.join(out_dir, "model.safetensors"), {"format": "pt"})

@@ -85,6 +85,14 @@ VARIANTS = {
     "phi3_sliding": (dict(arch="phi3", hidden_size=64, intermediate_size=160, num_attention_heads=4,
                           num_key_value_heads=1, vocab_size=288, sliding_window=16, rms_norm_eps=1e-5,
                           seed=15), "window"),
+    # Conv1D weights [in, out], fused c_attn, LayerNorm with bias, learned positions, tied lm_head.
+    "gpt2": (dict(arch="gpt2", hidden_size=96, intermediate_size=384, num_attention_heads=4, vocab_size=320,
+                  max_position_embeddings=128, rms_norm_eps=1e-5, tie_word_embeddings=True, seed=16),
+             "positions"),
+    # The original OpenAI layout: no "transformer." prefix, attn.bias mask buffers, untied head.
+    "gpt2_legacy": (dict(arch="gpt2", hidden_size=64, intermediate_size=192, num_attention_heads=2,
+                         vocab_size=256, max_position_embeddings=100, rms_norm_eps=1e-5,
+                         legacy_names=True, seed=17), "positions"),
 }
 DTYPES = ("f32", "bf16")
 
@@ -131,6 +139,9 @@ def feature_effect(model, feature, prompt, logits):
                         "partial_rotary_factor": cfg.rope["partial_rotary_factor"]}
         elif feature == "partial_rope":  # rotate every dim instead of the first rotary_dim
             cfg.rope = dict(cfg.rope, partial_rotary_factor=1.0)
+        elif feature == "positions":  # GPT-2's learned position table switched off
+            for k in [k for k in w if k.endswith("wpe.weight")]:
+                w[k] = torch.zeros_like(w[k])
         elif feature == "window":
             cfg.layer_windows = [None] * cfg.num_hidden_layers
         elif feature == "bias":

@@ -2,7 +2,8 @@
 """Independent PyTorch reference for decoder-only checkpoints in Hugging Face layout.
 
 Covers LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and
-Phi3ForCausalLM (fused qkv_proj / gate_up_proj, split on the activations as modeling_phi3.py does) with the
+Phi3ForCausalLM (fused qkv_proj / gate_up_proj, split on the activations as modeling_phi3.py does) and
+GPT2LMHeadModel (Conv1D weights [in, out], fused c_attn, LayerNorm, learned positions, gelu_new) with the
 semantics of Transformers' modeling code (eager attention path), written from scratch so that
 loom can be parity-checked without Transformers installed (Debian 12 ships only torch 1.13,
 which has no scaled_dot_product_attention: attention is written out with an explicit mask).
@@ -57,6 +58,10 @@ _DEFAULTS = {
                  num_attention_heads=32, num_key_value_heads=None, head_dim=None, hidden_act="silu",
                  max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=False,
                  rope_theta=10000.0, attention_bias=False, sliding_window=None),
+    # configuration_gpt2.py (its own field names; Config translates them).
+    "gpt2": dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, n_inner=None,
+                 activation_function="gelu_new", layer_norm_epsilon=1e-5, tie_word_embeddings=True,
+                 scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False),
 }
 
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
@@ -73,6 +78,10 @@ class Config:
         c.update({k: v for k, v in raw.items() if k in c or k in ("rope_scaling", "rope_parameters",
                                                                      "partial_rotary_factor")})
         self.model_type = model_type
+        self.gpt2 = model_type == "gpt2"
+        if self.gpt2:
+            self._init_gpt2(c)
+            return
         self.vocab_size = int(c["vocab_size"])
         self.hidden_size = int(c["hidden_size"])
         self.intermediate_size = int(c["intermediate_size"])
@@ -138,6 +147,26 @@ class Config:
         if rope_type in ("llama3", "yarn"):
             rope.setdefault("original_max_position_embeddings", self.max_position_embeddings)
         self.rope = rope
+
+    def _init_gpt2(self, c):
+        """GPT2Config: n_embd/n_layer/n_head/n_positions/n_inner; no RoPE, no GQA, no windows."""
+        self.vocab_size, self.hidden_size = int(c["vocab_size"]), int(c["n_embd"])
+        self.num_hidden_layers, self.num_attention_heads = int(c["n_layer"]), int(c["n_head"])
+        self.num_key_value_heads = self.num_attention_heads
+        self.head_dim = self.hidden_size // self.num_attention_heads
+        self.intermediate_size = int(c["n_inner"]) if c["n_inner"] is not None else 4 * self.hidden_size
+        self.max_position_embeddings = int(c["n_positions"])
+        self.rms_norm_eps = float(c["layer_norm_epsilon"])  # LayerNorm's eps here
+        self.tie_word_embeddings = bool(c["tie_word_embeddings"])
+        if c["activation_function"] not in ("gelu_new", "gelu_pytorch_tanh"):
+            raise ValueError(f"config.json: activation_function {c['activation_function']!r} not supported")
+        if c["scale_attn_by_inverse_layer_idx"]:
+            raise ValueError("config.json: scale_attn_by_inverse_layer_idx is not supported")
+        self.attn_scale = self.head_dim ** -0.5 if c["scale_attn_weights"] else 1.0
+        self.qkv_bias = self.o_bias = self.mlp_bias = True
+        self.qk_norm = self.fused = False
+        self.layer_windows = [None] * self.num_hidden_layers
+        self.rope = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}
 
     @property
     def rotary_dim(self):
@@ -309,6 +338,16 @@ def linear(x, w, b):
     return F.linear(x, w, b)
 
 
+def conv1d(x, w, b):
+    """GPT-2's Conv1D: weight stored [in, out], y = x @ w + b."""
+    return torch.addmm(b, x, w)
+
+
+def gelu_new(x):
+    """NewGELUActivation: the tanh approximation, written out as activations.py does."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
 class Model:
     """Weights + forward. `dtype` is the compute dtype (float32 by default, see module docstring)."""
 
@@ -321,8 +360,26 @@ class Model:
         self.w = self._load_weights()
 
     # -- weights ---------------------------------------------------------------------------
+    def _gpt2_shapes(self):
+        c = self.cfg
+        h, inner = c.hidden_size, c.intermediate_size
+        shapes = {"transformer.wte.weight": [c.vocab_size, h], "transformer.wpe.weight": [c.max_position_embeddings, h],
+                  "transformer.ln_f.weight": [h], "transformer.ln_f.bias": [h]}
+        if not c.tie_word_embeddings:
+            shapes["lm_head.weight"] = [c.vocab_size, h]
+        for i in range(c.num_hidden_layers):
+            p = f"transformer.h.{i}."
+            for n in ("ln_1", "ln_2"):
+                shapes[p + n + ".weight"], shapes[p + n + ".bias"] = [h], [h]
+            for n, (fan_in, fan_out) in (("attn.c_attn", (h, 3 * h)), ("attn.c_proj", (h, h)),
+                                         ("mlp.c_fc", (h, inner)), ("mlp.c_proj", (inner, h))):
+                shapes[p + n + ".weight"], shapes[p + n + ".bias"] = [fan_in, fan_out], [fan_out]
+        return shapes
+
     def expected_shapes(self):
         c = self.cfg
+        if c.gpt2:
+            return self._gpt2_shapes()
         h, hd, nh, nkv = c.hidden_size, c.head_dim, c.num_attention_heads, c.num_key_value_heads
         shapes = {"model.embed_tokens.weight": [c.vocab_size, h], "model.norm.weight": [h]}
         if not c.tie_word_embeddings:
@@ -366,9 +423,12 @@ class Model:
 
     def _load_weights(self):
         expected = self.expected_shapes()
+        # The original OpenAI GPT-2 conversion stores h.N.* / wte / wpe / ln_f without "transformer.".
+        legacy = {k[len("transformer."):]: k for k in expected if k.startswith("transformer.")} if self.cfg.gpt2 else {}
         w = {}
         for path in self._checkpoint_files():
-            for name, t in safetensors_io.load_file(path, names=set(expected)).items():
+            for name, t in safetensors_io.load_file(path, names=set(expected) | set(legacy)).items():
+                name = legacy.get(name, name)
                 if list(t.shape) != expected[name]:
                     raise ValueError(f"{path}: tensor {name} has shape {list(t.shape)}, expected {expected[name]}")
                 w[name] = t.to(self.dtype)
@@ -376,7 +436,7 @@ class Model:
         if missing:
             raise ValueError(f"{self.dir}: missing tensors {missing[:5]}{'...' if len(missing) > 5 else ''}")
         if self.cfg.tie_word_embeddings:
-            w["lm_head.weight"] = w["model.embed_tokens.weight"]
+            w["lm_head.weight"] = w["transformer.wte.weight" if self.cfg.gpt2 else "model.embed_tokens.weight"]
         return w
 
     def _b(self, name):
@@ -387,6 +447,10 @@ class Model:
         """Projects x [T, hidden] to q [H, T, D] and k, v [KV, T, D], with q/k norm and RoPE."""
         c, p = self.cfg, f"model.layers.{i}.self_attn."
         t = x.shape[0]
+        if c.gpt2:  # GPT2Attention: c_attn output split into q | k | v, no rotary embedding
+            p = f"transformer.h.{i}.attn."
+            q, k, v = conv1d(x, self.w[p + "c_attn.weight"], self.w[p + "c_attn.bias"]).split(c.hidden_size, dim=-1)
+            return tuple(y.reshape(t, -1, c.head_dim).transpose(0, 1) for y in (q, k, v))
         if c.fused:  # Phi3Attention: one projection, sliced into q | k | v
             qkv = linear(x, self.w[p + "qkv_proj.weight"], None)
             nq, nkv = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
@@ -408,13 +472,21 @@ class Model:
         c, p = self.cfg, f"model.layers.{i}.self_attn."
         n_rep = c.num_attention_heads // c.num_key_value_heads
         k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
-        scores = torch.matmul(q, k.transpose(1, 2)) * (c.head_dim ** -0.5) + mask
+        scale = c.attn_scale if c.gpt2 else c.head_dim ** -0.5
+        scores = torch.matmul(q, k.transpose(1, 2)) * scale + mask
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
         out = torch.matmul(probs, v).transpose(0, 1).reshape(q.shape[1], -1)
+        if c.gpt2:
+            p = f"transformer.h.{i}.attn."
+            return conv1d(out, self.w[p + "c_proj.weight"], self.w[p + "c_proj.bias"])
         return linear(out, self.w[p + "o_proj.weight"], self._b(p + "o_proj.bias"))
 
     def _mlp(self, i, x):
         p = f"model.layers.{i}.mlp."
+        if self.cfg.gpt2:  # GPT2MLP: c_fc → gelu_new → c_proj
+            p = f"transformer.h.{i}.mlp."
+            h = gelu_new(conv1d(x, self.w[p + "c_fc.weight"], self.w[p + "c_fc.bias"]))
+            return conv1d(h, self.w[p + "c_proj.weight"], self.w[p + "c_proj.bias"])
         if self.cfg.fused:  # Phi3MLP: gate_up_proj output chunked into gate, up
             gate, up = linear(x, self.w[p + "gate_up_proj.weight"], None).chunk(2, dim=-1)
             return linear(up * F.silu(gate), self.w[p + "down_proj.weight"], None)
@@ -422,7 +494,22 @@ class Model:
         up = linear(x, self.w[p + "up_proj.weight"], self._b(p + "up_proj.bias"))
         return linear(F.silu(gate) * up, self.w[p + "down_proj.weight"], self._b(p + "down_proj.bias"))
 
+    def _norm(self, name, x):
+        """RMSNorm, or GPT-2's LayerNorm (weight and bias) under its own names."""
+        if self.cfg.gpt2:
+            return F.layer_norm(x, (x.shape[-1],), self.w[name + ".weight"], self.w[name + ".bias"], self.cfg.rms_norm_eps)
+        return rms_norm(x, self.w[name + ".weight"], self.cfg.rms_norm_eps)
+
+    def _embed(self, ids, positions):
+        if self.cfg.gpt2:  # token embeddings plus learned position embeddings
+            return F.embedding(ids, self.w["transformer.wte.weight"]) + F.embedding(positions, self.w["transformer.wpe.weight"])
+        return F.embedding(ids, self.w["model.embed_tokens.weight"])
+
     def _layer(self, i, h, attention):
+        if self.cfg.gpt2:
+            p = f"transformer.h.{i}."
+            h = h + attention(i, self._norm(p + "ln_1", h))
+            return h + self._mlp(i, self._norm(p + "ln_2", h))
         p, eps = f"model.layers.{i}.", self.cfg.rms_norm_eps
         h = h + attention(i, rms_norm(h, self.w[p + "input_layernorm.weight"], eps))
         return h + self._mlp(i, rms_norm(h, self.w[p + "post_attention_layernorm.weight"], eps))
@@ -436,7 +523,7 @@ class Model:
         return ids
 
     def _logits(self, h):
-        h = rms_norm(h, self.w["model.norm.weight"], self.cfg.rms_norm_eps)
+        h = self._norm("transformer.ln_f" if self.cfg.gpt2 else "model.norm", h)
         return linear(h, self.w["lm_head.weight"], None)
 
     # -- public API ------------------------------------------------------------------------
@@ -449,7 +536,7 @@ class Model:
         inv_freq, scaling = rope_parameters(self.cfg, seq_len=t)
         cos, sin = rope_cos_sin(inv_freq, scaling, positions, self.dtype)
         masks = {wnd: causal_mask(positions, positions, wnd, self.dtype) for wnd in set(self.cfg.layer_windows)}
-        h = F.embedding(ids, self.w["model.embed_tokens.weight"])
+        h = self._embed(ids, positions)
 
         def attention(i, x):
             q, k, v = self._qkv(i, x, cos, sin)
@@ -489,7 +576,7 @@ class Model:
         cos, sin = cache.rotary.cos_sin(positions, self.dtype)
         kv_positions = torch.arange(start + t)
         masks = {wnd: causal_mask(positions, kv_positions, wnd, self.dtype) for wnd in set(self.cfg.layer_windows)}
-        h = F.embedding(ids, self.w["model.embed_tokens.weight"])
+        h = self._embed(ids, positions)
 
         def attention(i, x):
             q, k, v = self._qkv(i, x, cos, sin)

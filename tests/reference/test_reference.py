@@ -14,6 +14,7 @@ import tempfile
 import unittest
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_checkpoint  # noqa: E402
@@ -242,7 +243,7 @@ class ModelTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "out of range"):
             m.forward([0, 40])
         with self.assertRaisesRegex(ValueError, "model_type"):
-            rm.Config({"model_type": "gpt2"})
+            rm.Config({"model_type": "gpt_neox"})
 
     def test_cli(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -376,6 +377,49 @@ class Phi3Test(unittest.TestCase):
             self.assertEqual(a.cfg.rotary_dim, 4)
             torch.testing.assert_close(a.forward(prompt), b.forward(prompt), rtol=0, atol=1e-5)
             self.assertEqual(a.greedy_cached(prompt, 6)[0], b.greedy(prompt, 6)[0])
+
+
+class Gpt2Test(unittest.TestCase):
+    def test_matches_torch_nn_modules(self):
+        """The from-scratch GPT-2 equals one assembled from torch.nn.LayerNorm, nn.MultiheadAttention
+        (c_attn / c_proj transposed into in_proj / out_proj) and gelu(approximate='tanh')."""
+        with tempfile.TemporaryDirectory() as tmp:
+            d = tiny(tmp, "gpt2", arch="gpt2", hidden_size=32, intermediate_size=80, num_attention_heads=4,
+                     vocab_size=50, max_position_embeddings=40, rms_norm_eps=1e-5, seed=5)
+            legacy = tiny(tmp, "gpt2_legacy", arch="gpt2", hidden_size=32, intermediate_size=80, num_attention_heads=4,
+                          vocab_size=50, max_position_embeddings=40, rms_norm_eps=1e-5, seed=5, legacy_names=True)
+            m = rm.Model(d)
+            w, h, heads, n = m.w, 32, 4, 2
+            prompt = ids(24, 50)
+            x = torch.tensor(prompt)
+            t = len(prompt)
+            hs = w["transformer.wte.weight"][x] + w["transformer.wpe.weight"][:t]
+            causal = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
+            for i in range(n):
+                p = f"transformer.h.{i}."
+
+                def ln(name, y):
+                    mod = torch.nn.LayerNorm(h, eps=1e-5)
+                    mod.weight.data, mod.bias.data = w[p + name + ".weight"], w[p + name + ".bias"]
+                    return mod(y)
+
+                mha = torch.nn.MultiheadAttention(h, heads)
+                mha.in_proj_weight.data = w[p + "attn.c_attn.weight"].t().contiguous()
+                mha.in_proj_bias.data = w[p + "attn.c_attn.bias"]
+                mha.out_proj.weight.data = w[p + "attn.c_proj.weight"].t().contiguous()
+                mha.out_proj.bias.data = w[p + "attn.c_proj.bias"]
+                a = ln("ln_1", hs)[:, None]
+                hs = hs + mha(a, a, a, attn_mask=causal, need_weights=False)[0][:, 0]
+                fc = F.linear(ln("ln_2", hs), w[p + "mlp.c_fc.weight"].t(), w[p + "mlp.c_fc.bias"])
+                hs = hs + F.linear(F.gelu(fc, approximate="tanh"), w[p + "mlp.c_proj.weight"].t(), w[p + "mlp.c_proj.bias"])
+            hs = F.layer_norm(hs, (h,), w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], 1e-5)
+            want = hs @ w["lm_head.weight"].t()  # untied here (the default knob)
+            with torch.no_grad():
+                got = m.forward(prompt)
+                torch.testing.assert_close(got, want.detach(), rtol=0, atol=2e-5)
+                # The prefixless OpenAI layout (with attn.bias buffers) is the same model.
+                torch.testing.assert_close(rm.Model(legacy).forward(prompt), got, rtol=0, atol=0)
+                self.assertEqual(m.greedy_cached(prompt, 6)[0], m.greedy(prompt, 6)[0])
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 // The decoder-only transformer shared by the Llama family (Llama, Mistral, Qwen2,
-// Qwen3): embeddings → N × (norm, attention, residual, norm, MLP, residual) →
-// norm → LM head. Architectures differ only in DecoderSettings.
+// Qwen3, Phi3) and GPT-2: embeddings (+ learned positions) → N × (norm,
+// attention, residual, norm, MLP, residual) → norm → LM head. Architectures
+// differ only in DecoderSettings; their checkpoints' own names reach these
+// modules through each architecture's weight rules.
 #pragma once
 
 #include <memory>
@@ -14,6 +16,7 @@ namespace loom::models {
 
 struct DecoderSettings {
   std::string class_prefix = "Llama";  // class names: <prefix>Attention, <prefix>MLP, …
+  std::string class_name;              // the top module's; empty: <prefix>ForCausalLM
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -21,23 +24,33 @@ struct DecoderSettings {
   std::string hidden_act = "silu";
   bool mlp_bias = false;
   bool tie_word_embeddings = false;
+  bool layer_norm = false;          // LayerNorm with bias (GPT-2) instead of RMSNorm
+  bool gated_mlp = true;            // false: up → act → down (GPT-2)
+  int64_t learned_positions = 0;    // > 0: model.embed_positions table of this many rows, added to the embeddings
   std::vector<AttentionSettings> layers;  // one per decoder layer
 };
 
-class DecoderLayer : public Module {
+// A module of the decoder that owns norms of the kind DecoderSettings asks for.
+class DecoderPart : public Module {
+ protected:
+  using Module::Module;
+  UnaryModule* make_norm(const std::string& path, const DecoderSettings& s);
+};
+
+class DecoderLayer : public DecoderPart {
  public:
   DecoderLayer(const std::string& path, const DecoderSettings& s, const AttentionSettings& attn);
   ValueId forward(GraphBuilder& b, ValueId x, ValueId positions) const;
   const SelfAttention& attention() const { return *self_attn_; }
 
  private:
-  RMSNorm* input_layernorm_;
+  UnaryModule* input_layernorm_;
   SelfAttention* self_attn_;
-  RMSNorm* post_attention_layernorm_;
-  GatedMLP* mlp_;
+  UnaryModule* post_attention_layernorm_;
+  UnaryModule* mlp_;
 };
 
-class DecoderModel : public Module {
+class DecoderModel : public DecoderPart {
  public:
   DecoderModel(const std::string& path, const DecoderSettings& s);
   ValueId forward(GraphBuilder& b, ValueId ids, ValueId positions) const;
@@ -45,8 +58,9 @@ class DecoderModel : public Module {
 
  private:
   Embedding* embed_tokens_;
+  Embedding* embed_positions_ = nullptr;
   std::vector<DecoderLayer*> layers_;
-  RMSNorm* norm_;
+  UnaryModule* norm_;
 };
 
 // The names of a step graph's inputs and outputs.

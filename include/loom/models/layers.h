@@ -8,6 +8,14 @@
 
 namespace loom::models {
 
+// A module whose forward maps one tensor to one (norms, MLPs), so a decoder
+// can hold either kind of norm or MLP.
+class UnaryModule : public Module {
+ public:
+  using Module::Module;
+  virtual ValueId forward(GraphBuilder& b, ValueId x) const = 0;
+};
+
 class Linear : public Module {
  public:
   Linear(const std::string& path, int64_t in_features, int64_t out_features, bool bias,
@@ -31,26 +39,52 @@ class Embedding : public Module {
   int64_t num_, dim_;
 };
 
-class RMSNorm : public Module {
+class RMSNorm : public UnaryModule {
  public:
   // weight_offset 1 for Gemma's (1 + w).
   RMSNorm(const std::string& path, std::string class_name, int64_t size, double eps, double weight_offset = 0.0);
-  ValueId forward(GraphBuilder& b, ValueId x) const;
+  ValueId forward(GraphBuilder& b, ValueId x) const override;
 
  private:
   int64_t size_;
   double eps_, offset_;
 };
 
+// torch.nn.LayerNorm with weight and bias (GPT-2).
+class LayerNorm : public UnaryModule {
+ public:
+  LayerNorm(const std::string& path, int64_t size, double eps);
+  ValueId forward(GraphBuilder& b, ValueId x) const override;
+
+ private:
+  int64_t size_;
+  double eps_;
+};
+
+// The activations loom records: silu, gelu (erf), gelu_pytorch_tanh / gelu_new (tanh).
+ValueId record_activation(GraphBuilder& b, const std::string& activation, ValueId x);
+
 // gate/up/down with an activation: down(act(gate(x)) * up(x)).
-class GatedMLP : public Module {
+class GatedMLP : public UnaryModule {
  public:
   GatedMLP(const std::string& path, std::string class_name, int64_t hidden, int64_t intermediate, bool bias,
            std::string activation);
-  ValueId forward(GraphBuilder& b, ValueId x) const;
+  ValueId forward(GraphBuilder& b, ValueId x) const override;
 
  private:
   Linear *gate_, *up_, *down_;
+  std::string activation_;
+};
+
+// up/down with an activation in between: down(act(up(x))) (GPT-2's c_fc / c_proj).
+class MLP : public UnaryModule {
+ public:
+  MLP(const std::string& path, std::string class_name, int64_t hidden, int64_t intermediate, bool bias,
+      std::string activation);
+  ValueId forward(GraphBuilder& b, ValueId x) const override;
+
+ private:
+  Linear *up_, *down_;
   std::string activation_;
 };
 
@@ -83,6 +117,7 @@ struct AttentionSettings {
   int64_t sliding_window = 0;  // 0: full attention
   double scale = 0.0;          // 0: head_dim^-0.5
   double softcap = 0.0;
+  bool use_rope = true;        // false: positions come from a learned table instead (GPT-2)
   RopeSettings rope;
 };
 
