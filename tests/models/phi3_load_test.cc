@@ -104,6 +104,38 @@ TEST_F(BrokenPhi3, MissingFusedTensorIsNamed) {
   EXPECT_NE(s.message().find("model.layers.0.mlp.gate_proj.weight"), std::string::npos) << s.message();
 }
 
+TEST_F(BrokenPhi3, Phi3ConfigDefaultsApplyWhenFieldsAreAbsent) {
+  nlohmann::json j;
+  {
+    std::ifstream in(dir_ / "config.json");
+    j = nlohmann::json::parse(in);
+  }
+  // Phi3Config: tie_word_embeddings false (PretrainedConfig would say true), rms_norm_eps 1e-5.
+  j.erase("tie_word_embeddings");
+  j.erase("rms_norm_eps");
+  j["rms_norm_eps"] = nullptr;
+  std::ofstream(dir_ / "config.json") << j.dump(1);
+  auto model = models::Model::load(dir_.string()).value();
+  EXPECT_FALSE(model->config().tie_word_embeddings);
+  EXPECT_FALSE(model->module().settings().tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(model->config().rms_norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(model->module().settings().norm_eps, 1e-5);
+  EXPECT_EQ(model->parameters().count("lm_head.weight"), 1u);
+}
+
+TEST_F(BrokenPhi3, AttentionBiasIsRejected) {
+  nlohmann::json j;
+  {
+    std::ifstream in(dir_ / "config.json");
+    j = nlohmann::json::parse(in);
+  }
+  j["attention_bias"] = true;
+  std::ofstream(dir_ / "config.json") << j.dump(1);
+  Status s = load();
+  EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.to_string();
+  EXPECT_NE(s.message().find("attention_bias"), std::string::npos) << s.message();
+}
+
 TEST_F(BrokenPhi3, LongRopeIsRejectedClearly) {
   nlohmann::json j;
   {
