@@ -189,4 +189,24 @@ TEST(Cli, ConvertWritesTheSameCheckpointAndGuardsItsOutput) {
   EXPECT_NE(help.out.find("--out"), std::string::npos) << help.out;
   fs::remove_all(out);
 }
+// `loom export`: a program directory a user can load, the stages' summary on
+// stderr, and a clear error for formats not available.
+TEST(Cli, ExportWritesAProgramAndReportsItsStages) {
+  const fs::path dir = fs::temp_directory_path() / ("loom_cli_export_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  CommandResult r = loom("export --model " + fixture("llama-f32") + " --out " + (dir / "p").string() + " --dynamic");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("patches applied: 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tokens∈[1,256]"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(dir / "p" / "program.json"));
+  EXPECT_TRUE(fs::exists(dir / "p" / "weights.safetensors"));
+  r = loom("export --model " + fixture("llama-f32") + " --out " + (dir / "q").string() + " --seq-len 8 --batch-size 2");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("static 2×8"), std::string::npos) << r.out;
+  r = loom("export --model " + fixture("llama-f32") + " --out " + (dir / "o").string() + " --format onnx");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--format onnx"), std::string::npos) << r.out;
+  fs::remove_all(dir);
+}
+
 }  // namespace

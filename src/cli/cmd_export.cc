@@ -1,0 +1,74 @@
+// `loom export --model DIR --format program --out DIR2`: capture the model's
+// step graph through the export pipeline (patches, node fixes, signature and
+// dimensions, program fixes, metadata) and write an ExportedProgram that loom
+// loads and runs. Prints the stages' summary: which patches, how many nodes
+// each fix rewrote.
+#include <chrono>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "loom/export/program_exporter.h"
+#include "loom/export/program_io.h"
+
+namespace loom::cli {
+
+namespace {
+
+struct ExportArgs {
+  std::string model_dir, out, format = "program";
+  bool dynamic = false, strict = false;
+  int64_t batch_size = 1, seq_len = 128;
+  int64_t max_tokens = 0;  // dynamic: upper bound of "tokens" (0: max_position_embeddings)
+};
+
+void run_export(const ExportArgs& a) {
+  if (a.format != "program")
+    throw Error(unsupported("--format " + a.format + ": only 'program' can be exported so far (onnx and portable are "
+                              "not implemented yet)"));
+  ModelOptions mo;
+  mo.model_dir = a.model_dir;
+  const std::string dir = resolve_model_dir(mo).value();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::fprintf(stderr, "export: loading %s\n", dir.c_str());
+  auto model = models::Model::load(dir).value();
+  exporting::ProgramExportOptions o;
+  o.dynamic = a.dynamic;
+  o.strict = a.strict;
+  if (a.dynamic) {
+    if (a.max_tokens > 0) o.ranges["tokens"] = {1, a.max_tokens};
+  } else {
+    if (a.batch_size < 1 || a.seq_len < 1) throw Error(invalid_argument("--batch-size and --seq-len must be ≥ 1"));
+    o.static_sizes = {{"tokens", a.batch_size * a.seq_len}, {"sequences", a.batch_size}};
+  }
+  exporting::ExportSummary summary;
+  exporting::ExportedProgram p = exporting::export_program(*model, o, &summary).value();
+  for (const std::string& line : summary.lines()) std::fprintf(stderr, "export: %s\n", line.c_str());
+  Status s = exporting::save_program(p, a.out);
+  if (!s.ok()) throw Error(s);
+  std::string dims;
+  for (const auto& [name, r] : p.dims)
+    dims += " " + name + "∈[" + std::to_string(r.min) + "," + (r.max ? std::to_string(r.max) : std::string("∞")) + "]";
+  std::fprintf(stderr, "export: wrote %s (%zu nodes, %zu parameters;%s) in %.2f s\n", a.out.c_str(),
+               p.graph.nodes().size(), p.graph.parameters().size(),
+               dims.empty() ? (" static " + std::to_string(a.batch_size) + "×" + std::to_string(a.seq_len)).c_str() : dims.c_str(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+}  // namespace
+
+void add_export_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("export", "Export the model's graph (a loom program) through the staged export pipeline");
+  auto a = std::make_shared<ExportArgs>();
+  cmd->add_option("--model,-m", a->model_dir, "Checkpoint folder (default: the bundled model)");
+  cmd->add_option("--out,-o", a->out, "Output folder")->required();
+  cmd->add_option("--format,-f", a->format, "program (onnx and portable: not implemented yet)");
+  cmd->add_flag("--dynamic", a->dynamic, "Keep the token and sequence counts dynamic (else fixed to --batch-size/--seq-len)");
+  cmd->add_option("--max-tokens", a->max_tokens, "With --dynamic: most tokens per step (default max_position_embeddings)");
+  cmd->add_option("--batch-size", a->batch_size, "Static export: sequences per step (default 1)");
+  cmd->add_option("--seq-len", a->seq_len, "Static export: tokens per sequence (default 128)");
+  cmd->add_flag("--strict", a->strict, "A patch whose path resolves to nothing is an error, not a warning");
+  cmd->callback([a] { run_export(*a); });
+}
+
+}  // namespace loom::cli
