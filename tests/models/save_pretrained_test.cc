@@ -9,6 +9,8 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "loom/io/checkpoint.h"
+#include "loom/io/safetensors_writer.h"
 #include "loom/models/model.h"
 #include "loom/models/save_pretrained.h"
 
@@ -82,6 +84,49 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, SavePretrained, ::testing::ValuesIn(variant_n
   return s;
 });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(SavePretrained);
+
+// A sharded checkpoint with fused tensors (Phi3) comes back shard by shard,
+// with an index mapping every tensor to its original shard.
+TEST(SavePretrainedSharded, ShardsAndIndexAreReproduced) {
+  const fs::path src = fixtures_dir() / "phi3-bf16";
+  const fs::path sharded = scratch("sharded_src"), out = scratch("sharded_out");
+  fs::remove_all(sharded);
+  fs::remove_all(out);
+  fs::create_directories(sharded);
+  fs::copy_file(src / "config.json", sharded / "config.json");
+  NamedTensors first, second;
+  nlohmann::json index;
+  {
+    auto ck = Checkpoint::open(src.string()).value();
+    for (const auto& name : ck.names()) {
+      const bool late = name.find("layers.1.") != std::string::npos || name == "model.norm.weight";
+      (late ? second : first).emplace_back(name, ck.get(name).value().clone());
+      index["weight_map"][name] = late ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
+    }
+  }
+  ASSERT_FALSE(first.empty());
+  ASSERT_FALSE(second.empty());
+  const std::map<std::string, std::string> meta{{"format", "pt"}};
+  ASSERT_TRUE(write_safetensors((sharded / "model-00001-of-00002.safetensors").string(), first, meta,
+                                SafetensorsOrder::kLikePython).ok());
+  ASSERT_TRUE(write_safetensors((sharded / "model-00002-of-00002.safetensors").string(), second, meta,
+                                SafetensorsOrder::kLikePython).ok());
+  index["metadata"]["total_size"] = 0;
+  std::ofstream(sharded / "model.safetensors.index.json") << index.dump(2);
+
+  auto model = models::Model::load(sharded.string()).value();
+  ASSERT_TRUE(models::save_pretrained(*model, out.string()).ok());
+  for (const char* shard : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"})
+    EXPECT_TRUE(read_bytes(out / shard) == read_bytes(sharded / shard)) << shard;
+  std::ifstream in(out / "model.safetensors.index.json");
+  ASSERT_TRUE(in) << "no index written";
+  const nlohmann::json written = nlohmann::json::parse(in);
+  EXPECT_EQ(written["weight_map"], index["weight_map"]);
+  auto again = models::Model::load(out.string()).value();
+  EXPECT_EQ(again->parameters().size(), model->parameters().size());
+  fs::remove_all(sharded);
+  fs::remove_all(out);
+}
 
 TEST(SavePretrainedErrors, RefusesTheModelsOwnDirectory) {
   const fs::path src = fixtures_dir() / "llama-f32";
