@@ -58,9 +58,12 @@ ValueId record_activation(GraphBuilder& b, const std::string& activation, ValueI
   return b.op("gelu", {x}, {{"approximate", std::string("none")}});
 }
 
+// Kernel layer "UngatedMLP", not "MLP": kernels written for the gated
+// gate/up/down MLP must not be offered this module (upstream's GPT2MLP has no
+// kernel layer either).
 MLP::MLP(const std::string& path, std::string class_name, int64_t hidden, int64_t intermediate, bool bias,
          std::string activation)
-    : UnaryModule(path, std::move(class_name), "MLP"), activation_(std::move(activation)) {
+    : UnaryModule(path, std::move(class_name), "UngatedMLP"), activation_(std::move(activation)) {
   up_ = add_child<Linear>(join_path(path, "up_proj"), hidden, intermediate, bias);
   down_ = add_child<Linear>(join_path(path, "down_proj"), intermediate, hidden, bias);
 }
