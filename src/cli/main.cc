@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   loom::cli::add_batch_command(app);
   loom::cli::add_convert_command(app);
   loom::cli::add_export_command(app);
+  loom::cli::add_kernels_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -209,4 +209,26 @@ TEST(Cli, ExportWritesAProgramAndReportsItsStages) {
   fs::remove_all(dir);
 }
 
+// `loom kernels --explain`: per module, the kernel a KernelConfig picks and
+// why; a bad config is a one-line error naming the key.
+TEST(Cli, KernelsExplainsTheChoicePerModule) {
+  const fs::path dir = fs::temp_directory_path() / ("loom_cli_kernels_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "ok.json")
+      << R"({"RMSNorm": "loom:FusedRMSNorm", "fusions": [[[["RMSNorm", "model.layers.1.post_attention_layernorm"], ["MLP", "model.layers.1.mlp"]], "loom:RMSNormMLP"]]})";
+  std::ofstream(dir / "bad.json") << R"({"NoSuchLayer": "loom:FusedRMSNorm"})";
+  const std::string model = fixture("llama-f32");
+  CommandResult r = loom("kernels --model " + model + " --kernel-config " + (dir / "ok.json").string() + " --explain");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("model.layers.0.post_attention_layernorm [LlamaRMSNorm, RMSNorm] -> loom:FusedRMSNorm"),
+            std::string::npos) << r.out;  // layer 0 is not in the fusion pattern
+  EXPECT_NE(r.out.find("model.layers.1.post_attention_layernorm [LlamaRMSNorm, RMSNorm] -> fused loom:RMSNormMLP"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model.layers.1.mlp [LlamaMLP, MLP] -> identity"), std::string::npos) << r.out;
+  r = loom("kernels --model " + model + " --kernel-config " + (dir / "bad.json").string() + " --explain");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("NoSuchLayer"), std::string::npos) << r.out;
+  fs::remove_all(dir);
+}
+
 }  // namespace
