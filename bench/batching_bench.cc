@@ -13,6 +13,7 @@
 // LOOM_BENCH_PROMPT_MIN=128, LOOM_BENCH_PROMPT_MAX=512, LOOM_BENCH_NEW_TOKENS=128,
 // LOOM_BENCH_PREFIX=1000 (TTFT), LOOM_BENCH_MAX_BATCH_TOKENS=512.
 // Each case runs once (a run is long); compare the gen_tok_per_s counters.
+// BM_DecodeAtBatch: LOOM_BENCH_CONCURRENT (32), LOOM_BENCH_DECODE_STEPS (16).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -154,6 +155,39 @@ void BM_Continuous(benchmark::State& state) {
   }
 }
 
+// Decode rate at a fixed batch: LOOM_BENCH_CONCURRENT sequences (default 32)
+// with LOOM_BENCH_PROMPT_MIN-token prompts already prefilled, then
+// LOOM_BENCH_DECODE_STEPS packed decode steps of one token each — the rate the
+// issue's "32 concurrent requests" aim is about, without the prefill phase.
+void BM_DecodeAtBatch(benchmark::State& state) {
+  Setup& s = setup();
+  const int64_t b = env_int("LOOM_BENCH_CONCURRENT", 32);
+  const int64_t prompt = env_int("LOOM_BENCH_PROMPT_MIN", 128);
+  const int64_t steps = env_int("LOOM_BENCH_DECODE_STEPS", 16);
+  std::mt19937 rng(4);
+  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(s.model->vocab_size()) - 1);
+  std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(b), std::vector<int32_t>(static_cast<size_t>(prompt)));
+  for (auto& q : seqs)
+    for (auto& t : q) t = tok(rng);
+  for (auto _ : state) {
+    runtime::ContiguousKvCache cache(s.runner->kv_layout(), static_cast<int>(b), prompt + steps + 1);
+    std::vector<SequenceChunk> chunks;
+    for (int64_t i = 0; i < b; ++i) chunks.push_back({seqs[static_cast<size_t>(i)].data(), prompt, 0});
+    Tensor logits = s.runner->step(chunks, cache).value();
+    std::vector<int32_t> next(static_cast<size_t>(b));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t step = 0; step < steps; ++step) {
+      const float* rows = logits.data_as<float>();
+      for (int64_t i = 0; i < b; ++i) next[static_cast<size_t>(i)] = argmax(rows + i * s.model->vocab_size(), s.model->vocab_size());
+      chunks.clear();
+      for (int64_t i = 0; i < b; ++i) chunks.push_back({&next[static_cast<size_t>(i)], 1, prompt + step});
+      logits = s.runner->step(chunks, cache).value();
+    }
+    report(state, b * steps, seconds_since(t0));
+    state.counters["batch"] = static_cast<double>(b);
+  }
+}
+
 // Time to first token of one request whose prompt is a long prefix plus a
 // short question, with the prefix cached (state.range(0) = 1) or not.
 void BM_TimeToFirstToken(benchmark::State& state) {
@@ -196,6 +230,7 @@ void BM_TimeToFirstToken(benchmark::State& state) {
 BENCHMARK(BM_Continuous)->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
 BENCHMARK(BM_Static)->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
 BENCHMARK(BM_OneAtATime)->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
+BENCHMARK(BM_DecodeAtBatch)->Iterations(1)->UseManualTime()->Unit(benchmark::kSecond);
 BENCHMARK(BM_TimeToFirstToken)->Arg(0)->Arg(1)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
