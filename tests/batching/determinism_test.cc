@@ -57,6 +57,7 @@ struct Condition {
   // < 0: the scheduler's default (0.2 for fifo). A tight pool uses 0 so that
   // fifo admits as much as fits and running requests must preempt to grow.
   double safety_margin = -1;
+  const char* offload_path = nullptr;  // file-backed swap pool (a directory) instead of RAM
 };
 
 void run_condition(const std::shared_ptr<ModelRunner>& runner, const Workload& w,
@@ -72,6 +73,7 @@ void run_condition(const std::shared_ptr<ModelRunner>& runner, const Workload& w
   cfg.scheduler_type = c.scheduler;
   cfg.use_async_batching = c.async;
   if (c.safety_margin >= 0) cfg.safety_margin = c.safety_margin;
+  if (c.offload_path) cfg.cpu_offload_path = c.offload_path;
   auto m = ContinuousBatchingManager::create(runner, testing::no_eos_config(), cfg).value();
   ASSERT_TRUE(m->start().ok());
   std::map<std::string, size_t> index;
@@ -135,7 +137,7 @@ TEST(Determinism, FullAttentionMatchesRunningAlone) {
   const Condition tight[] = {
       {"tiny pool recompute fifo async", 16, 48, 64, true, 0.0, "fifo", true, 0.0},
       {"tiny pool swap prefill_first sync", 16, 48, 64, false, 1.0 / 16, "prefill_first", false},
-      {"tiny pool swap fifo async no-sharing", 16, 48, 48, false, 1.0 / 16, "fifo", true, 0.0},
+      {"tiny pool file swap fifo async no-sharing", 16, 48, 48, false, 1.0 / 16, "fifo", true, 0.0, "/tmp"},
       {"tiny pool recompute prefill_first sync page8", 8, 90, 32, true, 0.0, "prefill_first", false},
   };
   for (const Condition& c : tight) run_condition(runner, w, expected, c, true);
