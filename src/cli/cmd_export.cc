@@ -1,13 +1,15 @@
 // `loom export --model DIR --format program --out DIR2`: capture the model's
 // step graph through the export pipeline (patches, node fixes, signature and
 // dimensions, program fixes, metadata) and write an ExportedProgram that loom
-// loads and runs. Prints the stages' summary: which patches, how many nodes
-// each fix rewrote.
+// loads and runs. `--format onnx --out model.onnx [--opset N] [--onnx-ops
+// standard]`: lower it to ONNX with Optimum's decoder signature. Prints the
+// stages' summary: which patches, how many nodes each fix rewrote.
 #include <chrono>
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "loom/export/onnx_exporter.h"
 #include "loom/export/program_exporter.h"
 #include "loom/export/program_io.h"
 
@@ -20,11 +22,37 @@ struct ExportArgs {
   bool dynamic = false, strict = false;
   int64_t batch_size = 1, seq_len = 128;
   int64_t max_tokens = 0;  // dynamic: upper bound of "tokens" (0: max_position_embeddings)
+  int opset = exporting::kOnnxDefaultOpset;
+  std::string onnx_ops = "standard";
+  bool no_optimize = false;
+  int64_t external_threshold = 1024;
 };
 
+void run_onnx_export(const ExportArgs& a) {
+  ModelOptions mo;
+  mo.model_dir = a.model_dir;
+  const std::string dir = resolve_model_dir(mo).value();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::fprintf(stderr, "export: loading %s\n", dir.c_str());
+  auto model = models::Model::load(dir).value();
+  exporting::OnnxExportOptions o;
+  o.opset = a.opset;
+  o.ops = a.onnx_ops;
+  o.strict = a.strict;
+  o.optimize = !a.no_optimize;
+  o.external_data_threshold = a.external_threshold;
+  exporting::OnnxExportReport report;
+  const Status s = exporting::export_onnx(*model, a.out, o, &report);
+  for (const std::string& line : report.lines()) std::fprintf(stderr, "export: %s\n", line.c_str());
+  if (!s.ok()) throw Error(s);
+  std::fprintf(stderr, "export: wrote %s (opset %d) in %.2f s\n", a.out.c_str(), a.opset,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
 void run_export(const ExportArgs& a) {
+  if (a.format == "onnx") return run_onnx_export(a);
   if (a.format != "program")
-    throw Error(unsupported("--format " + a.format + ": only 'program' can be exported so far (onnx and portable are "
+    throw Error(unsupported("--format " + a.format + ": only 'program' and 'onnx' can be exported so far (portable is "
                               "not implemented yet)"));
   ModelOptions mo;
   mo.model_dir = a.model_dir;
@@ -58,12 +86,17 @@ void run_export(const ExportArgs& a) {
 }  // namespace
 
 void add_export_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("export", "Export the model's graph (a loom program) through the staged export pipeline");
+  auto* cmd = app.add_subcommand("export", "Export the model's graph (a loom program or an ONNX file) through the staged export pipeline");
   auto a = std::make_shared<ExportArgs>();
   cmd->add_option("--model,-m", a->model_dir, "Checkpoint folder (default: the bundled model)");
-  cmd->add_option("--out,-o", a->out, "Output folder")->required();
-  cmd->add_option("--format,-f", a->format, "program (onnx and portable: not implemented yet)");
-  cmd->add_flag("--dynamic", a->dynamic, "Keep the token and sequence counts dynamic (else fixed to --batch-size/--seq-len)");
+  cmd->add_option("--out,-o", a->out, "Output folder (program) or .onnx file (onnx)")->required();
+  cmd->add_option("--format,-f", a->format, "program or onnx (portable: not implemented yet)");
+  cmd->add_option("--opset", a->opset, "ONNX: opset version (default 17, the newest Debian's onnx checker accepts)");
+  cmd->add_option("--onnx-ops", a->onnx_ops, "ONNX: standard (plain ONNX ops; 'ort' contrib ops are not implemented)");
+  cmd->add_option("--external-data-threshold", a->external_threshold,
+                  "ONNX: initializers of at least this many bytes go to <out>.data (negative: none)");
+  cmd->add_flag("--no-optimize", a->no_optimize, "ONNX: skip the optimizer stage");
+  cmd->add_flag("--dynamic", a->dynamic, "Program: keep the token and sequence counts dynamic (else fixed to --batch-size/--seq-len)");
   cmd->add_option("--max-tokens", a->max_tokens, "With --dynamic: most tokens per step (default max_position_embeddings)");
   cmd->add_option("--batch-size", a->batch_size, "Static export: sequences per step (default 1)");
   cmd->add_option("--seq-len", a->seq_len, "Static export: tokens per sequence (default 128)");
