@@ -190,6 +190,17 @@ TEST(OnnxExporter, MistralSlidingWindowMatchesLoom) { check_parity("mistral_slid
 TEST(OnnxExporter, Qwen2SlidingWindowMatchesLoom) { check_parity("qwen2_sliding-f32", 17, true, 23); }
 TEST(OnnxExporter, Llama3RopeMatchesLoom) { check_parity("llama_rope_llama3-f32", 17, true); }
 TEST(OnnxExporter, YarnRopeMatchesLoom) { check_parity("llama_rope_yarn-f32", 17, true); }
+TEST(OnnxExporter, EveryOtherF32FixtureMatchesLoom) {
+  // GPT-2 (LayerNorm, gelu_new, learned positions), Phi-3 (fused qkv, partial
+  // rotary), one KV head / MHA, biases, linear and yarn-mscale rope.
+  for (const char* f : {"gpt2-f32", "gpt2_legacy-f32", "phi3-f32", "llama_kv1_headdim-f32", "llama_mha_untied-f32",
+                        "llama_bias-f32", "llama_rope_linear-f32", "llama_rope_yarn_mscale-f32"})
+    check_parity(f, 17, true);
+  check_parity("phi3_sliding-f32", 17, true, 23);
+}
+
+TEST(OnnxExporter, Bf16WeightsExportAsFloatAndMatchLoom) { check_parity("llama-bf16", 17, true); }
+
 // Opset 14 exercises the ReduceMean model fix; 21 the axes-as-input form (newer than Debian's checker).
 TEST(OnnxExporter, OlderAndNewerOpsetsMatchLoom) {
   check_parity("llama-f32", 14, true);
