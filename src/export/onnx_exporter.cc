@@ -18,7 +18,8 @@ namespace fs = std::filesystem;
 int64_t ir_version_for(int opset) {
   if (opset <= 18) return 8;
   if (opset <= 20) return 9;
-  return 10;
+  if (opset <= 22) return 10;
+  return 11;
 }
 
 // A graph input/output: each dim is a fixed number or a name.

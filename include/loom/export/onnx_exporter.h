@@ -27,7 +27,7 @@ namespace loom::exporting {
 
 inline constexpr int kOnnxDefaultOpset = 17;  // what Debian's onnx 1.12 checker accepts
 inline constexpr int kOnnxMinOpset = 14;      // Reshape allowzero, Trilu-era ops, Unsqueeze axes as input
-inline constexpr int kOnnxMaxOpset = 21;      // the newest opset loom's lowering has been run at (ORT 1.30)
+inline constexpr int kOnnxMaxOpset = 26;      // the newest ONNX Runtime 1.30 runs
 
 struct OnnxExportOptions {
   int opset = kOnnxDefaultOpset;
