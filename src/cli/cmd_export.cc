@@ -43,8 +43,8 @@ void run_onnx_export(const ExportArgs& a) {
   o.external_data_threshold = a.external_threshold;
   exporting::OnnxExportReport report;
   const Status s = exporting::export_onnx(*model, a.out, o, &report);
-  for (const std::string& line : report.lines()) std::fprintf(stderr, "export: %s\n", line.c_str());
   if (!s.ok()) throw Error(s);
+  for (const std::string& line : report.lines()) std::fprintf(stderr, "export: %s\n", line.c_str());
   std::fprintf(stderr, "export: wrote %s (opset %d) in %.2f s\n", a.out.c_str(), a.opset,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }

@@ -33,11 +33,23 @@ std::shared_ptr<const models::Model> load(const std::string& name) {
   return models::Model::load(dir.string()).value();
 }
 
+fs::path scratch_root() { return fs::temp_directory_path() / ("loom_onnx_test_" + std::to_string(::getpid())); }
+
 fs::path scratch(const std::string& what) {
-  const fs::path d = fs::temp_directory_path() / ("loom_onnx_test_" + std::to_string(::getpid())) / what;
+  const fs::path d = scratch_root() / what;
   fs::create_directories(d);
   return d;
 }
+
+// Removes the exported files when the test program ends.
+class ScratchCleanup : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(scratch_root(), ec);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kCleanup = ::testing::AddGlobalTestEnvironment(new ScratchCleanup);
 
 // Runs tests/oracles/run_onnx.js on `request`; fails the test (not skips) when
 // onnxruntime-node is missing.

@@ -18,7 +18,8 @@ function i64(rows) {
 
 async function main() {
   const req = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
-  const session = await ort.InferenceSession.create(req.model, { graphOptimizationLevel: 'disabled' });
+  // ORT's default graph optimizations (fusions included), as a consumer runs the file.
+  const session = await ort.InferenceSession.create(req.model);
   const meta = session.inputMetadata || [];
   const layers = session.inputNames.filter((n) => /^past_key_values\.\d+\.key$/.test(n)).length;
   const kvShape = (name) => {
