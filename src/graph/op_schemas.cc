@@ -137,6 +137,57 @@ std::map<std::string, OpSchema> build_schemas() {
   add(m, elementwise_unary("silu", "x * sigmoid(x)"));
   add(m, elementwise_unary("gelu", "GELU; attr approximate = \"none\" (erf) or \"tanh\""));
   {
+    // The gated MLP activation as one pass: either two inputs (gate, up) of the
+    // same shape, or one [n, 2I] input holding gate then up (a fused gate_up
+    // projection, as loom:RMSNormMLP's layout concatenates gate_proj then up_proj).
+    OpSchema s;
+    s.name = "silu_and_mul";
+    s.summary = "silu(gate) * up; inputs (gate, up) or one [n, 2I] tensor = [gate | up]";
+    s.min_inputs = 1;
+    s.max_inputs = 2;
+    s.infer = [](const std::vector<const Value*>& in, const Node&, std::vector<TypedShape>* out) {
+      LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "gate"));
+      LOOM_RETURN_IF_ERROR(expect_float(in[0], "gate"));
+      if (in.size() > 1 && in[1]) {
+        LOOM_RETURN_IF_ERROR(expect_rank(in[1], 2, "up"));
+        if (in[0]->shape != in[1]->shape) return invalid_argument("gate and up must have the same shape");
+        out->push_back({DType::kF32, in[0]->shape});
+        return Status::Ok();
+      }
+      const Dim& f = in[0]->shape[1];
+      if (!f.is_static() || f.value % 2 != 0)
+        return invalid_argument("a single gate_up input needs an even static row size, has " + dim_str(f));
+      out->push_back({DType::kF32, {in[0]->shape[0], Dim::fixed(f.value / 2)}});
+      return Status::Ok();
+    };
+    add(m, s);
+  }
+  {
+    // One fused projection back into its parts (loom:FusedQKV: q, k, v).
+    OpSchema s;
+    s.name = "split_columns";
+    s.summary = "x [n, sum(sizes)] → outputs [n, sizes[i]], consecutive column ranges; attr sizes (exactly 3)";
+    s.min_inputs = s.max_inputs = 1;
+    s.num_outputs = 3;
+    s.required_attrs = {"sizes"};
+    s.infer = [](const std::vector<const Value*>& in, const Node& n, std::vector<TypedShape>* out) {
+      LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
+      const std::vector<int64_t>& sizes = n.attr_ints("sizes");
+      if (sizes.size() != 3) return invalid_argument("sizes must have 3 entries, has " + std::to_string(sizes.size()));
+      int64_t total = 0;
+      for (int64_t v : sizes) {
+        if (v <= 0) return invalid_argument("sizes must be positive");
+        total += v;
+      }
+      const Dim& f = in[0]->shape[1];
+      if (!f.is_static() || f.value != total)
+        return invalid_argument("row size " + dim_str(f) + " != sum of sizes " + std::to_string(total));
+      for (int64_t v : sizes) out->push_back({DType::kF32, {in[0]->shape[0], Dim::fixed(v)}});
+      return Status::Ok();
+    };
+    add(m, s);
+  }
+  {
     OpSchema s = elementwise_unary("scale", "x * factor");
     s.required_attrs = {"factor"};
     add(m, s);

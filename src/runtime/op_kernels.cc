@@ -188,6 +188,43 @@ OpKernel activation_kernel(bool is_gelu) {
   return k;
 }
 
+// ── silu_and_mul ── (gate, up) or one [n, 2I] = [gate | up]: strides address the halves, no copy.
+template <bool kRef>
+OpKernel silu_and_mul_kernel() {
+  OpKernel k;
+  k.run = [](KernelArgs& a) -> Status {
+    const bool split = a.in.size() > 1 && a.in[1].defined();
+    const int64_t rows = rows_of(a.out[0]), n = cols_of(a.out[0]);
+    const float* gate = a.in[0].data_as<float>();
+    const float* up = split ? a.in[1].data_as<float>() : gate + n;
+    const int64_t in_stride = split ? n : 2 * n;
+    float* out = a.out[0].data_as<float>();
+    if (kRef)
+      cpu::gated_activation_ref(cpu::Activation::kSilu, gate, in_stride, up, in_stride, rows, n, out, n);
+    else
+      cpu::silu_and_mul(gate, in_stride, up, in_stride, rows, n, out, n, a.pool);
+    return Status::Ok();
+  };
+  return k;
+}
+
+// ── split_columns ── pure data movement, shared by both backends.
+Status run_split_columns(KernelArgs& a) {
+  const Tensor& x = a.in[0];
+  const int64_t rows = rows_of(x), stride = cols_of(x);
+  int64_t col = 0;
+  for (Tensor& o : a.out) {
+    const int64_t w = cols_of(o);
+    const float* src = x.data_as<float>() + col;
+    float* dst = o.data_as<float>();
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * w, src + r * stride, static_cast<size_t>(w) * 4);
+    col += w;
+  }
+  if (col != stride) return internal_error("split_columns: outputs cover " + std::to_string(col) + " of " +
+                                           std::to_string(stride) + " columns");
+  return Status::Ok();
+}
+
 template <bool kRef>
 OpKernel scale_kernel() {
   OpKernel k;
@@ -356,6 +393,8 @@ Backend make_backend(const char* name) {
   b.add("mul", binary_kernel<kRef>(false));
   b.add("silu", activation_kernel<kRef>(false));
   b.add("gelu", activation_kernel<kRef>(true));
+  b.add("silu_and_mul", silu_and_mul_kernel<kRef>());
+  b.add("split_columns", OpKernel{nullptr, run_split_columns});
   b.add("scale", scale_kernel<kRef>());
   b.add("softcap", softcap_kernel());
   b.add("rope", rope_kernel<kRef>());
