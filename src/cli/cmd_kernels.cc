@@ -20,21 +20,6 @@ struct KernelsArgs {
   bool explain = false;
 };
 
-kernels::ModuleView module_view(const models::Model& m) {
-  kernels::ModuleView view;
-  std::vector<const models::Module*> modules;
-  m.module().collect_modules(&modules);
-  for (const models::Module* mod : modules) {
-    kernels::ModuleInfo info{mod->path(), mod->class_name(), mod->layer_name(), {}, "cpu"};
-    std::vector<models::ParameterSpec> ps;
-    mod->collect_parameters(&ps);
-    for (const auto& p : ps) info.parameters.push_back({p.name, p.shape});
-    view.modules.push_back(std::move(info));
-  }
-  view.graph = m.step_graph().get();
-  return view;
-}
-
 void run_kernels(const KernelsArgs& a) {
   kernels::KernelRegistry registry;
   for (const std::string& d : a.plugin_dirs) registry.add_plugin_directory(d, /*trusted=*/false);
@@ -56,7 +41,8 @@ void run_kernels(const KernelsArgs& a) {
   ModelOptions mo;
   mo.model_dir = a.model_dir;
   auto model = models::Model::load(resolve_model_dir(mo).value()).value();
-  const kernels::ModuleView view = module_view(*model);
+  // Loaded without kernels, so its step graph is the plain graph the fusion checks read.
+  const kernels::ModuleView view = models::module_view(*model);
   kernels::ResolveOptions ro;
   ro.cpu = &cpu;
   const kernels::KernelPlan plan = kernels::resolve_kernels(config, view, registry, ro).value();

@@ -60,14 +60,15 @@ CausalLM::CausalLM(const DecoderSettings& s)
                                s.tie_word_embeddings ? "model.embed_tokens.weight" : "");
 }
 
-graph::Graph CausalLM::build_graph(const graph::GraphBuilder::ParameterSource& params) const {
+graph::Graph CausalLM::build_graph(const graph::GraphBuilder::ParameterSource& params,
+                                   const kernels::KernelPlan* plan) const {
   graph::Graph g;
   const int tokens = g.add_symbol(step_io::kTokens);
   const int sequences = g.add_symbol(step_io::kSequences);
   ValueId ids = g.add_input(step_io::kInputIds, DType::kI32, {graph::Dim::sym(tokens)});
   ValueId positions = g.add_input(step_io::kPositions, DType::kI32, {graph::Dim::sym(tokens)});
   ValueId rows = g.add_input(step_io::kLogitsIndices, DType::kI32, {graph::Dim::sym(sequences)});
-  graph::GraphBuilder b(&g, params);
+  GraphBuilder b(&g, params, plan, plan ? this : nullptr);
   ValueId hidden = model_->forward(b, ids, positions);
   ValueId last;
   {

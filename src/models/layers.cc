@@ -2,7 +2,43 @@
 
 #include <cmath>
 
+#include "loom/core/status.h"
+
 namespace loom::models {
+
+namespace {
+
+using kernels::ModuleKernel;
+using kernels::ModuleKernelKind;
+
+bool is_builtin(const ModuleKernel& k, const char* name) {
+  return k.kernel && k.kernel->repo == kernels::kBuiltinRepo && k.kernel->name == name && !k.kernel->entry;
+}
+
+// A kernel the plan chose that this module has no recording for (a plugin's
+// entry point has no graph op yet, or a built-in meant for another layer).
+[[noreturn]] void cannot_record(const Module& m, const ModuleKernel& k) {
+  throw Error(unsupported(m.path() + " (" + m.class_name() + "): kernel " + (k.kernel ? k.kernel->id() : "?") + " (" +
+                          kernels::module_kernel_kind_name(k.kind) + ", " + k.rule +
+                          ") has no graph recording in loom for this module; loom records only its built-in kernels"));
+}
+
+// Modules with no kernel of their own: identity when fused away, an error for
+// anything else the plan asks of them, otherwise their own forward.
+bool fused_away(const Module& m, const ModuleKernel* k) {
+  if (!k) return false;
+  if (k->kind == ModuleKernelKind::kFusedAway) return true;
+  cannot_record(m, *k);
+}
+
+std::string need_layout_param(const Module& m, const ModuleKernel& k, const std::string& name) {
+  if (k.layout)
+    for (const auto& p : k.layout->parameters)
+      if (p.name == name) return name;
+  throw Error(internal_error(m.path() + ": kernel " + k.kernel->id() + " has no layout parameter " + name));
+}
+
+}  // namespace
 
 Linear::Linear(const std::string& path, int64_t in_features, int64_t out_features, bool bias, std::string weight_name)
     : Module(path, "Linear", "Linear"), in_(in_features), out_(out_features), bias_(bias), weight_name_(std::move(weight_name)) {
@@ -14,6 +50,7 @@ Linear::Linear(const std::string& path, int64_t in_features, int64_t out_feature
 }
 
 ValueId Linear::forward(GraphBuilder& b, ValueId x) const {
+  if (fused_away(*this, b.kernel(path()))) return x;
   GraphBuilder::Scope scope(b, path());
   std::vector<ValueId> in = {x, b.param(weight_name_)};
   if (bias_) in.push_back(b.param(param_name("bias")));
@@ -26,6 +63,7 @@ Embedding::Embedding(const std::string& path, int64_t num_embeddings, int64_t di
 }
 
 ValueId Embedding::forward(GraphBuilder& b, ValueId ids) const {
+  if (fused_away(*this, b.kernel(path()))) return ids;
   GraphBuilder::Scope scope(b, path());
   return b.op("embedding", {b.param(param_name("weight")), ids});
 }
@@ -36,6 +74,12 @@ RMSNorm::RMSNorm(const std::string& path, std::string class_name, int64_t size, 
 }
 
 ValueId RMSNorm::forward(GraphBuilder& b, ValueId x) const {
+  if (const ModuleKernel* k = b.kernel(path())) {
+    if (k->kind == ModuleKernelKind::kFusedAway) return x;
+    if (k->kind == ModuleKernelKind::kFused && is_builtin(*k, "RMSNormMLP")) return record_rms_norm_mlp(b, *k, x);
+    // loom's rms_norm op already is one fused pass (sum of squares, scale, weight).
+    if (!(k->kind == ModuleKernelKind::kKernel && is_builtin(*k, "FusedRMSNorm"))) cannot_record(*this, *k);
+  }
   GraphBuilder::Scope scope(b, path());
   return b.op("rms_norm", {x, b.param(param_name("weight"))}, {{"eps", eps_}, {"weight_offset", offset_}});
 }
@@ -46,7 +90,35 @@ LayerNorm::LayerNorm(const std::string& path, int64_t size, double eps)
   declare_parameter("bias", {size_});
 }
 
+ValueId RMSNorm::record_rms_norm_mlp(GraphBuilder& b, const ModuleKernel& k, ValueId x) const {
+  if (k.fused_modules.size() != 2 || !k.chain) cannot_record(*this, k);
+  for (const auto& link : k.chain->links)
+    if (link.residual)
+      throw Error(unsupported(path() + ": loom:RMSNormMLP fuses a norm feeding its MLP directly; " + k.rule +
+                              " joins them through a residual add"));
+  const auto* mlp = dynamic_cast<const GatedMLP*>(b.module(k.fused_modules[1]));
+  if (!mlp) cannot_record(*this, k);
+  if (mlp->activation() != "silu")
+    throw Error(unsupported(path() + ": loom:RMSNormMLP computes SiLU-gated MLPs; " + mlp->path() + " uses " +
+                            mlp->activation()));
+  const std::string gu_w = need_layout_param(*this, k, param_name("gate_up_proj.weight"));
+  const std::string dn_w = need_layout_param(*this, k, param_name("down_proj.weight"));
+  GraphBuilder::Scope scope(b, path());
+  ValueId h = b.op("rms_norm", {x, b.param(need_layout_param(*this, k, param_name("weight")))},
+                   {{"eps", eps_}, {"weight_offset", offset_}});
+  std::vector<ValueId> gu_in = {h, b.param(gu_w)};
+  if (mlp->has_bias()) gu_in.push_back(b.param(need_layout_param(*this, k, param_name("gate_up_proj.bias"))));
+  // One linear over [gate; up] rows: per output column the same dot product as
+  // the two separate projections (loom's matmul is row-wise batch invariant).
+  ValueId gu = b.op("linear", std::move(gu_in));
+  ValueId act = b.op("silu_and_mul", {gu});
+  std::vector<ValueId> dn_in = {act, b.param(dn_w)};
+  if (mlp->has_bias()) dn_in.push_back(b.param(need_layout_param(*this, k, param_name("down_proj.bias"))));
+  return b.op("linear", std::move(dn_in));
+}
+
 ValueId LayerNorm::forward(GraphBuilder& b, ValueId x) const {
+  if (fused_away(*this, b.kernel(path()))) return x;
   GraphBuilder::Scope scope(b, path());
   return b.op("layer_norm", {x, b.param(param_name("weight")), b.param(param_name("bias"))}, {{"eps", eps_}});
 }
@@ -69,6 +141,7 @@ MLP::MLP(const std::string& path, std::string class_name, int64_t hidden, int64_
 }
 
 ValueId MLP::forward(GraphBuilder& b, ValueId x) const {
+  if (fused_away(*this, b.kernel(path()))) return x;
   ValueId up = up_->forward(b, x);
   ValueId act;
   {
@@ -78,20 +151,34 @@ ValueId MLP::forward(GraphBuilder& b, ValueId x) const {
   return down_->forward(b, act);
 }
 
+GatedActivation::GatedActivation(const std::string& path, std::string activation)
+    : Module(path, activation == "silu" ? "SiLUAndMul" : "GeluAndMul", activation == "silu" ? "SiLUAndMul" : "GeluAndMul"),
+      activation_(std::move(activation)) {}
+
+ValueId GatedActivation::forward(GraphBuilder& b, ValueId gate, ValueId up) const {
+  const ModuleKernel* k = b.kernel(path());
+  if (k && !(k->kind == ModuleKernelKind::kKernel && is_builtin(*k, "SiLUAndMul") && activation_ == "silu"))
+    cannot_record(*this, *k);
+  GraphBuilder::Scope scope(b, path());
+  if (k) return b.op("silu_and_mul", {gate, up});
+  ValueId act = record_activation(b, activation_, gate);
+  return b.op("mul", {act, up});
+}
+
 GatedMLP::GatedMLP(const std::string& path, std::string class_name, int64_t hidden, int64_t intermediate, bool bias,
                    std::string activation)
-    : UnaryModule(path, std::move(class_name), "MLP"), activation_(std::move(activation)) {
+    : UnaryModule(path, std::move(class_name), "MLP"), activation_(std::move(activation)), bias_(bias) {
   gate_ = add_child<Linear>(join_path(path, "gate_proj"), hidden, intermediate, bias);
   up_ = add_child<Linear>(join_path(path, "up_proj"), hidden, intermediate, bias);
   down_ = add_child<Linear>(join_path(path, "down_proj"), intermediate, hidden, bias);
+  act_ = add_child<GatedActivation>(join_path(path, "act_fn"), activation_);
 }
 
 ValueId GatedMLP::forward(GraphBuilder& b, ValueId x) const {
+  if (fused_away(*this, b.kernel(path()))) return x;
   ValueId gate = gate_->forward(b, x);
   ValueId up = up_->forward(b, x);
-  GraphBuilder::Scope scope(b, path());
-  ValueId act = record_activation(b, activation_, gate);
-  ValueId h = b.op("mul", {act, up});
+  ValueId h = act_->forward(b, gate, up);
   return down_->forward(b, h);
 }
 
@@ -119,9 +206,27 @@ graph::AttrValue opt(const std::optional<double>& v) { return v ? *v : -1.0; }
 }  // namespace
 
 ValueId SelfAttention::forward(GraphBuilder& b, ValueId x, ValueId positions) const {
-  ValueId q = q_->forward(b, x);
-  ValueId k = k_->forward(b, x);
-  ValueId v = v_->forward(b, x);
+  ValueId q, k, v;
+  if (const ModuleKernel* kern = b.kernel(path())) {
+    if (kern->kind == ModuleKernelKind::kFusedAway) return x;
+    if (!(kern->kind == ModuleKernelKind::kKernel && is_builtin(*kern, "FusedQKV"))) cannot_record(*this, *kern);
+    // loom:FusedQKV: one projection over the concatenated [q; k; v] rows, split
+    // back into q, k and v; the rest of attention is this module's own.
+    GraphBuilder::Scope scope(b, path());
+    std::vector<ValueId> in = {x, b.param(need_layout_param(*this, *kern, param_name("qkv_proj.weight")))};
+    if (s_.qkv_bias) in.push_back(b.param(need_layout_param(*this, *kern, param_name("qkv_proj.bias"))));
+    ValueId qkv = b.op("linear", std::move(in));
+    const std::vector<int64_t> sizes = {s_.num_heads * s_.head_dim, s_.num_kv_heads * s_.head_dim,
+                                        s_.num_kv_heads * s_.head_dim};
+    const std::vector<ValueId> parts = b.op_multi("split_columns", {qkv}, {{"sizes", sizes}});
+    q = parts[0];
+    k = parts[1];
+    v = parts[2];
+  } else {
+    q = q_->forward(b, x);
+    k = k_->forward(b, x);
+    v = v_->forward(b, x);
+  }
   if (q_norm_) {
     q = q_norm_->forward(b, q);
     k = k_norm_->forward(b, k);

@@ -16,7 +16,44 @@ ExpectedParams expected_parameters(const Module& root) {
   return out;
 }
 
-Result<std::shared_ptr<Model>> Model::load(const std::string& dir) {
+kernels::ModuleView module_view(const Module& root, const graph::Graph* graph) {
+  kernels::ModuleView view;
+  std::vector<const Module*> modules;
+  root.collect_modules(&modules);
+  for (const Module* mod : modules) {
+    kernels::ModuleInfo info{mod->path(), mod->class_name(), mod->layer_name(), {}, "cpu"};
+    std::vector<ParameterSpec> ps;
+    mod->collect_parameters(&ps);
+    for (const auto& p : ps) info.parameters.push_back({p.name, p.shape});
+    view.modules.push_back(std::move(info));
+  }
+  view.graph = graph;
+  return view;
+}
+
+kernels::ModuleView module_view(const Model& model) { return module_view(model.module(), model.step_graph().get()); }
+
+namespace {
+
+// The graph with every module's own forward, for the fusion chain checks: only
+// scopes and data flow are read, so parameters are shape-only placeholders.
+Result<graph::Graph> record_plain_graph(const CausalLM& root, const ExpectedParams& expected) {
+  try {
+    return root.build_graph([&expected](const std::string& name) {
+      auto it = expected.find(name);
+      if (it == expected.end()) throw Error(internal_error("graph asks for parameter '" + name + "' the modules do not declare"));
+      return Tensor::wrap(nullptr, DType::kF32, it->second.shape);
+    });
+  } catch (const Error& e) {
+    return e.status();
+  }
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Model>> Model::load(const std::string& dir) { return load(dir, LoadOptions{}); }
+
+Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOptions& options) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(dir)) return not_found("model directory '" + dir + "' does not exist");
   const std::string config_path = (fs::path(dir) / "config.json").string();
@@ -50,8 +87,28 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir) {
   const Checkpoint& ckpt = *m->checkpoint_;
   const std::string& what = arch->class_name;
 
+  ExpectedParams expected = expected_parameters(*m->module_);
+  if (!options.kernel_config.empty()) {
+    LOOM_ASSIGN_OR_RETURN(graph::Graph plain, record_plain_graph(*m->module_, expected));
+    const kernels::ModuleView view = module_view(*m->module_, &plain);
+    kernels::KernelRegistry registry;
+    for (const auto& d : options.plugin_dirs) registry.add_plugin_directory(d, /*trusted=*/false);
+    for (const auto& d : options.trusted_plugin_dirs) registry.add_plugin_directory(d, /*trusted=*/true);
+    for (const auto& k : options.extra_kernels) LOOM_RETURN_IF_ERROR(registry.add_builtin(k));
+    kernels::ResolveOptions ro;
+    ro.cpu = options.cpu;
+    auto kplan = kernels::resolve_kernels(options.kernel_config, view, registry, ro);
+    if (!kplan.ok()) return kplan.status().with_context(dir + ": kernel config");
+    m->kernel_plan_ = std::make_unique<kernels::KernelPlan>(std::move(kplan).value());
+    // The layouts' parameters and rules belong to this instance only.
+    auto with_layouts = m->kernel_plan_->apply_layouts(expected);
+    if (!with_layouts.ok()) return with_layouts.status().with_context(dir + ": kernel layouts");
+    expected = std::move(with_layouts).value();
+    for (auto& rule : m->kernel_plan_->weight_rules()) m->rules_.push_back(std::move(rule));
+  }
+
   // Everything below up to plan.load() looks at headers only.
-  auto plan = ConversionPlan::compile(m->rules_, SourceIndex::from_checkpoint(ckpt), expected_parameters(*m->module_));
+  auto plan = ConversionPlan::compile(m->rules_, SourceIndex::from_checkpoint(ckpt), expected);
   if (!plan.ok())
     return plan.status().with_context(ckpt.source() + ": " + what + " with this config.json");
   m->plan_ = std::make_unique<ConversionPlan>(std::move(plan).value());
@@ -79,12 +136,20 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir) {
   if (!stats.ok()) return stats.status().with_context(ckpt.source() + ": loading " + what);
 
   const auto& params = m->params_;
-  auto graph = std::make_shared<graph::Graph>(m->module_->build_graph([&params](const std::string& name) {
+  auto source = [&params](const std::string& name) {
     auto it = params.find(name);
     if (it == params.end()) throw Error(internal_error("graph asks for parameter '" + name + "' the plan did not load"));
     return it->second;
-  }));
-  m->graph_ = std::move(graph);
+  };
+  if (!m->kernel_plan_) {
+    m->graph_ = std::make_shared<graph::Graph>(m->module_->build_graph(source));
+    return m;
+  }
+  try {
+    m->graph_ = std::make_shared<graph::Graph>(m->module_->build_graph(source, m->kernel_plan_.get()));
+  } catch (const Error& e) {
+    return e.status().with_context(dir + ": recording the kernel plan");
+  }
   return m;
 }
 

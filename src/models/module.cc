@@ -13,3 +13,41 @@ void Module::collect_modules(std::vector<const Module*>* out) const {
 }
 
 }  // namespace loom::models
+
+namespace loom::models {
+
+GraphBuilder::GraphBuilder(graph::Graph* graph, ParameterSource params, const kernels::KernelPlan* plan,
+                           const Module* root)
+    : graph::GraphBuilder(graph, std::move(params)), plan_(plan) {
+  if (root) {
+    std::vector<const Module*> all;
+    root->collect_modules(&all);
+    for (const Module* m : all) modules_[m->path()] = m;
+  }
+}
+
+const kernels::ModuleKernel* GraphBuilder::kernel(const std::string& path) const {
+  if (!plan_) return nullptr;
+  const kernels::ModuleKernel* k = plan_->find(path);
+  if (!k) return nullptr;
+  switch (k->kind) {
+    case kernels::ModuleKernelKind::kKernel:
+    case kernels::ModuleKernelKind::kFused:
+    case kernels::ModuleKernelKind::kFusedAway:
+      return k;
+    default:
+      return nullptr;
+  }
+}
+
+const Module* GraphBuilder::module(const std::string& path) const {
+  auto it = modules_.find(path);
+  return it == modules_.end() ? nullptr : it->second;
+}
+
+std::vector<ValueId> GraphBuilder::op_multi(const std::string& op, std::vector<ValueId> inputs,
+                                            std::map<std::string, graph::AttrValue> attrs) {
+  return graph().add_node(op, std::move(inputs), std::move(attrs), scope());
+}
+
+}  // namespace loom::models

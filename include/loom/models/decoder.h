@@ -80,8 +80,11 @@ class CausalLM : public Module {
   const DecoderModel& model() const { return *model_; }
 
   // Records the whole step graph: inputs input_ids/positions/logits_indices,
-  // output logits for the selected rows. Parameters come from `params`.
-  graph::Graph build_graph(const graph::GraphBuilder::ParameterSource& params) const;
+  // output logits for the selected rows. Parameters come from `params`. With a
+  // plan, kernel-layer modules record what it chose for them (module.h);
+  // throws loom::Error when the plan asks for a kernel loom cannot record.
+  graph::Graph build_graph(const graph::GraphBuilder::ParameterSource& params,
+                           const kernels::KernelPlan* plan = nullptr) const;
 
  private:
   DecoderSettings s_;

@@ -43,9 +43,12 @@ class RMSNorm : public UnaryModule {
  public:
   // weight_offset 1 for Gemma's (1 + w).
   RMSNorm(const std::string& path, std::string class_name, int64_t size, double eps, double weight_offset = 0.0);
+  // loom:FusedRMSNorm records the same single-pass rms_norm op; as the head of
+  // loom:RMSNormMLP it records the whole fused norm → gate_up → silu_and_mul → down.
   ValueId forward(GraphBuilder& b, ValueId x) const override;
 
  private:
+  ValueId record_rms_norm_mlp(GraphBuilder& b, const kernels::ModuleKernel& k, ValueId x) const;
   int64_t size_;
   double eps_, offset_;
 };
@@ -64,16 +67,32 @@ class LayerNorm : public UnaryModule {
 // The activations loom records: silu, gelu (erf), gelu_pytorch_tanh / gelu_new (tanh).
 ValueId record_activation(GraphBuilder& b, const std::string& activation, ValueId x);
 
+// act(gate) * up, a parameterless child of a gated MLP (`mlp.act_fn`) so a
+// kernel can target it: kernel layer "SiLUAndMul" for silu, "GeluAndMul" for
+// the gelu variants. loom:SiLUAndMul records one silu_and_mul op.
+class GatedActivation : public Module {
+ public:
+  GatedActivation(const std::string& path, std::string activation);
+  ValueId forward(GraphBuilder& b, ValueId gate, ValueId up) const;
+
+ private:
+  std::string activation_;
+};
+
 // gate/up/down with an activation: down(act(gate(x)) * up(x)).
 class GatedMLP : public UnaryModule {
  public:
   GatedMLP(const std::string& path, std::string class_name, int64_t hidden, int64_t intermediate, bool bias,
            std::string activation);
   ValueId forward(GraphBuilder& b, ValueId x) const override;
+  const std::string& activation() const { return activation_; }
+  bool has_bias() const { return bias_; }
 
  private:
   Linear *gate_, *up_, *down_;
+  GatedActivation* act_;
   std::string activation_;
+  bool bias_;
 };
 
 // up/down with an activation in between: down(act(up(x))) (GPT-2's c_fc / c_proj).

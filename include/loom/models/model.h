@@ -15,11 +15,29 @@
 #include "loom/core/tensor.h"
 #include "loom/graph/graph.h"
 #include "loom/io/model_config.h"  // config.json is read where the architecture registry reads it
+#include "loom/kernels/kernel_config.h"
+#include "loom/kernels/kernel_plan.h"
+#include "loom/kernels/module_view.h"
 #include "loom/models/decoder.h"
 #include "loom/weights/conversion_plan.h"
 #include "loom/weights/weight_rule.h"
 
 namespace loom::models {
+
+// How to load one model instance. Everything here applies to that instance
+// only: a KernelConfig's layouts rename/merge this model's parameters and
+// nothing else's.
+struct LoadOptions {
+  // Empty (the default): every module runs its own forward, exactly as load(dir).
+  kernels::KernelConfig kernel_config;
+  std::vector<std::string> plugin_dirs;          // plugins here need trust_remote_code
+  std::vector<std::string> trusted_plugin_dirs;
+  // Kernels added to this load's registry next to the built-in ones (an
+  // embedding application's own, or a test's). A kernel that is selected must
+  // still be one loom can record.
+  std::vector<kernels::KernelSpec> extra_kernels;
+  const kernels::CpuFeatures* cpu = nullptr;     // nullptr: the host's
+};
 
 class Model {
  public:
@@ -28,6 +46,11 @@ class Model {
   // dtypes, rules that do not fit. Tensors the architecture does not use are
   // reported with a warning.
   static Result<std::shared_ptr<Model>> load(const std::string& dir);
+  // With a KernelConfig: builds the module tree, records the plain graph,
+  // resolves the config against it (kernels/kernel_plan.h), loads the weights
+  // with the layouts' rules appended to the architecture's, then records the
+  // step graph with the chosen kernels. Errors also name the config entry.
+  static Result<std::shared_ptr<Model>> load(const std::string& dir, const LoadOptions& options);
 
   const std::string& dir() const { return dir_; }
   const ModelConfig& config() const { return config_; }
@@ -42,6 +65,8 @@ class Model {
   // The graph of one forward step over a packed batch (see step_io names).
   // Built once; every caller shares it.
   std::shared_ptr<const graph::Graph> step_graph() const { return graph_; }
+  // The kernel plan this instance was loaded with; nullptr without a KernelConfig.
+  const kernels::KernelPlan* kernel_plan() const { return kernel_plan_.get(); }
 
   int64_t vocab_size() const { return config_.vocab_size; }
   int num_layers() const { return static_cast<int>(config_.num_hidden_layers); }
@@ -58,10 +83,19 @@ class Model {
   std::unique_ptr<ConversionPlan> plan_;
   std::map<std::string, Tensor> params_;
   std::shared_ptr<const graph::Graph> graph_;
+  std::unique_ptr<kernels::KernelPlan> kernel_plan_;
 };
 
 // The module tree's parameters as a conversion plan expects them: name → shape,
 // dtype left to the checkpoint (loom runs F32, BF16 and F16 weights as stored).
 ExpectedParams expected_parameters(const Module& root);
+
+// What kernels/ sees of a module tree (kernels/module_view.h): every module
+// with its subtree's parameters, on the CPU, and `graph` (the graph recorded
+// with every module's own forward; not owned) for fusion checks.
+kernels::ModuleView module_view(const Module& root, const graph::Graph* graph);
+// The model's tree and its step graph. The step graph is the plain graph only
+// for a model loaded without kernels.
+kernels::ModuleView module_view(const Model& model);
 
 }  // namespace loom::models

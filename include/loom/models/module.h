@@ -1,19 +1,48 @@
 // Modules mirror Transformers' nn.Module tree: each has the path of its
 // parameters ("model.layers.3.mlp"), a class name ("LlamaMLP") and a kernel layer
-// name ("MLP") that KernelConfig can target. Calling forward records ops.
+// name ("MLP") that KernelConfig can target. Calling forward records ops; a
+// module named in the builder's KernelPlan records the kernel's ops instead.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "loom/core/tensor.h"
 #include "loom/graph/builder.h"
+#include "loom/kernels/kernel_plan.h"
 
 namespace loom::models {
 
-using graph::GraphBuilder;
 using graph::ValueId;
+
+class Module;
+
+// What modules record into: graph::GraphBuilder plus, when the model was
+// loaded with a KernelConfig, the resolved plan each kernel-layer module
+// consults (kernels/kernel_plan.h). Without a plan every module records its
+// own forward, exactly as a model loaded without kernels.
+class GraphBuilder : public graph::GraphBuilder {
+ public:
+  GraphBuilder(graph::Graph* graph, ParameterSource params, const kernels::KernelPlan* plan = nullptr,
+               const Module* root = nullptr);
+
+  // The plan's entry for `path` when it changes what that module records
+  // (kKernel, kFused, kFusedAway); nullptr when the module runs its own
+  // forward (no plan, not asked, fallback, or inside a replaced module, whose
+  // owner decides which of its children it still calls).
+  const kernels::ModuleKernel* kernel(const std::string& path) const;
+  // A module of the tree by path (fused heads look up the other children).
+  const Module* module(const std::string& path) const;
+  // A node with several outputs, in the current scope.
+  std::vector<ValueId> op_multi(const std::string& op, std::vector<ValueId> inputs,
+                                std::map<std::string, graph::AttrValue> attrs = {});
+
+ private:
+  const kernels::KernelPlan* plan_;
+  std::map<std::string, const Module*> modules_;
+};
 
 // A parameter a module expects in the checkpoint, with its shape.
 struct ParameterSpec {

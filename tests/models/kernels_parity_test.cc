@@ -1,0 +1,252 @@
+// Models loaded with a KernelConfig: each built-in kernel and the RMSNorm+MLP
+// fusion (all layers, and a pattern selecting one layer) must give the logits
+// and greedy tokens of the same checkpoint loaded without kernels; layouts stay
+// with their instance; save_pretrained writes the original checkpoint back.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "loom/batching/generate.h"
+#include "loom/batching/model_runner.h"
+#include "loom/models/model.h"
+#include "loom/models/save_pretrained.h"
+#include "loom/runtime/kv_cache_contiguous.h"
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+using kernels::ModuleKernelKind;
+
+fs::path fixtures_dir() {
+  if (const char* env = std::getenv("LOOM_FIXTURES_DIR")) return env;
+  return fs::path(LOOM_BINARY_DIR) / "fixtures";
+}
+
+fs::path fixture(const std::string& name) {
+  const fs::path p = fixtures_dir() / name;
+  if (!fs::exists(p / "config.json"))
+    throw Error(not_found("missing fixture " + p.string() + ": run scripts/make-fixtures " + fixtures_dir().string()));
+  return p;
+}
+
+std::vector<int32_t> prompt_of(const std::string& name) {
+  std::ifstream in(fixture(name) / "reference.json");
+  return nlohmann::json::parse(in)["prompt_ids"].get<std::vector<int32_t>>();
+}
+
+std::shared_ptr<models::Model> load_with(const std::string& name, const std::string& config_json) {
+  models::LoadOptions o;
+  auto cfg = kernels::KernelConfig::parse(config_json);
+  if (!cfg.ok()) throw Error(cfg.status());
+  o.kernel_config = std::move(cfg).value();
+  auto m = models::Model::load(fixture(name).string(), o);
+  if (!m.ok()) throw Error(m.status());
+  return m.value();
+}
+
+// Every token's logits for the prompt (prefill), then the logits of 3 decode steps.
+std::vector<float> logits_of(const std::shared_ptr<models::Model>& model, const std::vector<int32_t>& prompt) {
+  auto runner = batching::ModelRunner::create(model, "cpu").value();
+  runtime::ContiguousKvCache cache(runner->kv_layout(), 1, static_cast<int64_t>(prompt.size()) + 8);
+  const int64_t n = static_cast<int64_t>(prompt.size()) - 3;
+  std::vector<float> out =
+      runner->step({{prompt.data(), n, 0}}, cache, batching::LogitsRows::kAllTokens).value().to_f32_vector();
+  for (int64_t i = n; i < n + 3; ++i) {
+    const std::vector<float> l = runner->step({{prompt.data() + i, 1, i}}, cache).value().to_f32_vector();
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  return out;
+}
+
+std::vector<int32_t> greedy_of(const std::shared_ptr<models::Model>& model, const std::vector<int32_t>& prompt) {
+  auto runner = batching::ModelRunner::create(model, "cpu").value();
+  batching::GenerateOptions o;
+  o.max_new_tokens = 16;
+  return batching::generate(*runner, prompt, o).value().generated_ids;
+}
+
+struct Case {
+  std::string label;
+  std::string config;
+  // Module path → what the plan must have chosen there (so a config that
+  // silently matched nothing cannot pass as parity).
+  std::vector<std::pair<std::string, ModuleKernelKind>> expect;
+  // Ops the kernel graph must record (so parity is not a plain graph compared with itself).
+  std::vector<std::string> ops;
+};
+
+std::vector<Case> cases() {
+  const std::string norm_mlp_all =
+      R"([[["RMSNorm", "model.layers.*.post_attention_layernorm"], ["MLP", "model.layers.*.mlp"]], "loom:RMSNormMLP"])";
+  const std::string norm_mlp_one =
+      R"([[["RMSNorm", "model.layers.1.post_attention_layernorm"], ["MLP", "model.layers.1.mlp"]], "loom:RMSNormMLP"])";
+  return {
+      {"FusedRMSNorm", R"({"RMSNorm": "loom:FusedRMSNorm"})",
+       {{"model.norm", ModuleKernelKind::kKernel}, {"model.layers.0.input_layernorm", ModuleKernelKind::kKernel}},
+       {"rms_norm"}},
+      {"SiLUAndMul", R"({"SiLUAndMul": "loom:SiLUAndMul"})", {{"model.layers.0.mlp.act_fn", ModuleKernelKind::kKernel}},
+       {"silu_and_mul"}},
+      {"FusedQKV", R"({"Attention": "loom:FusedQKV"})", {{"model.layers.1.self_attn", ModuleKernelKind::kKernel}},
+       {"split_columns"}},
+      {"RMSNormMLP", R"({"fusions": [)" + norm_mlp_all + "]}",
+       {{"model.layers.0.post_attention_layernorm", ModuleKernelKind::kFused},
+        {"model.layers.1.mlp", ModuleKernelKind::kFusedAway}},
+       {"silu_and_mul"}},
+      {"RMSNormMLP_layer1_only", R"({"fusions": [)" + norm_mlp_one + "]}",
+       {{"model.layers.1.post_attention_layernorm", ModuleKernelKind::kFused},
+        {"model.layers.0.post_attention_layernorm", ModuleKernelKind::kOwnForward},
+        {"model.layers.0.mlp", ModuleKernelKind::kOwnForward}},
+       {"silu_and_mul", "silu"}},
+      {"All", R"({"RMSNorm": "loom:FusedRMSNorm", "Attention": "loom:FusedQKV", "SiLUAndMul": "loom:SiLUAndMul", "fusions": [)" +
+                  norm_mlp_one + "]}",
+       {{"model.layers.1.post_attention_layernorm", ModuleKernelKind::kFused},
+        {"model.layers.0.mlp.act_fn", ModuleKernelKind::kKernel},
+        {"model.layers.1.mlp.act_fn", ModuleKernelKind::kInsideReplaced}},
+       {"silu_and_mul", "split_columns"}},
+  };
+}
+
+class KernelsParity : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(KernelsParity, LogitsAndGreedyTokensMatchTheModelWithoutKernels) {
+  const std::string name = std::get<0>(GetParam());
+  const Case c = cases()[static_cast<size_t>(std::get<1>(GetParam()))];
+  const std::vector<int32_t> prompt = prompt_of(name);
+  auto plain = models::Model::load(fixture(name).string()).value();
+  auto fused = load_with(name, c.config);
+  ASSERT_NE(fused->kernel_plan(), nullptr);
+  for (const auto& [path, kind] : c.expect) {
+    const kernels::ModuleKernel* mk = fused->kernel_plan()->find(path);
+    ASSERT_NE(mk, nullptr) << path;
+    EXPECT_EQ(mk->kind, kind) << c.label << ": " << path << " is " << kernels::module_kernel_kind_name(mk->kind);
+  }
+
+  std::set<std::string> recorded;
+  for (const graph::Node& n : fused->step_graph()->nodes()) recorded.insert(n.op);
+  for (const std::string& op : c.ops) EXPECT_TRUE(recorded.count(op)) << c.label << " records no " << op;
+  if (c.label != "FusedRMSNorm")  // loom's rms_norm op already is the fused norm
+    EXPECT_NE(fused->step_graph()->to_string(), plain->step_graph()->to_string()) << c.label;
+
+  const std::vector<float> want = logits_of(plain, prompt);
+  const std::vector<float> got = logits_of(fused, prompt);
+  ASSERT_EQ(got.size(), want.size());
+  double max_abs = 0, err = 0, energy = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    max_abs = std::max(max_abs, std::fabs(d));
+    err += d * d;
+    energy += static_cast<double>(want[i]) * want[i];
+  }
+  const double nmse = err / energy;
+  const bool f32 = name.find("-f32") != std::string::npos;
+  if (f32) EXPECT_LE(max_abs, 1e-5) << name << " " << c.label << ": max |fused - plain| over all logits";
+  else EXPECT_LE(nmse, 1e-4) << name << " " << c.label << ": NMSE of logits";
+  RecordProperty("max_abs_diff", std::to_string(max_abs));
+  RecordProperty("nmse", std::to_string(nmse));
+  std::printf("[parity] %-12s %-24s max_abs %.3g nmse %.3g\n", name.c_str(), c.label.c_str(), max_abs, nmse);
+
+  EXPECT_EQ(greedy_of(fused, prompt), greedy_of(plain, prompt)) << name << " " << c.label;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, KernelsParity,
+                         ::testing::Combine(::testing::Values("llama-f32", "qwen2-f32", "llama-bf16", "qwen2-bf16"),
+                                            ::testing::Range(0, static_cast<int>(cases().size()))),
+                         [](const auto& info) {
+                           std::string s = std::get<0>(info.param) + "_" + cases()[static_cast<size_t>(std::get<1>(info.param))].label;
+                           for (auto& ch : s) if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return s;
+                         });
+
+TEST(KernelsLoad, LayoutParametersStayWithTheirInstance) {
+  auto fused = load_with("llama-f32", R"({"Attention": "loom:FusedQKV", "fusions": [[[["RMSNorm", "model.layers.*.post_attention_layernorm"], ["MLP", "model.layers.*.mlp"]], "loom:RMSNormMLP"]]})");
+  EXPECT_TRUE(fused->parameters().count("model.layers.0.self_attn.qkv_proj.weight"));
+  EXPECT_TRUE(fused->parameters().count("model.layers.0.post_attention_layernorm.gate_up_proj.weight"));
+  EXPECT_FALSE(fused->parameters().count("model.layers.0.self_attn.q_proj.weight"));
+  EXPECT_FALSE(fused->parameters().count("model.layers.0.mlp.gate_proj.weight"));
+
+  // Loaded afterwards in the same process, without a config: original names only.
+  auto plain = models::Model::load(fixture("llama-f32").string()).value();
+  EXPECT_EQ(plain->kernel_plan(), nullptr);
+  std::vector<models::ParameterSpec> declared;
+  plain->module().collect_parameters(&declared);
+  ASSERT_EQ(plain->parameters().size(), declared.size());
+  for (const auto& p : declared) EXPECT_TRUE(plain->parameters().count(p.name)) << p.name;
+  for (const auto& [n, t] : plain->parameters()) {
+    EXPECT_EQ(n.find("qkv_proj"), std::string::npos) << n;
+    EXPECT_EQ(n.find("gate_up_proj"), std::string::npos) << n;
+  }
+  for (const graph::Node& n : plain->step_graph()->nodes()) {
+    EXPECT_NE(n.op, "split_columns");
+    EXPECT_NE(n.op, "silu_and_mul");
+  }
+}
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(KernelsLoad, SavePretrainedOfAKernelModelWritesTheOriginalCheckpoint) {
+  for (const std::string name : {"llama-f32", "qwen2-bf16"}) {
+    auto fused = load_with(name, R"({"Attention": "loom:FusedQKV", "fusions": [[[["RMSNorm", "model.layers.*.post_attention_layernorm"], ["MLP", "model.layers.*.mlp"]], "loom:RMSNormMLP"]]})");
+    const fs::path out = fs::temp_directory_path() / ("loom_kernels_save_" + name + "_" + std::to_string(::getpid()));
+    fs::remove_all(out);
+    ASSERT_TRUE(models::save_pretrained(*fused, out.string()).ok());
+    const std::string original = read_bytes(fixture(name) / "model.safetensors");
+    ASSERT_FALSE(original.empty());
+    EXPECT_TRUE(read_bytes(out / "model.safetensors") == original) << name << ": written checkpoint differs";
+    fs::remove_all(out);
+  }
+}
+
+TEST(KernelsLoad, NoVariantForThisCpuWithoutFallbackIsAnError) {
+  kernels::KernelSpec bf16;
+  bf16.repo = "loom";
+  bf16.name = "Bf16Norm";
+  bf16.devices = {"cpu"};
+  bf16.layers = {"RMSNorm"};
+  bf16.cpu_features = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"};
+  const kernels::CpuFeatures avx2 = kernels::CpuFeatures::from_names({"sse4_2", "avx", "avx2", "fma", "f16c"}).value();
+  models::LoadOptions o;
+  o.extra_kernels = {bf16};
+  o.cpu = &avx2;
+  o.kernel_config = kernels::KernelConfig::parse(R"({"RMSNorm": "loom:Bf16Norm", "use_fallback": false})").value();
+  auto m = models::Model::load(fixture("llama-f32").string(), o);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("use_fallback is off"), std::string::npos) << m.status().message();
+  EXPECT_NE(m.status().message().find("\"RMSNorm\""), std::string::npos) << m.status().message();
+
+  // With fallback the norms run their own forward: the same graph as without kernels.
+  o.kernel_config.set_use_fallback(true);
+  auto fb = models::Model::load(fixture("llama-f32").string(), o);
+  ASSERT_TRUE(fb.ok()) << fb.status().message();
+  EXPECT_EQ(fb.value()->kernel_plan()->find("model.norm")->kind, ModuleKernelKind::kFallback);
+  auto plain = models::Model::load(fixture("llama-f32").string()).value();
+  EXPECT_EQ(fb.value()->step_graph()->to_string(), plain->step_graph()->to_string());
+}
+
+TEST(KernelsLoad, ASelectedKernelLoomCannotRecordIsAnErrorNamingTheModule) {
+  kernels::KernelSpec lin;
+  lin.repo = "loom";
+  lin.name = "FancyLinear";
+  lin.devices = {"cpu"};
+  lin.layers = {"Linear"};
+  models::LoadOptions o;
+  o.extra_kernels = {lin};
+  o.kernel_config = kernels::KernelConfig::parse(R"({"Linear": "loom:FancyLinear"})").value();
+  auto m = models::Model::load(fixture("llama-f32").string(), o);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("FancyLinear"), std::string::npos) << m.status().message();
+  EXPECT_NE(m.status().message().find("no graph recording"), std::string::npos) << m.status().message();
+}
+
+}  // namespace
+}  // namespace loom
