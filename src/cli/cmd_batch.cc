@@ -183,7 +183,7 @@ void run_batch(const BatchFlags& f) {
   const std::string dir = resolve_model_dir(f.model).value();
   apply_threads(f.model);
   GenerationConfig gc = GenerationConfig::from_dir_or_default(dir).value();
-  auto model = models::Model::load(dir).value();
+  auto model = load_model(dir, f.model).value();
   gc.inherit_special_tokens(model->config().eos_token_ids, model->config().bos_token_id, model->config().pad_token_id);
   // Command-line sampling flags become every request's defaults.
   const batching::GenerateOptions defaults = make_generate_options(f.sampling, gc, *model, 0);

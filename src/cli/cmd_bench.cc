@@ -25,7 +25,7 @@ void run_bench(const BenchFlags& f) {
   const std::string dir = resolve_model_dir(f.model).value();
   apply_threads(f.model);
   auto t_load = Clock::now();
-  auto model = models::Model::load(dir).value();
+  auto model = load_model(dir, f.model).value();
   auto runner = batching::ModelRunner::create(model, f.model.backend).value();
   const double load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
   const int64_t vocab = model->vocab_size();

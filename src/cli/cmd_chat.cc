@@ -41,7 +41,7 @@ void run_chat(const ChatFlags& f) {
   const std::string dir = resolve_model_dir(f.model).value();
   apply_threads(f.model);
   GenerationConfig gc = GenerationConfig::from_dir_or_default(dir).value();
-  auto model = models::Model::load(dir).value();
+  auto model = load_model(dir, f.model).value();
   auto runner = batching::ModelRunner::create(model, f.model.backend).value();
   auto text = open_text_stream(dir).value();
   if (!text) throw Error(invalid_argument("'" + dir + "' has no tokenizer.json; chat needs one"));

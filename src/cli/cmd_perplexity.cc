@@ -44,7 +44,7 @@ void run_perplexity(const PerplexityFlags& f) {
   if (!in) throw Error(not_found("cannot read --file '" + f.file + "'"));
   std::stringstream ss;
   ss << in.rdbuf();
-  auto model = models::Model::load(dir).value();
+  auto model = load_model(dir, f.model).value();
   auto runner = batching::ModelRunner::create(model, f.model.backend).value();
   auto text = open_text_stream(dir).value();
   if (!text) throw Error(invalid_argument("'" + dir + "' has no tokenizer.json; perplexity needs one"));

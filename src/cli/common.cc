@@ -33,6 +33,23 @@ void add_model_options(CLI::App* cmd, ModelOptions* o, bool model_required) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--backend", o->backend, "Kernel backend: cpu (SIMD) or reference (scalar, slow)")
       ->check(CLI::IsMember({"cpu", "reference"}));
+  cmd->add_option("--kernel-config", o->kernel_config,
+                  "KernelConfig JSON file: kernels replacing modules of this model ({\"RMSNorm\": \"loom:FusedRMSNorm\"})");
+  cmd->add_option("--plugin-dir", o->plugin_dirs, "A directory of plugin kernels (loading them needs trust_remote_code)");
+  cmd->add_option("--trusted-plugin-dir", o->trusted_plugin_dirs, "A directory of trusted plugin kernels");
+}
+
+Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const ModelOptions& o) {
+  if (o.kernel_config.empty()) {
+    if (!o.plugin_dirs.empty() || !o.trusted_plugin_dirs.empty())
+      return invalid_argument("--plugin-dir/--trusted-plugin-dir need --kernel-config FILE naming the kernels to use");
+    return models::Model::load(dir);
+  }
+  models::LoadOptions lo;
+  LOOM_ASSIGN_OR_RETURN(lo.kernel_config, kernels::KernelConfig::from_file(o.kernel_config));
+  lo.plugin_dirs = o.plugin_dirs;
+  lo.trusted_plugin_dirs = o.trusted_plugin_dirs;
+  return models::Model::load(dir, lo);
 }
 
 std::string default_model_dir() {

@@ -1,5 +1,6 @@
 // What every model-loading command shares: --model (default: the bundled
-// model), --threads, --backend; parsing id lists; JSON output helpers.
+// model), --threads, --backend, --kernel-config (+ plugin directories);
+// parsing id lists; JSON output helpers.
 #pragma once
 
 #include <memory>
@@ -19,10 +20,16 @@ struct ModelOptions {
   std::string model_dir;
   int threads = 0;  // 0: LOOM_NUM_THREADS or all cores
   std::string backend = "cpu";
+  std::string kernel_config;  // a KernelConfig JSON file; empty: no kernels
+  std::vector<std::string> plugin_dirs, trusted_plugin_dirs;
 };
 
-// Adds --model, --threads, --backend to `cmd`.
+// Adds --model, --threads, --backend, --kernel-config, --plugin-dir,
+// --trusted-plugin-dir to `cmd`.
 void add_model_options(CLI::App* cmd, ModelOptions* o, bool model_required = false);
+// Model::load with the kernel flags (plugin directories without
+// --kernel-config are an error: nothing would use them).
+Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const ModelOptions& o);
 
 // The bundled default model: $LOOM_DEFAULT_MODEL, else models/<default> next to
 // the source tree or the installed binary.

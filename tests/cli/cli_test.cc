@@ -231,4 +231,26 @@ TEST(Cli, KernelsExplainsTheChoicePerModule) {
   fs::remove_all(dir);
 }
 
+// --kernel-config on a model-loading command: the fused kernels give the same
+// greedy continuation as the plain model; a bad config fails naming the key.
+TEST(Cli, GenerateWithAKernelConfigGivesTheSameTokens) {
+  const fs::path dir = fs::temp_directory_path() / ("loom_cli_kernel_config_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "k.json")
+      << R"({"Attention": "loom:FusedQKV", "fusions": [[[["RMSNorm", "model.layers.*.post_attention_layernorm"], ["MLP", "model.layers.*.mlp"]], "loom:RMSNormMLP"]]})";
+  std::ofstream(dir / "bad.json") << R"({"NoSuchLayer": "loom:FusedRMSNorm"})";
+  const std::string base = "generate --model " + fixture("llama-f32") + " --prompt-ids 5,6,7,8 --max-new-tokens 12 --json";
+  CommandResult plain = loom(base);
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  CommandResult fused = loom(base + " --kernel-config " + (dir / "k.json").string());
+  ASSERT_EQ(fused.exit_code, 0) << fused.out;
+  const nlohmann::json a = nlohmann::json::parse(plain.out), b = nlohmann::json::parse(fused.out);
+  EXPECT_FALSE(a["generated_ids"].empty());
+  EXPECT_EQ(a["generated_ids"], b["generated_ids"]);
+  CommandResult bad = loom(base + " --kernel-config " + (dir / "bad.json").string());
+  EXPECT_NE(bad.exit_code, 0) << bad.out;
+  EXPECT_NE(bad.out.find("NoSuchLayer"), std::string::npos) << bad.out;
+  fs::remove_all(dir);
+}
+
 }  // namespace
