@@ -190,7 +190,7 @@ TEST(Cli, ConvertWritesTheSameCheckpointAndGuardsItsOutput) {
   fs::remove_all(out);
 }
 // `loom export`: a program directory a user can load, the stages' summary on
-// stderr, and a clear error for formats not available.
+// stderr, an ONNX file, and a clear error for the format not available.
 TEST(Cli, ExportWritesAProgramAndReportsItsStages) {
   const fs::path dir = fs::temp_directory_path() / ("loom_cli_export_" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -203,9 +203,12 @@ TEST(Cli, ExportWritesAProgramAndReportsItsStages) {
   r = loom("export --model " + fixture("llama-f32") + " --out " + (dir / "q").string() + " --seq-len 8 --batch-size 2");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("static 2×8"), std::string::npos) << r.out;
-  r = loom("export --model " + fixture("llama-f32") + " --out " + (dir / "o").string() + " --format onnx");
+  r = loom("export --model " + fixture("llama-f32") + " --out " + (dir / "o.onnx").string() + " --format onnx");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(fs::exists(dir / "o.onnx"));
+  r = loom("export --model " + fixture("llama-f32") + " --out " + (dir / "x").string() + " --format portable");
   EXPECT_EQ(r.exit_code, 2) << r.out;
-  EXPECT_NE(r.out.find("--format onnx"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--format portable"), std::string::npos) << r.out;
   fs::remove_all(dir);
 }
 
