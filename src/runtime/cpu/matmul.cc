@@ -55,9 +55,11 @@ int64_t stream_max_rows(const PackedLinear& w) {
 // Rows of x packed per block in the large-M path: 192 × kKc f32 = 192 KB of x in
 // L2 per k block, reused by every weight panel of the thread.
 constexpr int64_t kMc = 192;
-// Panels per work-sharing chunk in the blocked path (at most; layers with few
-// panels get ≥ 4 chunks per thread): each chunk re-reads the packed x from L3.
-constexpr int64_t kBlockedChunkPanels = 8;
+// Work-sharing chunks per thread in the blocked path. Each chunk re-reads the
+// packed x from L3/DRAM for every row and k block, stalling its first panel, so
+// chunks stay large (a thread used to read x once for its whole share): two per
+// thread still leaves a late or descheduled thread's second half to the others.
+constexpr int64_t kBlockedChunksPerThread = 2;
 
 const KernelTable& table_for(Isa isa) {
 #if defined(LOOM_MATMUL_X86)
@@ -450,7 +452,7 @@ void linear(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, 
         });
         pb.xpack = xpack;
       }
-      const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(kBlockedChunkPanels, panels / (4 * threads)));
+      const int64_t chunk = std::max<int64_t>(1, panels / (kBlockedChunksPerThread * threads));
       share_chunks(pool, panels, chunk, [&](int64_t p0, int64_t p1) { blocked(pb, 0, M, p0, p1); });
     }
   } else {
