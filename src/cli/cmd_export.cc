@@ -2,14 +2,17 @@
 // step graph through the export pipeline (patches, node fixes, signature and
 // dimensions, program fixes, metadata) and write an ExportedProgram that loom
 // loads and runs. `--format onnx --out model.onnx [--opset N] [--onnx-ops
-// standard]`: lower it to ONNX with Optimum's decoder signature. Prints the
-// stages' summary: which patches, how many nodes each fix rewrote.
+// standard]`: lower it to ONNX with Optimum's decoder signature. `--format
+// portable --out model.lpte [--backend reference|cpu_simd]`: a memory-planned
+// program for loom_portable (src/portable). Prints the stages' summary: which
+// patches, how many nodes each fix rewrote.
 #include <chrono>
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "loom/export/onnx_exporter.h"
+#include "loom/export/portable_exporter.h"
 #include "loom/export/program_exporter.h"
 #include "loom/export/program_io.h"
 
@@ -26,6 +29,8 @@ struct ExportArgs {
   std::string onnx_ops = "standard";
   bool no_optimize = false;
   int64_t external_threshold = 1024;
+  std::string backend = "reference";  // portable: a registered backend preparation
+  int64_t max_positions = 0;          // portable: KV cache length (0: the model's, at most 4096)
 };
 
 void run_onnx_export(const ExportArgs& a) {
@@ -49,11 +54,31 @@ void run_onnx_export(const ExportArgs& a) {
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
+void run_portable_export(const ExportArgs& a) {
+  ModelOptions mo;
+  mo.model_dir = a.model_dir;
+  const std::string dir = resolve_model_dir(mo).value();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::fprintf(stderr, "export: loading %s\n", dir.c_str());
+  auto model = models::Model::load(dir).value();
+  exporting::PortableExportOptions o;
+  o.backend = a.backend;
+  o.strict = a.strict;
+  if (a.max_tokens > 0) o.max_tokens = a.max_tokens;
+  o.max_positions = a.max_positions;
+  exporting::PortableExportReport report;
+  const Status s = exporting::export_portable(*model, a.out, o, &report);
+  if (!s.ok()) throw Error(s);
+  for (const std::string& line : report.lines()) std::fprintf(stderr, "export: %s\n", line.c_str());
+  std::fprintf(stderr, "export: wrote %s (backend %s, %lld tokens per chunk) in %.2f s\n", a.out.c_str(), a.backend.c_str(),
+               static_cast<long long>(o.max_tokens), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
 void run_export(const ExportArgs& a) {
   if (a.format == "onnx") return run_onnx_export(a);
+  if (a.format == "portable") return run_portable_export(a);
   if (a.format != "program")
-    throw Error(unsupported("--format " + a.format + ": only 'program' and 'onnx' can be exported so far (portable is "
-                              "not implemented yet)"));
+    throw Error(unsupported("--format " + a.format + ": the formats are program, onnx and portable"));
   ModelOptions mo;
   mo.model_dir = a.model_dir;
   const std::string dir = resolve_model_dir(mo).value();
@@ -86,18 +111,20 @@ void run_export(const ExportArgs& a) {
 }  // namespace
 
 void add_export_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("export", "Export the model's graph (a loom program or an ONNX file) through the staged export pipeline");
+  auto* cmd = app.add_subcommand("export", "Export the model's graph (a loom program, an ONNX file or a portable program) through the staged export pipeline");
   auto a = std::make_shared<ExportArgs>();
   cmd->add_option("--model,-m", a->model_dir, "Checkpoint folder (default: the bundled model)");
-  cmd->add_option("--out,-o", a->out, "Output folder (program) or .onnx file (onnx)")->required();
-  cmd->add_option("--format,-f", a->format, "program or onnx (portable: not implemented yet)");
+  cmd->add_option("--out,-o", a->out, "Output folder (program), .onnx file (onnx) or .lpte file (portable)")->required();
+  cmd->add_option("--format,-f", a->format, "program, onnx or portable");
+  cmd->add_option("--backend", a->backend, "Portable: the backend preparation (reference or cpu_simd)");
+  cmd->add_option("--max-positions", a->max_positions, "Portable: KV cache length (default the model's, at most 4096)");
   cmd->add_option("--opset", a->opset, "ONNX: opset version (default 17, the newest Debian's onnx checker accepts)");
   cmd->add_option("--onnx-ops", a->onnx_ops, "ONNX: standard (plain ONNX ops; 'ort' contrib ops are not implemented)");
   cmd->add_option("--external-data-threshold", a->external_threshold,
                   "ONNX: initializers of at least this many bytes go to <out>.data (negative: none)");
   cmd->add_flag("--no-optimize", a->no_optimize, "ONNX: skip the optimizer stage");
   cmd->add_flag("--dynamic", a->dynamic, "Program: keep the token and sequence counts dynamic (else fixed to --batch-size/--seq-len)");
-  cmd->add_option("--max-tokens", a->max_tokens, "With --dynamic: most tokens per step (default max_position_embeddings)");
+  cmd->add_option("--max-tokens", a->max_tokens, "With --dynamic: most tokens per step (default max_position_embeddings); portable: tokens per chunk (default 32)");
   cmd->add_option("--batch-size", a->batch_size, "Static export: sequences per step (default 1)");
   cmd->add_option("--seq-len", a->seq_len, "Static export: tokens per sequence (default 128)");
   cmd->add_flag("--strict", a->strict, "A patch whose path resolves to nothing is an error, not a warning");

@@ -190,7 +190,8 @@ TEST(Cli, ConvertWritesTheSameCheckpointAndGuardsItsOutput) {
   fs::remove_all(out);
 }
 // `loom export`: a program directory a user can load, the stages' summary on
-// stderr, an ONNX file, and a clear error for the format not available.
+// stderr, an ONNX file, a portable program, and clear errors for an unknown
+// backend or format.
 TEST(Cli, ExportWritesAProgramAndReportsItsStages) {
   const fs::path dir = fs::temp_directory_path() / ("loom_cli_export_" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -206,9 +207,19 @@ TEST(Cli, ExportWritesAProgramAndReportsItsStages) {
   r = loom("export --model " + fixture("llama-f32") + " --out " + (dir / "o.onnx").string() + " --format onnx");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_TRUE(fs::exists(dir / "o.onnx"));
-  r = loom("export --model " + fixture("llama-f32") + " --out " + (dir / "x").string() + " --format portable");
+  r = loom("export --model " + fixture("llama-f32") + " --out " + (dir / "m.lpte").string() +
+           " --format portable --backend cpu_simd --max-tokens 8");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(fs::exists(dir / "m.lpte"));
+  EXPECT_NE(r.out.find("memory plan: arena"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("backend cpu_simd, 8 tokens per chunk"), std::string::npos) << r.out;
+  r = loom("export --model " + fixture("llama-f32") + " --out " + (dir / "n.lpte").string() +
+           " --format portable --backend no_such_backend");
   EXPECT_EQ(r.exit_code, 2) << r.out;
-  EXPECT_NE(r.out.find("--format portable"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no_such_backend"), std::string::npos) << r.out;
+  r = loom("export --model " + fixture("llama-f32") + " --out " + (dir / "x").string() + " --format tflite");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--format tflite"), std::string::npos) << r.out;
   fs::remove_all(dir);
 }
 

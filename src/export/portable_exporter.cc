@@ -1,0 +1,310 @@
+// The portable exporter: program capture → static sizes → lowering → backend
+// preparation → memory planning → flatbuffers. See docs/exporters.md.
+#include "loom/export/portable_exporter.h"
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+
+#include "loom/models/decoder.h"
+#include "loom_program_generated.h"
+#include "onnx_rope_tables.h"
+
+namespace loom::exporting {
+namespace {
+
+namespace fb = loom::portable::fb;
+
+const std::map<std::string, fb::OpCode>& op_codes() {
+  static const std::map<std::string, fb::OpCode> m = {
+      {"embedding", fb::OpCode_Embedding}, {"linear", fb::OpCode_Linear},         {"rms_norm", fb::OpCode_RmsNorm},
+      {"layer_norm", fb::OpCode_LayerNorm}, {"add", fb::OpCode_Add},              {"mul", fb::OpCode_Mul},
+      {"silu", fb::OpCode_Silu},           {"gelu", fb::OpCode_GeluErf},          {"scale", fb::OpCode_Scale},
+      {"softcap", fb::OpCode_Softcap},     {"rope", fb::OpCode_Rope},             {"attention", fb::OpCode_Attention},
+      {"gather_rows", fb::OpCode_GatherRows}, {"silu_and_mul", fb::OpCode_SiluAndMul},
+      {"split_columns", fb::OpCode_SplitColumns}};
+  return m;
+}
+
+// Lowering state: graph values → program tensors.
+struct Lowering {
+  const graph::Graph& g;
+  PortableProgram& p;
+  int tokens_sym, sequences_sym;
+  std::map<graph::ValueId, int> tensor_of;
+  std::map<std::string, int> weight_by_name;
+  std::map<std::string, std::pair<int, int>> rope_tables_by_key;  // attrs → (cos, sin) tensors
+
+  Result<PortableRows> rows_kind(const graph::Dim& d, int64_t* rows) const {
+    if (d.is_static()) {
+      *rows = d.value;
+      return PortableRows::kFixed;
+    }
+    if (d.symbol == tokens_sym) return PortableRows::kTokens;
+    if (d.symbol == sequences_sym) return PortableRows::kSelected;
+    return unsupported("portable export: dimension '" + g.symbols().at(static_cast<size_t>(d.symbol)) +
+                       "' is neither tokens nor sequences");
+  }
+
+  int add_weight(const std::string& name, std::vector<float> data, int64_t rows, int64_t cols) {
+    if (auto it = weight_by_name.find(name); it != weight_by_name.end()) return it->second;
+    PortableTensor t;
+    t.name = name;
+    t.is_weight = true;
+    t.rows = rows;
+    t.cols = cols;
+    t.weight = static_cast<int>(p.weights.size());
+    p.weights.emplace_back(name, std::move(data));
+    p.tensors.push_back(t);
+    return weight_by_name[name] = static_cast<int>(p.tensors.size()) - 1;
+  }
+
+  Result<int> tensor(graph::ValueId v) {
+    if (v == graph::kNoValue) return -1;
+    if (auto it = tensor_of.find(v); it != tensor_of.end()) return it->second;
+    const graph::Value& val = g.value(v);
+    if (val.kind == graph::ValueKind::kParameter || val.kind == graph::ValueKind::kConstant) {
+      const Tensor& w = val.tensor;
+      if (!w.defined() || w.rank() < 1 || w.rank() > 2 || !dtype_is_float(w.dtype()))
+        return unsupported("portable export: weight '" + val.name + "' must be a float tensor of rank 1 or 2");
+      const int64_t rows = w.rank() == 2 ? w.dim(0) : 1, cols = w.rank() == 2 ? w.dim(1) : w.dim(0);
+      return tensor_of[v] = add_weight(val.name.empty() ? "const." + std::to_string(v) : val.name, w.to_f32_vector(), rows, cols);
+    }
+    PortableTensor t;
+    t.name = val.name.empty() ? "v" + std::to_string(v) : val.name;
+    t.is_i32 = val.dtype == DType::kI32;
+    if (val.dtype != DType::kI32 && val.dtype != DType::kF32)
+      return unsupported("portable export: value '" + t.name + "' has dtype " + std::string(dtype_name(val.dtype)));
+    if (val.shape.empty() || val.shape.size() > 2)
+      return unsupported("portable export: value '" + t.name + "' must have rank 1 or 2");
+    LOOM_ASSIGN_OR_RETURN(t.row_kind, rows_kind(val.shape[0], &t.rows));
+    if (val.shape.size() == 2) {
+      if (!val.shape[1].is_static()) return unsupported("portable export: value '" + t.name + "' has a dynamic row size");
+      t.cols = val.shape[1].value;
+    }
+    p.tensors.push_back(t);
+    return tensor_of[v] = static_cast<int>(p.tensors.size()) - 1;
+  }
+
+  // The rope node's cos/sin tables ([max_positions, rotary_dim / 2], × attention
+  // scaling), shared by every rope node with the same attributes.
+  Result<std::pair<int, int>> rope(const graph::Node& n) {
+    std::string key;
+    for (const auto& [k, v] : n.attrs) {
+      if (k == "num_heads") continue;  // q and k share the tables
+      key += k + "=";
+      std::visit([&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::string>) key += x;
+        else if constexpr (std::is_arithmetic_v<T>) key += std::to_string(x);
+        else for (auto e : x) key += std::to_string(e) + ",";
+      }, v);
+      key += ";";
+    }
+    if (auto it = rope_tables_by_key.find(key); it != rope_tables_by_key.end()) return it->second;
+    LOOM_ASSIGN_OR_RETURN(RopeTables t, rope_tables(n, p.max_positions));
+    const std::string base = "rope." + std::to_string(rope_tables_by_key.size());
+    const int c = add_weight(base + ".cos", std::move(t.cos), t.positions, t.half);
+    const int s = add_weight(base + ".sin", std::move(t.sin), t.positions, t.half);
+    return rope_tables_by_key[key] = {c, s};
+  }
+};
+
+}  // namespace
+
+std::vector<std::string> PortableExportReport::lines() const {
+  std::vector<std::string> out = capture.lines();
+  std::string ops;
+  for (const auto& [op, n] : lowered) ops += (ops.empty() ? "" : ", ") + op + "×" + std::to_string(n);
+  out.push_back("lowered: " + ops);
+  out.push_back("memory plan: arena " + std::to_string(arena_bytes) + " bytes (" + std::to_string(unplanned_bytes) +
+                " without reuse), KV state " + std::to_string(state_bytes) + " bytes");
+  if (program_bytes) out.push_back("program: " + std::to_string(program_bytes) + " bytes (weights " + std::to_string(weight_bytes) + ")");
+  return out;
+}
+
+Result<PortableProgram> lower_portable(const models::Model& model, const PortableExportOptions& o, PortableExportReport* report) {
+  PortableExportReport local;
+  PortableExportReport& r = report ? *report : local;
+  const ModelConfig& cfg = model.config();
+  if (o.max_tokens < 1) return invalid_argument("portable export: max_tokens must be ≥ 1");
+  PortableProgram p;
+  p.max_tokens = o.max_tokens;
+  p.max_positions = o.max_positions > 0 ? o.max_positions
+                                        : std::min<int64_t>(cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 4096, 4096);
+  p.vocab_size = cfg.vocab_size;
+  p.model_type = cfg.model_type;
+
+  // ── Stage 1: capture — the program exporter with the "portable" backend's patches and fixes ──
+  // Tokens stay symbolic (a chunk runs 1..max_tokens of them), so the plan
+  // holds for every chunk size; everything else is fixed here or below.
+  ProgramExportOptions po;
+  po.backend = "portable";
+  po.strict = o.strict;
+  po.dynamic = true;
+  po.ranges[models::step_io::kTokens] = {1, o.max_tokens};
+  po.ranges[models::step_io::kSequences] = {1, o.max_tokens};
+  LOOM_ASSIGN_OR_RETURN(ExportedProgram ep, export_program(model, po, &r.capture));
+  const graph::Graph& g = ep.graph;
+
+  // ── Stage 2: static sizes — batch 1, max_tokens per chunk, max_positions of KV cache ──
+  // One sequence: its tokens are the chunk's rows, and the rows whose logits
+  // are wanted ("sequences" in loom's step graph) are chosen per run.
+  for (const std::string& sym : g.symbols())
+    if (sym != models::step_io::kTokens && sym != models::step_io::kSequences)
+      return unsupported("portable export: the graph has a dimension '" + sym + "' the portable runtime cannot size");
+  for (const std::string& in : ep.input_names)
+    if (in != models::step_io::kInputIds && in != models::step_io::kPositions && in != models::step_io::kLogitsIndices)
+      return unsupported("portable export: unknown graph input '" + in + "'");
+
+  // ── Stage 3: lowering — ops over numbered tensors, f32 weights, rotary tables, KV state ──
+  Lowering L{g, p, g.symbol(models::step_io::kTokens), g.symbol(models::step_io::kSequences)};
+  for (graph::ValueId v : g.inputs()) {
+    LOOM_ASSIGN_OR_RETURN(int t, L.tensor(v));
+    p.inputs[g.value(v).name] = t;
+  }
+  const graph::ValueId positions = g.input(models::step_io::kPositions);
+  std::map<int, int64_t> kv_rows;
+  for (const graph::Node& n : g.nodes()) {
+    if (!op_codes().count(n.op))
+      return unsupported("portable export: op '" + n.op + "' (" + n.scope + ") has no portable kernel");
+    PortableOp op;
+    op.op = n.op;
+    op.scope = n.scope;
+    for (graph::ValueId v : n.inputs) {
+      LOOM_ASSIGN_OR_RETURN(int t, L.tensor(v));
+      op.inputs.push_back(t);
+    }
+    for (graph::ValueId v : n.outputs) {
+      LOOM_ASSIGN_OR_RETURN(int t, L.tensor(v));
+      op.outputs.push_back(t);
+    }
+    if (n.op == "rms_norm") {
+      op.eps = n.attr_float("eps");
+      op.weight_offset = n.attr_float("weight_offset", 0.0);
+    } else if (n.op == "layer_norm") {
+      op.eps = n.attr_float("eps");
+    } else if (n.op == "gelu") {
+      const std::string a = n.attr_str("approximate", "none");
+      if (a != "none" && a != "tanh") return unsupported("portable export: gelu approximate='" + a + "' (" + n.scope + ")");
+      op.gelu_tanh = a == "tanh";
+    } else if (n.op == "scale") {
+      op.factor = n.attr_float("factor");
+    } else if (n.op == "softcap") {
+      op.cap = n.attr_float("cap");
+    } else if (n.op == "split_columns") {
+      op.sizes = n.attr_ints("sizes");
+    } else if (n.op == "rope") {
+      op.num_heads = static_cast<int>(n.attr_int("num_heads"));
+      op.head_dim = static_cast<int>(n.attr_int("head_dim"));
+      op.rotary_dim = static_cast<int>(n.attr_int("rotary_dim"));
+      auto tables = L.rope(n);
+      if (!tables.ok()) return Status(tables.status().code(), "portable export: " + tables.status().message());
+      op.inputs.push_back(tables.value().first);
+      op.inputs.push_back(tables.value().second);
+    } else if (n.op == "attention") {
+      op.layer = static_cast<int>(n.attr_int("layer"));
+      op.num_heads = static_cast<int>(n.attr_int("num_q_heads"));
+      op.num_kv_heads = static_cast<int>(n.attr_int("num_kv_heads"));
+      op.head_dim = static_cast<int>(n.attr_int("head_dim"));
+      op.scale = n.attr_float("scale");
+      op.sliding_window = n.attr_int("sliding_window", 0);
+      op.softcap = n.attr_float("softcap", 0.0);
+      op.inputs.push_back(L.tensor_of.at(positions));  // where this chunk's K/V go
+      const int64_t row = int64_t{op.num_kv_heads} * op.head_dim;
+      if (auto it = kv_rows.find(op.layer); it != kv_rows.end() && it->second != row)
+        return unsupported("portable export: two attention ops share layer " + std::to_string(op.layer) + " with different K/V rows");
+      kv_rows[op.layer] = row;
+    }
+    ++r.lowered[n.op];
+    p.ops.push_back(std::move(op));
+  }
+  for (const auto& [name, v] : g.outputs()) {
+    LOOM_ASSIGN_OR_RETURN(int t, L.tensor(v));
+    p.outputs[name] = t;
+  }
+  if (!p.outputs.count(models::step_io::kLogits)) return unsupported("portable export: the graph has no 'logits' output");
+  const int layers = kv_rows.empty() ? 0 : kv_rows.rbegin()->first + 1;
+  for (int l = 0; l < layers; ++l) {
+    PortableKvLayer kv;
+    kv.kv_row = kv_rows.count(l) ? kv_rows[l] : 0;
+    kv.k_offset = p.state_floats;
+    kv.v_offset = p.state_floats + static_cast<uint64_t>(kv.kv_row * p.max_positions);
+    p.state_floats = kv.v_offset + static_cast<uint64_t>(kv.kv_row * p.max_positions);
+    p.kv_layers.push_back(kv);
+  }
+  p.metadata = ep.metadata;
+  p.metadata.erase("dynamic");  // the sizes are the two below
+  p.metadata["max_tokens"] = std::to_string(p.max_tokens);
+  p.metadata["max_positions"] = std::to_string(p.max_positions);
+
+  // ── Stage 4: backend preparation — prepare_for_<backend> (registered per name) ──
+  LOOM_RETURN_IF_ERROR(prepare_for_backend(o.backend, p));
+
+  // ── Stage 5: memory planning — one arena, an offset per activation, liveness-based reuse ──
+  LOOM_RETURN_IF_ERROR(plan_memory(p));
+  r.arena_bytes = p.arena_bytes;
+  r.unplanned_bytes = p.unplanned_bytes;
+  r.state_bytes = p.state_floats * 4;
+  r.weight_bytes = 0;
+  for (const auto& [name, w] : p.weights) r.weight_bytes += w.size() * 4;
+  return p;
+}
+
+Result<std::vector<uint8_t>> serialize_portable(const PortableProgram& p) {
+  size_t weight_bytes = 0;
+  for (const auto& [name, w] : p.weights) weight_bytes += w.size() * 4;
+  if (weight_bytes > (size_t{1} << 31) - (size_t{64} << 20))
+    return unsupported("portable export: " + std::to_string(weight_bytes) +
+                       " bytes of f32 weights exceed what one flatbuffer holds (2 GiB)");
+  flatbuffers::FlatBufferBuilder b(weight_bytes + (1 << 20));
+  std::vector<flatbuffers::Offset<fb::WeightData>> weights;
+  for (const auto& [name, w] : p.weights) weights.push_back(fb::CreateWeightData(b, b.CreateString(name), b.CreateVector(w)));
+  std::vector<flatbuffers::Offset<fb::Tensor>> tensors;
+  for (const PortableTensor& t : p.tensors)
+    tensors.push_back(fb::CreateTensor(b, b.CreateString(t.name), t.is_weight ? fb::TensorKind_Weight : fb::TensorKind_Arena,
+                                       t.is_i32 ? fb::ElemType_I32 : fb::ElemType_F32, static_cast<fb::RowKind>(t.row_kind),
+                                       t.rows, t.cols, t.offset, t.weight));
+  std::vector<flatbuffers::Offset<fb::Op>> ops;
+  for (const PortableOp& op : p.ops) {
+    fb::OpCode code = op_codes().at(op.op);
+    if (op.op == "gelu" && op.gelu_tanh) code = fb::OpCode_GeluTanh;
+    ops.push_back(fb::CreateOp(b, code, b.CreateVector(op.inputs), b.CreateVector(op.outputs), b.CreateString(op.scope), op.eps,
+                               op.weight_offset, op.factor, op.cap, op.scale, op.softcap, op.layer, op.num_heads,
+                               op.num_kv_heads, op.head_dim, op.rotary_dim, op.sliding_window,
+                               op.sizes.empty() ? 0 : b.CreateVector(op.sizes)));
+  }
+  std::vector<flatbuffers::Offset<fb::KvLayer>> kv;
+  for (const PortableKvLayer& l : p.kv_layers) kv.push_back(fb::CreateKvLayer(b, l.kv_row, l.k_offset, l.v_offset));
+  auto bindings = [&](const std::map<std::string, int>& m) {
+    std::vector<flatbuffers::Offset<fb::Binding>> v;
+    for (const auto& [name, t] : m) v.push_back(fb::CreateBinding(b, b.CreateString(name), t));
+    return b.CreateVector(v);
+  };
+  const auto inputs = bindings(p.inputs), outputs = bindings(p.outputs);
+  std::vector<flatbuffers::Offset<fb::KeyValue>> meta;
+  for (const auto& [k, v] : p.metadata) meta.push_back(fb::CreateKeyValue(b, b.CreateString(k), b.CreateString(v)));
+  const auto root = fb::CreateProgram(b, 1, b.CreateString(p.backend), b.CreateString(p.model_type), p.vocab_size, p.max_tokens,
+                                      p.max_positions, p.arena_bytes, p.unplanned_bytes, p.state_floats, b.CreateVector(tensors),
+                                      b.CreateVector(weights), b.CreateVector(ops), b.CreateVector(kv), inputs, outputs,
+                                      b.CreateVector(meta));
+  fb::FinishProgramBuffer(b, root);
+  return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+}
+
+Status export_portable(const models::Model& model, const std::string& path, const PortableExportOptions& o,
+                       PortableExportReport* report) {
+  PortableExportReport local;
+  PortableExportReport& r = report ? *report : local;
+  LOOM_ASSIGN_OR_RETURN(PortableProgram p, lower_portable(model, o, &r));
+  // ── Stage 6: serialization — flatbuffers (src/portable/schema/loom_program.fbs) to .lpte ──
+  LOOM_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, serialize_portable(p));
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) return invalid_argument("portable export: cannot write " + path);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!f.good()) return internal_error("portable export: writing " + path + " failed");
+  r.program_bytes = bytes.size();
+  return Status::Ok();
+}
+
+}  // namespace loom::exporting
