@@ -7,6 +7,9 @@
 #include "loom/export/portable_exporter.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
 
 #include <cmath>
 #include <cstdlib>
@@ -137,6 +140,59 @@ TEST(PortableExporter, LlamaReferenceMatchesLoom) { check_parity("llama-f32", "r
 TEST(PortableExporter, LlamaCpuSimdMatchesLoom) { check_parity("llama-f32", "cpu_simd"); }
 TEST(PortableExporter, Qwen3ReferenceMatchesLoom) { check_parity("qwen3-f32", "reference"); }
 TEST(PortableExporter, Qwen3CpuSimdMatchesLoom) { check_parity("qwen3-f32", "cpu_simd"); }
+
+// Every other f32 fixture (GPT-2's layer_norm/gelu, biases, sliding windows,
+// llama3/yarn rope, phi3's fused projections …): prefill of 20 tokens (beyond
+// the sliding fixtures' window) at every position and a decode step, on both
+// backends. "dynamic" rope depends on the sequence length and is refused.
+TEST(PortableExporter, EveryF32FixtureMatchesLoom) {
+  const char* env = std::getenv("LOOM_FIXTURES_DIR");
+  const fs::path root = env ? fs::path(env) : fs::path(LOOM_BINARY_DIR) / "fixtures";
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.is_directory() && e.path().filename().string().ends_with("-f32")) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  ASSERT_GE(names.size(), 10u) << "fixtures missing in " << root;
+  const fs::path dir = fs::temp_directory_path() / ("loom_portable_sweep_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const std::string& name : names) {
+    SCOPED_TRACE(name);
+    auto model = load(name);
+    for (const std::string backend : {"reference", "cpu_simd"}) {
+      const fs::path file = dir / (name + "-" + backend + ".lpte");
+      PortableExportOptions o;
+      o.backend = backend;
+      o.max_tokens = 8;
+      o.max_positions = 32;
+      const Status s = export_portable(*model, file.string(), o);
+      if (name.find("rope_dynamic") != std::string::npos) {
+        EXPECT_FALSE(s.ok());
+        EXPECT_NE(s.message().find("dynamic"), std::string::npos) << s.to_string();
+        continue;
+      }
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      lp_program* p = lp_program_load(file.string().c_str());
+      ASSERT_NE(p, nullptr) << lp_last_error();
+      const int64_t V = lp_program_vocab_size(p);
+      auto runner = batching::ModelRunner::create(model).value();
+      const std::vector<int32_t> prompt = random_tokens(*model, 20, 3);
+      runtime::ContiguousKvCache cache(runner->kv_layout(), 1, 24);
+      const auto loom_prefill = loom_step(*runner, cache, prompt, 0, batching::LogitsRows::kAllTokens);
+      const auto loom_decode = loom_step(*runner, cache, {7}, 20, batching::LogitsRows::kLastOfEachSequence);
+      std::vector<float> prefill(static_cast<size_t>(20 * V)), decode(static_cast<size_t>(V));
+      const int32_t next = 7;
+      EXPECT_EQ(lp_run_all(p, prompt.data(), 20, 0, prefill.data()), 0) << lp_error(p);
+      EXPECT_EQ(lp_run(p, &next, 1, 20, decode.data()), 0) << lp_error(p);
+      const double dp = max_diff(loom_prefill, prefill), dd = max_diff(loom_decode, decode);
+      EXPECT_LE(dp, kTol) << backend;
+      EXPECT_LE(dd, kTol) << backend;
+      std::printf("[ portable ] %-28s %-9s prefill %.2e decode %.2e arena %zu program %zu\n", name.c_str(), backend.c_str(), dp, dd,
+                  lp_program_arena_bytes(p), lp_program_size(p));
+      lp_free(p);
+    }
+  }
+  fs::remove_all(dir);
+}
 
 // The plan: tensors whose lifetimes overlap never share bytes, and every one
 // lies inside the arena.
