@@ -106,6 +106,26 @@ TEST_P(PortableRuntime, BackendsAndChunkingsAgree) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, PortableRuntime, ::testing::Values("llama-f32", "qwen3-f32"),
                          [](const auto& info) { return info.param == "llama-f32" ? std::string("llama") : std::string("qwen3"); });
 
+// examples/portable_generate.c prints the same greedy tokens as loom.
+TEST(PortableExample, GeneratesLoomsGreedyTokens) {
+  const fs::path exe = fs::path(LOOM_BINARY_DIR) / "src" / "portable" / "loom_portable_generate";
+  ASSERT_TRUE(fs::exists(exe)) << exe << " is not built";
+  std::ifstream expected(programs() / "llama-f32.greedy");
+  ASSERT_TRUE(expected.good()) << "loom's greedy tokens are missing: run loom_export_tests first";
+  const std::vector<int32_t> prompt = read_line(expected), loom_tokens = read_line(expected);
+  std::string cmd = "'" + exe.string() + "' '" + program_file("llama-f32", "cpu_simd").string() + "' " +
+                    std::to_string(loom_tokens.size());
+  for (int32_t t : prompt) cmd += " " + std::to_string(t);
+  FILE* out = ::popen((cmd + " 2>/dev/null").c_str(), "r");
+  ASSERT_NE(out, nullptr);
+  std::string text;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, out)) text += buf;
+  EXPECT_EQ(::pclose(out), 0) << cmd;
+  std::istringstream s(text);
+  EXPECT_EQ(read_line(s), loom_tokens) << text;
+}
+
 TEST(PortableRuntimeErrors, BadFilesAreRefusedWithTheReason) {
   EXPECT_EQ(lp_program_load("/nonexistent/model.lpte"), nullptr);
   EXPECT_NE(std::string(lp_last_error()).find("/nonexistent/model.lpte"), std::string::npos) << lp_last_error();
