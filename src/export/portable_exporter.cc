@@ -31,9 +31,9 @@ struct Lowering {
   const graph::Graph& g;
   PortableProgram& p;
   int tokens_sym, sequences_sym;
-  std::map<graph::ValueId, int> tensor_of;
-  std::map<std::string, int> weight_by_name;
-  std::map<std::string, std::pair<int, int>> rope_tables_by_key;  // attrs → (cos, sin) tensors
+  std::map<graph::ValueId, int> tensor_of = {};
+  std::map<std::string, int> weight_by_name = {};
+  std::map<std::string, std::pair<int, int>> rope_tables_by_key = {};  // attrs → (cos, sin) tensors
 
   Result<PortableRows> rows_kind(const graph::Dim& d, int64_t* rows) const {
     if (d.is_static()) {
