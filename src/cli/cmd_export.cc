@@ -30,16 +30,26 @@ struct ExportArgs {
   bool no_optimize = false;
   int64_t external_threshold = 1024;
   std::string backend = "reference";  // portable: a registered backend preparation
+  std::string kernel_config;          // a KernelConfig JSON: the graph records its kernels
+  std::vector<std::string> plugin_dirs, trusted_plugin_dirs;
   int64_t max_positions = 0;          // portable: KV cache length (0: the model's, at most 4096)
 };
 
-void run_onnx_export(const ExportArgs& a) {
+// The model as every format captures it: with the kernels of --kernel-config, if any.
+std::shared_ptr<models::Model> load_for_export(const ExportArgs& a) {
   ModelOptions mo;
   mo.model_dir = a.model_dir;
+  mo.kernel_config = a.kernel_config;
+  mo.plugin_dirs = a.plugin_dirs;
+  mo.trusted_plugin_dirs = a.trusted_plugin_dirs;
   const std::string dir = resolve_model_dir(mo).value();
-  const auto t0 = std::chrono::steady_clock::now();
   std::fprintf(stderr, "export: loading %s\n", dir.c_str());
-  auto model = models::Model::load(dir).value();
+  return load_model(dir, mo).value();
+}
+
+void run_onnx_export(const ExportArgs& a) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto model = load_for_export(a);
   exporting::OnnxExportOptions o;
   o.opset = a.opset;
   o.ops = a.onnx_ops;
@@ -55,12 +65,8 @@ void run_onnx_export(const ExportArgs& a) {
 }
 
 void run_portable_export(const ExportArgs& a) {
-  ModelOptions mo;
-  mo.model_dir = a.model_dir;
-  const std::string dir = resolve_model_dir(mo).value();
   const auto t0 = std::chrono::steady_clock::now();
-  std::fprintf(stderr, "export: loading %s\n", dir.c_str());
-  auto model = models::Model::load(dir).value();
+  auto model = load_for_export(a);
   exporting::PortableExportOptions o;
   o.backend = a.backend;
   o.strict = a.strict;
@@ -79,12 +85,8 @@ void run_export(const ExportArgs& a) {
   if (a.format == "portable") return run_portable_export(a);
   if (a.format != "program")
     throw Error(unsupported("--format " + a.format + ": the formats are program, onnx and portable"));
-  ModelOptions mo;
-  mo.model_dir = a.model_dir;
-  const std::string dir = resolve_model_dir(mo).value();
   const auto t0 = std::chrono::steady_clock::now();
-  std::fprintf(stderr, "export: loading %s\n", dir.c_str());
-  auto model = models::Model::load(dir).value();
+  auto model = load_for_export(a);
   exporting::ProgramExportOptions o;
   o.dynamic = a.dynamic;
   o.strict = a.strict;
@@ -127,6 +129,9 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--max-tokens", a->max_tokens, "With --dynamic: most tokens per step (default max_position_embeddings); portable: tokens per chunk (default 32)");
   cmd->add_option("--batch-size", a->batch_size, "Static export: sequences per step (default 1)");
   cmd->add_option("--seq-len", a->seq_len, "Static export: tokens per sequence (default 128)");
+  cmd->add_option("--kernel-config", a->kernel_config, "KernelConfig JSON: capture the graph with the kernels it picks");
+  cmd->add_option("--plugin-dir", a->plugin_dirs, "A directory of plugin kernels (loading them needs trust_remote_code)");
+  cmd->add_option("--trusted-plugin-dir", a->trusted_plugin_dirs, "A directory of trusted plugin kernels");
   cmd->add_flag("--strict", a->strict, "A patch whose path resolves to nothing is an error, not a warning");
   cmd->callback([a] { run_export(*a); });
 }

@@ -45,7 +45,7 @@ Result<ExportedProgram> export_program(const models::Model& model, const Program
         auto it = params.find(name);
         if (it == params.end()) throw Error(not_found("export: the model has no parameter '" + name + "'"));
         return it->second;
-      });
+      }, model.kernel_plan());  // a model loaded with a KernelConfig records its kernels
     } catch (const Error& e) {
       return Status(e.status().code(), "export capture: " + e.status().message());
     }

@@ -83,6 +83,22 @@ TEST(ProgramExporter, DynamicProgramMatchesTheModelAtSeveralSizesForEveryFixture
   }
 }
 
+TEST(ProgramExporter, AModelLoadedWithKernelsExportsTheKernelsItRecords) {
+  const char* env = std::getenv("LOOM_FIXTURES_DIR");
+  const fs::path dir = (env ? fs::path(env) : fs::path(LOOM_BINARY_DIR) / "fixtures") / "llama-f32";
+  models::LoadOptions lo;
+  lo.kernel_config = kernels::KernelConfig::parse(
+      R"({"Attention": "loom:FusedQKV", "fusions": [[[["RMSNorm", "model.layers.*.post_attention_layernorm"], ["MLP", "model.layers.*.mlp"]], "loom:RMSNormMLP"]]})")
+                         .value();
+  auto model = models::Model::load(dir.string(), lo).value();
+  const ExportedProgram p = export_program(*model, {}).value();
+  int fused = 0;
+  for (const graph::Node& n : p.graph.nodes()) fused += n.op == "silu_and_mul" || n.op == "split_columns";
+  EXPECT_EQ(fused, 2 * model->num_layers());
+  EXPECT_EQ(run(std::make_shared<graph::Graph>(p.graph), *model, 2, 6).value(),
+            run(model->step_graph(), *model, 2, 6).value());
+}
+
 TEST(ProgramExporter, StaticProgramRunsAtItsSizesAndRejectsOthers) {
   auto model = load("llama-f32");
   ProgramExportOptions o;
