@@ -20,7 +20,10 @@ TEST(PrefixSharing, SharedPrefixHitsTheCacheAndChangesNothing) {
   auto model = load_fixture("llama-f32");
   auto runner = make_runner(model);
   std::mt19937 rng(21);
-  constexpr int64_t kPage = 16, kPrefix = 96, kRequests = 12;
+  // The case: 32 requests behind a shared 300-token prefix. Only whole
+  // pages are shared: 18 of them (288 positions); the rest of the prefix is
+  // computed by each request.
+  constexpr int64_t kPage = 16, kPrefix = 300, kRequests = 32, kShared = kPrefix / kPage * kPage;
   const std::vector<int32_t> prefix = random_tokens(rng, kPrefix, model->vocab_size());
   std::vector<BatchInput> inputs;
   for (int i = 0; i < kRequests; ++i) {
@@ -34,23 +37,23 @@ TEST(PrefixSharing, SharedPrefixHitsTheCacheAndChangesNothing) {
   }
   ContinuousBatchingConfig cfg;
   cfg.page_size = kPage;
-  cfg.num_blocks = 200;
+  cfg.num_blocks = 800;
   GenerateBatchOptions opts;
   opts.warmup = false;
   std::shared_ptr<ContinuousBatchingManager> shared;
   opts.persistent_manager = &shared;
 
-  // The first request fills the cache; the others then each find the whole
-  // prefix (6 blocks) there.
+  // The first request fills the cache; the others then each find the prefix's
+  // whole pages there.
   const BatchResult first = generate_batch(runner, {inputs[0]}, testing::no_eos_config(), cfg, opts).value();
   EXPECT_EQ(first.stats.prefix_hit_tokens, 0);
   const std::vector<BatchInput> rest(inputs.begin() + 1, inputs.end());
   const BatchResult with = generate_batch(runner, rest, testing::no_eos_config(), cfg, opts).value();
-  EXPECT_EQ(with.stats.prefix_hit_tokens, (kRequests - 1) * kPrefix);
+  EXPECT_EQ(with.stats.prefix_hit_tokens, (kRequests - 1) * kShared);
   EXPECT_EQ(with.stats.computed_tokens - first.stats.computed_tokens,
             [&] {
               int64_t n = 0;  // only the suffixes and decodes were computed
-              for (const BatchInput& in : rest) n += static_cast<int64_t>(in.input_ids.size()) - kPrefix + 3;
+              for (const BatchInput& in : rest) n += static_cast<int64_t>(in.input_ids.size()) - kShared + 3;
               return n;
             }());
   shared->destroy();
