@@ -117,6 +117,39 @@ Status lower_silu(OnnxLowering& L, const graph::Node& n) {
   return Status::Ok();
 }
 
+std::string silu_of(OnnxLowering& L, const std::string& x, const std::string& h) {
+  return L.b.op("Mul", {x, L.b.op("Sigmoid", {x}, h)}, h);
+}
+
+// silu(gate) · up, from two inputs or one [.., 2I] row laid out gate then up.
+Status lower_silu_and_mul(OnnxLowering& L, const graph::Node& n) {
+  const std::string h = L.hint(n);
+  LOOM_ASSIGN_OR_RETURN(std::string gate, in(L, n, 0));
+  std::string up;
+  if (n.inputs.size() > 1 && n.inputs[1] != graph::kNoValue) {
+    LOOM_ASSIGN_OR_RETURN(up, in(L, n, 1));
+  } else {
+    const int64_t f = features(L, n.inputs[0]);
+    if (f <= 0 || f % 2 != 0) return invalid_argument("onnx export: silu_and_mul (" + n.scope + ") needs an even, fixed row size");
+    onnx::NodeProto& sp = L.b.node("Split", {gate, L.b.i64({f / 2, f / 2})}, 2, h);
+    set_attr(sp, "axis", int64_t{-1});
+    gate = sp.output(0);
+    up = sp.output(1);
+  }
+  out(L, n, L.b.op("Mul", {silu_of(L, gate, h), up}, h));
+  return Status::Ok();
+}
+
+// One fused projection's columns split into its parts (q, k, v).
+Status lower_split_columns(OnnxLowering& L, const graph::Node& n) {
+  LOOM_ASSIGN_OR_RETURN(std::string x, in(L, n, 0));
+  const std::vector<int64_t>& sizes = n.attr_ints("sizes");
+  onnx::NodeProto& sp = L.b.node("Split", {x, L.b.i64(sizes)}, static_cast<int>(sizes.size()), L.hint(n));
+  set_attr(sp, "axis", int64_t{-1});
+  for (size_t i = 0; i < n.outputs.size(); ++i) L.names[n.outputs[i]] = sp.output(static_cast<int>(i));
+  return Status::Ok();
+}
+
 Status lower_gelu(OnnxLowering& L, const graph::Node& n) {
   LOOM_ASSIGN_OR_RETURN(std::string x, in(L, n, 0));
   const std::string h = L.hint(n);
@@ -301,6 +334,7 @@ const std::map<std::string, OnnxLowerFn>& onnx_lowering_table() {
       {"layer_norm", lower_layer_norm}, {"add", binary("Add")},   {"mul", binary("Mul")},
       {"silu", lower_silu},           {"gelu", lower_gelu},       {"scale", lower_scale},
       {"softcap", lower_softcap},     {"rope", lower_rope},       {"attention", lower_attention},
+      {"silu_and_mul", lower_silu_and_mul}, {"split_columns", lower_split_columns},
   };
   return table;
 }

@@ -133,9 +133,10 @@ constexpr double kTol = 1e-4;
 
 // Prefill + decode (batch 1), then a batch of two — B (na − 4 tokens) left-padded —
 // with a decode step. Sliding-window fixtures need na beyond their window (16).
-void check_parity(const std::string& fixture, int opset, bool check_with_onnx_checker, int na = 9) {
+void check_parity(const std::string& fixture, int opset, bool check_with_onnx_checker, int na = 9,
+                  std::shared_ptr<const models::Model> preloaded = nullptr) {
   SCOPED_TRACE(fixture + " opset " + std::to_string(opset));
-  auto model = load(fixture);
+  auto model = preloaded ? preloaded : load(fixture);
   const fs::path file = scratch(fixture) / "model.onnx";
   OnnxExportOptions o;
   o.opset = opset;
@@ -209,6 +210,18 @@ TEST(OnnxExporter, EveryOtherF32FixtureMatchesLoom) {
                         "llama_bias-f32", "llama_rope_linear-f32", "llama_rope_yarn_mscale-f32"})
     check_parity(f, 17, true);
   check_parity("phi3_sliding-f32", 17, true, 23);
+}
+
+// A model loaded with fused kernels (one qkv projection split in three, the
+// RMSNorm+MLP fusion's gate_up + silu_and_mul) lowers those ops too.
+TEST(OnnxExporter, AModelWithFusedKernelsMatchesLoom) {
+  const char* env = std::getenv("LOOM_FIXTURES_DIR");
+  const fs::path dir = (env ? fs::path(env) : fs::path(LOOM_BINARY_DIR) / "fixtures") / "qwen2-f32";
+  models::LoadOptions lo;
+  lo.kernel_config = kernels::KernelConfig::parse(
+      R"({"Attention": "loom:FusedQKV", "fusions": [[[["RMSNorm", "model.layers.*.post_attention_layernorm"], ["MLP", "model.layers.*.mlp"]], "loom:RMSNormMLP"]]})")
+                         .value();
+  check_parity("qwen2-f32-fused", 17, true, 9, models::Model::load(dir.string(), lo).value());
 }
 
 TEST(OnnxExporter, Bf16WeightsExportAsFloatAndMatchLoom) { check_parity("llama-bf16", 17, true); }
