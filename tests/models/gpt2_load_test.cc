@@ -9,16 +9,13 @@
 
 #include "loom/io/checkpoint.h"
 #include "loom/models/model.h"
+#include "models/models_test_util.h"
 
 namespace loom {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path fixture(const std::string& name) {
-  const char* env = std::getenv("LOOM_FIXTURES_DIR");
-  return (env ? fs::path(env) : fs::path(LOOM_BINARY_DIR) / "fixtures") / name;
-}
+using models_test::fixture;
 
 // param[r][c] == conv[c][col0 + r]: a Linear weight [out, in] taken from a Conv1D block [in, out].
 void expect_transposed_block(const Tensor& conv, int64_t col0, const Tensor& param, const std::string& what) {

@@ -16,17 +16,14 @@
 #include "loom/models/model.h"
 #include "loom/models/save_pretrained.h"
 #include "loom/runtime/kv_cache_contiguous.h"
+#include "models/models_test_util.h"
 
 namespace loom {
 namespace {
 
 namespace fs = std::filesystem;
+using models_test::fixtures_dir;
 using kernels::ModuleKernelKind;
-
-fs::path fixtures_dir() {
-  if (const char* env = std::getenv("LOOM_FIXTURES_DIR")) return env;
-  return fs::path(LOOM_BINARY_DIR) / "fixtures";
-}
 
 fs::path fixture(const std::string& name) {
   const fs::path p = fixtures_dir() / name;

@@ -9,16 +9,13 @@
 #include "loom/io/checkpoint.h"
 #include "loom/io/safetensors_writer.h"
 #include "loom/models/model.h"
+#include "models/models_test_util.h"
 
 namespace loom {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path fixture(const std::string& name) {
-  const char* env = std::getenv("LOOM_FIXTURES_DIR");
-  return (env ? fs::path(env) : fs::path(LOOM_BINARY_DIR) / "fixtures") / name;
-}
+using models_test::fixture;
 
 // A scratch copy of the llama-f32 fixture that a test may break.
 class BrokenCheckpoint : public ::testing::Test {

@@ -11,25 +11,14 @@
 #include "loom/batching/generate.h"
 #include "loom/batching/model_runner.h"
 #include "loom/models/model.h"
+#include "models/models_test_util.h"
 
 namespace loom {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path fixtures_dir() {
-  if (const char* env = std::getenv("LOOM_FIXTURES_DIR")) return env;
-  return fs::path(LOOM_BINARY_DIR) / "fixtures";
-}
-
-std::vector<std::string> variant_names() {
-  std::ifstream in(fixtures_dir() / "index.json");
-  std::vector<std::string> names;
-  if (!in) return names;
-  nlohmann::json index = nlohmann::json::parse(in);
-  for (const auto& v : index["variants"]) names.push_back(v["name"].get<std::string>());
-  return names;
-}
+using models_test::variant_names;
+using models_test::fixtures_dir;
 
 nlohmann::json load_reference(const std::string& variant) {
   std::ifstream in(fixtures_dir() / variant / "reference.json");

@@ -11,16 +11,13 @@
 #include "loom/io/checkpoint.h"
 #include "loom/io/safetensors_writer.h"
 #include "loom/models/model.h"
+#include "models/models_test_util.h"
 
 namespace loom {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path fixture(const std::string& name) {
-  const char* env = std::getenv("LOOM_FIXTURES_DIR");
-  return (env ? fs::path(env) : fs::path(LOOM_BINARY_DIR) / "fixtures") / name;
-}
+using models_test::fixture;
 
 // Row block [r0, r0 + rows) of a checkpoint tensor equals `param` byte for byte.
 void expect_rows(const Tensor& fused, int64_t r0, const Tensor& param, const std::string& what) {
