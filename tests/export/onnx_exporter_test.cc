@@ -4,6 +4,7 @@
 // step fed with the present K/V, a left-padded batch of two, and a 16-token
 // greedy generation — and Debian's onnx checker accepts the file.
 #include "loom/export/onnx_exporter.h"
+#include "export/export_test_util.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -22,16 +23,12 @@ namespace loom::exporting {
 namespace {
 
 namespace fs = std::filesystem;
+using export_test::load;
+using export_test::random_tokens;
 using nlohmann::json;
 
 const fs::path kNodeModules = fs::path(LOOM_SOURCE_DIR) / ".cache" / "npm" / "node_modules";
 const fs::path kRunner = fs::path(LOOM_SOURCE_DIR) / "tests" / "oracles" / "run_onnx.js";
-
-std::shared_ptr<const models::Model> load(const std::string& name) {
-  const char* env = std::getenv("LOOM_FIXTURES_DIR");
-  const fs::path dir = (env ? fs::path(env) : fs::path(LOOM_BINARY_DIR) / "fixtures") / name;
-  return models::Model::load(dir.string()).value();
-}
 
 fs::path scratch_root() { return fs::temp_directory_path() / ("loom_onnx_test_" + std::to_string(::getpid())); }
 
@@ -112,13 +109,6 @@ double max_diff(const std::vector<float>& loom, const json& onnx_step, int64_t b
       if (!std::isfinite(x)) return INFINITY;
     }
   return d;
-}
-
-std::vector<int32_t> random_tokens(const models::Model& m, int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t;
-  for (int i = 0; i < n; ++i) t.push_back(static_cast<int32_t>(3 + rng() % static_cast<uint32_t>(m.vocab_size() - 3)));
-  return t;
 }
 
 json row(const std::vector<int64_t>& v) { return json::array({v}); }
@@ -215,13 +205,7 @@ TEST(OnnxExporter, EveryOtherF32FixtureMatchesLoom) {
 // A model loaded with fused kernels (one qkv projection split in three, the
 // RMSNorm+MLP fusion's gate_up + silu_and_mul) lowers those ops too.
 TEST(OnnxExporter, AModelWithFusedKernelsMatchesLoom) {
-  const char* env = std::getenv("LOOM_FIXTURES_DIR");
-  const fs::path dir = (env ? fs::path(env) : fs::path(LOOM_BINARY_DIR) / "fixtures") / "qwen2-f32";
-  models::LoadOptions lo;
-  lo.kernel_config = kernels::KernelConfig::parse(
-      R"({"Attention": "loom:FusedQKV", "fusions": [[[["RMSNorm", "model.layers.*.post_attention_layernorm"], ["MLP", "model.layers.*.mlp"]], "loom:RMSNormMLP"]]})")
-                         .value();
-  check_parity("qwen2-f32-fused", 17, true, 9, models::Model::load(dir.string(), lo).value());
+  check_parity("qwen2-f32-fused", 17, true, 9, load("qwen2-f32", export_test::fused_kernels()));
 }
 
 TEST(OnnxExporter, Bf16WeightsExportAsFloatAndMatchLoom) { check_parity("llama-bf16", 17, true); }

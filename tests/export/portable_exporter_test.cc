@@ -5,6 +5,7 @@
 // leaves the programs and loom's greedy tokens in <build>/portable_programs for
 // loom_portable_tests, which run them without linking loom.
 #include "loom/export/portable_exporter.h"
+#include "export/export_test_util.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -25,24 +26,13 @@ namespace loom::exporting {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::shared_ptr<const models::Model> load(const std::string& name) {
-  const char* env = std::getenv("LOOM_FIXTURES_DIR");
-  const fs::path dir = (env ? fs::path(env) : fs::path(LOOM_BINARY_DIR) / "fixtures") / name;
-  return models::Model::load(dir.string()).value();
-}
+using export_test::load;
+using export_test::random_tokens;
 
 fs::path programs_dir() {
   const fs::path d = fs::path(LOOM_BINARY_DIR) / "portable_programs";
   fs::create_directories(d);
   return d;
-}
-
-std::vector<int32_t> random_tokens(const models::Model& m, int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t;
-  for (int i = 0; i < n; ++i) t.push_back(static_cast<int32_t>(3 + rng() % static_cast<uint32_t>(m.vocab_size() - 3)));
-  return t;
 }
 
 // loom's logits for every token of `chunk` at positions past.. (one sequence).
@@ -146,8 +136,7 @@ TEST(PortableExporter, Qwen3CpuSimdMatchesLoom) { check_parity("qwen3-f32", "cpu
 // the sliding fixtures' window) at every position and a decode step, on both
 // backends. "dynamic" rope depends on the sequence length and is refused.
 TEST(PortableExporter, EveryF32FixtureMatchesLoom) {
-  const char* env = std::getenv("LOOM_FIXTURES_DIR");
-  const fs::path root = env ? fs::path(env) : fs::path(LOOM_BINARY_DIR) / "fixtures";
+  const fs::path root = export_test::fixtures_dir();
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(root))
     if (e.is_directory() && e.path().filename().string().ends_with("-f32")) names.push_back(e.path().filename().string());

@@ -3,6 +3,7 @@
 // its fixed sizes only), its stages report what they did, and bad options fail
 // naming the dimension.
 #include "loom/export/program_exporter.h"
+#include "export/export_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -18,12 +19,7 @@ namespace loom::exporting {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::shared_ptr<const models::Model> load(const std::string& name) {
-  const char* env = std::getenv("LOOM_FIXTURES_DIR");
-  const fs::path dir = (env ? fs::path(env) : fs::path(LOOM_BINARY_DIR) / "fixtures") / name;
-  return models::Model::load(dir.string()).value();
-}
+using export_test::load;
 
 // Logits of `seqs` sequences of `len` tokens (prefill), then one decode step each.
 Result<std::vector<float>> run(std::shared_ptr<const graph::Graph> g, const models::Model& m, int seqs, int len) {
@@ -84,13 +80,7 @@ TEST(ProgramExporter, DynamicProgramMatchesTheModelAtSeveralSizesForEveryFixture
 }
 
 TEST(ProgramExporter, AModelLoadedWithKernelsExportsTheKernelsItRecords) {
-  const char* env = std::getenv("LOOM_FIXTURES_DIR");
-  const fs::path dir = (env ? fs::path(env) : fs::path(LOOM_BINARY_DIR) / "fixtures") / "llama-f32";
-  models::LoadOptions lo;
-  lo.kernel_config = kernels::KernelConfig::parse(
-      R"({"Attention": "loom:FusedQKV", "fusions": [[[["RMSNorm", "model.layers.*.post_attention_layernorm"], ["MLP", "model.layers.*.mlp"]], "loom:RMSNormMLP"]]})")
-                         .value();
-  auto model = models::Model::load(dir.string(), lo).value();
+  auto model = load("llama-f32", export_test::fused_kernels());
   const ExportedProgram p = export_program(*model, {}).value();
   int fused = 0;
   for (const graph::Node& n : p.graph.nodes()) fused += n.op == "silu_and_mul" || n.op == "split_columns";

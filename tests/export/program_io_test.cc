@@ -3,6 +3,7 @@
 // graph it was saved from, on a prefill and on a decode step with a cache; a
 // damaged file fails to load with an error naming what is wrong.
 #include "loom/export/program_io.h"
+#include "export/export_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -19,11 +20,7 @@ namespace loom::exporting {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path fixture(const std::string& name) {
-  const char* env = std::getenv("LOOM_FIXTURES_DIR");
-  return (env ? fs::path(env) : fs::path(LOOM_BINARY_DIR) / "fixtures") / name;
-}
+using export_test::fixture;
 
 fs::path temp_dir(const std::string& tag) {
   const fs::path d = fs::temp_directory_path() / ("loom_export_" + tag + "_" + std::to_string(::getpid()));
