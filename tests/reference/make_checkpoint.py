@@ -30,7 +30,7 @@ import safetensors_io  # noqa: E402
 
 ARCHS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
          "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM",
-         "gpt2": "GPT2LMHeadModel"}
+         "gpt2": "GPT2LMHeadModel", "gemma2": "Gemma2ForCausalLM"}
 DTYPES = {"f32": (torch.float32, "float32"), "bf16": (torch.bfloat16, "bfloat16")}
 
 # Every knob with its default; make_fixtures.py passes dicts with a subset of these keys.
@@ -43,6 +43,7 @@ DEFAULT_SPEC = dict(
     sliding_window=None, use_sliding_window=False, max_window_layers=None, layer_types=None,
     rms_norm_eps=1e-6, embed_std=0.2, logit_scale=3.0, qk_scale=4.0,
     partial_rotary_factor=None, legacy_names=False,
+    query_pre_attn_scalar=None, attn_logit_softcapping=None, final_logit_softcapping=None,  # gemma2
 )
 
 
@@ -115,6 +116,23 @@ def init_gpt2_tensor(name, shape, gen, spec):
     return w
 
 
+def build_gemma2_fields(s, cfg):
+    """Gemma2Config's own fields: hidden_activation instead of hidden_act, head_dim always written,
+    query_pre_attn_scalar, the soft-caps (None is written as null: off), sliding_window and an
+    optional explicit layer_types (absent: even layers slide)."""
+    del cfg["hidden_act"]
+    cfg["hidden_activation"] = "gelu_pytorch_tanh"
+    cfg["head_dim"] = s["head_dim"] if s["head_dim"] is not None else s["hidden_size"] // s["num_attention_heads"]
+    cfg["query_pre_attn_scalar"] = (s["query_pre_attn_scalar"] if s["query_pre_attn_scalar"] is not None
+                                    else cfg["head_dim"])
+    cfg["attn_logit_softcapping"] = s["attn_logit_softcapping"]
+    cfg["final_logit_softcapping"] = s["final_logit_softcapping"]
+    cfg["sliding_window"] = s["sliding_window"]
+    if s["layer_types"] is not None:
+        cfg["layer_types"] = s["layer_types"]
+    cfg["pad_token_id"] = 0
+
+
 def build_config(spec):
     """config.json contents as Transformers would save them for this architecture."""
     s = spec
@@ -147,7 +165,11 @@ def build_config(spec):
         head_dim = s["hidden_size"] // heads  # Qwen3 configs always carry head_dim (default 128)
     if head_dim is not None:
         cfg["head_dim"] = head_dim
-    if s["arch"] in ("llama", "qwen3"):
+    if s["arch"] == "gemma2":
+        build_gemma2_fields(s, cfg)
+    elif any(s[k] is not None for k in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping")):
+        raise ValueError(f"{s['arch']}: query_pre_attn_scalar and the soft-caps are gemma2 knobs")
+    if s["arch"] in ("llama", "qwen3", "gemma2"):
         cfg["attention_bias"] = s["attention_bias"]
     elif s["arch"] == "phi3":  # Phi3Config writes it (and the model ignores a false one)
         cfg["attention_bias"] = False
@@ -196,8 +218,8 @@ def tensor_specs(cfg):
     h, heads = cfg["hidden_size"], cfg["num_attention_heads"]
     kv, inter = cfg["num_key_value_heads"], cfg["intermediate_size"]
     hd = cfg.get("head_dim") or h // heads
-    qkv_bias = arch == "qwen2" or (arch in ("llama", "qwen3") and cfg.get("attention_bias"))
-    o_bias = arch in ("llama", "qwen3") and cfg.get("attention_bias")
+    qkv_bias = arch == "qwen2" or (arch in ("llama", "qwen3", "gemma2") and cfg.get("attention_bias"))
+    o_bias = arch in ("llama", "qwen3", "gemma2") and cfg.get("attention_bias")
     mlp_bias = arch == "llama" and cfg.get("mlp_bias")
     out = [("model.embed_tokens.weight", [cfg["vocab_size"], h]), ("model.norm.weight", [h])]
     if not cfg["tie_word_embeddings"]:
@@ -205,6 +227,8 @@ def tensor_specs(cfg):
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         out += [(p + "input_layernorm.weight", [h]), (p + "post_attention_layernorm.weight", [h])]
+        if arch == "gemma2":
+            out += [(p + "pre_feedforward_layernorm.weight", [h]), (p + "post_feedforward_layernorm.weight", [h])]
         for name, rows in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
             out.append((p + f"self_attn.{name}.weight", [rows, h]))
             if qkv_bias:

@@ -93,6 +93,14 @@ VARIANTS = {
     "gpt2_legacy": (dict(arch="gpt2", hidden_size=64, intermediate_size=192, num_attention_heads=2,
                          vocab_size=256, max_position_embeddings=100, rms_norm_eps=1e-5,
                          legacy_names=True, seed=17), "positions"),
+    # Gemma2: sqrt(hidden)-scaled embeddings, four (1 + w) norms a layer, GeGLU, explicit head_dim with
+    # query_pre_attn_scalar != head_dim, layers 0 and 2 sliding (window 16 < prompt), attention and
+    # final soft-caps small enough to bind, tied lm_head (embed_std 0.1: the embeddings are scaled by
+    # sqrt(hidden), and larger ones make the tied head repeat the current token).
+    "gemma2": (dict(arch="gemma2", hidden_size=64, intermediate_size=160, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=32, vocab_size=320, num_hidden_layers=4, sliding_window=16,
+                    query_pre_attn_scalar=24, attn_logit_softcapping=10.0, final_logit_softcapping=10.0,
+                    embed_std=0.1, tie_word_embeddings=True, seed=20), "softcap"),
 }
 DTYPES = ("f32", "bf16")
 
@@ -142,6 +150,8 @@ def feature_effect(model, feature, prompt, logits):
         elif feature == "positions":  # GPT-2's learned position table switched off
             for k in [k for k in w if k.endswith("wpe.weight")]:
                 w[k] = torch.zeros_like(w[k])
+        elif feature == "softcap":  # Gemma2's attention and final logit soft-caps both off
+            cfg.attn_softcap = cfg.final_softcap = None
         elif feature == "window":
             cfg.layer_windows = [None] * cfg.num_hidden_layers
         elif feature == "bias":

@@ -3,7 +3,9 @@
 
 Covers LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and
 Phi3ForCausalLM (fused qkv_proj / gate_up_proj, split on the activations as modeling_phi3.py does) and
-GPT2LMHeadModel (Conv1D weights [in, out], fused c_attn, LayerNorm, learned positions, gelu_new) with the
+GPT2LMHeadModel (Conv1D weights [in, out], fused c_attn, LayerNorm, learned positions, gelu_new) and
+Gemma2ForCausalLM (scaled embeddings, (1 + w) RMSNorms around attention and MLP, GeGLU, attention and
+final logit soft-capping, query_pre_attn_scalar, alternating sliding layers) with the
 semantics of Transformers' modeling code (eager attention path), written from scratch so that
 loom can be parity-checked without Transformers installed (Debian 12 ships only torch 1.13,
 which has no scaled_dot_product_attention: attention is written out with an explicit mask).
@@ -59,6 +61,14 @@ _DEFAULTS = {
                  max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=False,
                  rope_theta=10000.0, attention_bias=False, sliding_window=None),
     # configuration_gpt2.py (its own field names; Config translates them).
+    # configuration_gemma2.py: hidden_activation (not hidden_act), explicit head_dim, tied,
+    # layer_types defaulting to sliding on even layers (0, 2, ...) and full on odd ones.
+    "gemma2": dict(vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                   num_attention_heads=8, num_key_value_heads=4, head_dim=256, hidden_activation="gelu_pytorch_tanh",
+                   max_position_embeddings=8192, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                   rope_theta=10000.0, attention_bias=False, query_pre_attn_scalar=256, sliding_window=4096,
+                   layer_types=None, final_logit_softcapping=30.0, attn_logit_softcapping=50.0,
+                   use_bidirectional_attention=None),
     "gpt2": dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, n_inner=None,
                  activation_function="gelu_new", layer_norm_epsilon=1e-5, tie_word_embeddings=True,
                  scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False),
@@ -79,6 +89,9 @@ class Config:
                                                                      "partial_rotary_factor")})
         self.model_type = model_type
         self.gpt2 = model_type == "gpt2"
+        self.gemma2 = model_type == "gemma2"
+        # Gemma2 only: attention scores and final logits become cap * tanh(x / cap) (None = off).
+        self.attn_softcap = self.final_softcap = None
         if self.gpt2:
             self._init_gpt2(c)
             return
@@ -94,7 +107,15 @@ class Config:
         self.rms_norm_eps = float(c["rms_norm_eps"])
         self.max_position_embeddings = int(c["max_position_embeddings"])
         self.tie_word_embeddings = bool(c["tie_word_embeddings"])
-        if c["hidden_act"] != "silu":
+        if self.gemma2:
+            if c["hidden_activation"] != "gelu_pytorch_tanh":
+                raise ValueError(f"config.json: hidden_activation {c['hidden_activation']!r} not supported")
+            if c["use_bidirectional_attention"]:
+                raise ValueError("config.json: use_bidirectional_attention is not supported")
+            self.attn_scale = float(c["query_pre_attn_scalar"]) ** -0.5
+            self.attn_softcap = c["attn_logit_softcapping"]
+            self.final_softcap = c["final_logit_softcapping"]
+        elif c["hidden_act"] != "silu":
             raise ValueError(f"config.json: hidden_act {c['hidden_act']!r} not supported (only silu)")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("config.json: num_attention_heads must be a multiple of num_key_value_heads")
@@ -104,7 +125,7 @@ class Config:
             self.qkv_bias, self.o_bias, self.mlp_bias = True, False, False
         elif model_type == "mistral":
             self.qkv_bias, self.o_bias, self.mlp_bias = False, False, False
-        elif model_type == "qwen3":
+        elif model_type in ("qwen3", "gemma2"):
             ab = bool(c["attention_bias"])
             self.qkv_bias, self.o_bias, self.mlp_bias = ab, ab, False
         elif model_type == "phi3":  # nn.Linear(..., bias=False) everywhere in modeling_phi3.py
@@ -127,6 +148,13 @@ class Config:
             if types is None:
                 types = ["sliding_attention" if sw is not None and i >= c["max_window_layers"] else "full_attention"
                          for i in range(self.num_hidden_layers)]
+            if len(types) != self.num_hidden_layers:
+                raise ValueError("config.json: layer_types must have num_hidden_layers entries")
+            self.layer_windows = [int(sw) if t == "sliding_attention" and sw is not None else None for t in types]
+        elif self.gemma2:
+            sw, types = c["sliding_window"], c["layer_types"]
+            if types is None:
+                types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(self.num_hidden_layers)]
             if len(types) != self.num_hidden_layers:
                 raise ValueError("config.json: layer_types must have num_hidden_layers entries")
             self.layer_windows = [int(sw) if t == "sliding_attention" and sw is not None else None for t in types]
@@ -311,6 +339,18 @@ def rms_norm(x, weight, eps):
     return weight * h.to(dtype)
 
 
+def gemma_rms_norm(x, weight, eps):
+    """Gemma2RMSNorm: normalizes and scales by (1 + weight) in f32, then casts back."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return (h * (1.0 + weight.float())).to(x.dtype)
+
+
+def softcap(x, cap):
+    """Gemma2's soft-capping: cap * tanh(x / cap); cap None leaves x unchanged."""
+    return x if cap is None else torch.tanh(x / cap) * cap
+
+
 def causal_mask(q_positions, kv_positions, window, dtype):
     """Additive mask [Tq, Tk]: 0 where query i may attend key j, the dtype's minimum elsewhere.
 
@@ -388,6 +428,9 @@ class Model:
             p = f"model.layers.{i}."
             shapes[p + "input_layernorm.weight"] = [h]
             shapes[p + "post_attention_layernorm.weight"] = [h]
+            if c.gemma2:
+                shapes[p + "pre_feedforward_layernorm.weight"] = [h]
+                shapes[p + "post_feedforward_layernorm.weight"] = [h]
             if c.fused:
                 shapes[p + "self_attn.qkv_proj.weight"] = [(nh + 2 * nkv) * hd, h]
                 shapes[p + "self_attn.o_proj.weight"] = [h, nh * hd]
@@ -472,8 +515,8 @@ class Model:
         c, p = self.cfg, f"model.layers.{i}.self_attn."
         n_rep = c.num_attention_heads // c.num_key_value_heads
         k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
-        scale = c.attn_scale if c.gpt2 else c.head_dim ** -0.5
-        scores = torch.matmul(q, k.transpose(1, 2)) * scale + mask
+        scale = c.attn_scale if c.gpt2 or c.gemma2 else c.head_dim ** -0.5
+        scores = softcap(torch.matmul(q, k.transpose(1, 2)) * scale, c.attn_softcap) + mask
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
         out = torch.matmul(probs, v).transpose(0, 1).reshape(q.shape[1], -1)
         if c.gpt2:
@@ -492,24 +535,35 @@ class Model:
             return linear(up * F.silu(gate), self.w[p + "down_proj.weight"], None)
         gate = linear(x, self.w[p + "gate_proj.weight"], self._b(p + "gate_proj.bias"))
         up = linear(x, self.w[p + "up_proj.weight"], self._b(p + "up_proj.bias"))
-        return linear(F.silu(gate) * up, self.w[p + "down_proj.weight"], self._b(p + "down_proj.bias"))
+        act = F.gelu(gate, approximate="tanh") if self.cfg.gemma2 else F.silu(gate)  # Gemma2: GeGLU
+        return linear(act * up, self.w[p + "down_proj.weight"], self._b(p + "down_proj.bias"))
 
     def _norm(self, name, x):
         """RMSNorm, or GPT-2's LayerNorm (weight and bias) under its own names."""
         if self.cfg.gpt2:
             return F.layer_norm(x, (x.shape[-1],), self.w[name + ".weight"], self.w[name + ".bias"], self.cfg.rms_norm_eps)
+        if self.cfg.gemma2:
+            return gemma_rms_norm(x, self.w[name + ".weight"], self.cfg.rms_norm_eps)
         return rms_norm(x, self.w[name + ".weight"], self.cfg.rms_norm_eps)
 
     def _embed(self, ids, positions):
         if self.cfg.gpt2:  # token embeddings plus learned position embeddings
             return F.embedding(ids, self.w["transformer.wte.weight"]) + F.embedding(positions, self.w["transformer.wpe.weight"])
-        return F.embedding(ids, self.w["model.embed_tokens.weight"])
+        e = F.embedding(ids, self.w["model.embed_tokens.weight"])
+        if self.cfg.gemma2:  # scaled by sqrt(hidden_size), the normalizer cast to the hidden dtype first
+            e = e * torch.tensor(self.cfg.hidden_size ** 0.5, dtype=e.dtype)
+        return e
 
     def _layer(self, i, h, attention):
         if self.cfg.gpt2:
             p = f"transformer.h.{i}."
             h = h + attention(i, self._norm(p + "ln_1", h))
             return h + self._mlp(i, self._norm(p + "ln_2", h))
+        if self.cfg.gemma2:  # Gemma2DecoderLayer: norms before and after both attention and MLP
+            p = f"model.layers.{i}."
+            h = h + self._norm(p + "post_attention_layernorm", attention(i, self._norm(p + "input_layernorm", h)))
+            mlp_out = self._mlp(i, self._norm(p + "pre_feedforward_layernorm", h))
+            return h + self._norm(p + "post_feedforward_layernorm", mlp_out)
         p, eps = f"model.layers.{i}.", self.cfg.rms_norm_eps
         h = h + attention(i, rms_norm(h, self.w[p + "input_layernorm.weight"], eps))
         return h + self._mlp(i, rms_norm(h, self.w[p + "post_attention_layernorm.weight"], eps))
@@ -524,7 +578,7 @@ class Model:
 
     def _logits(self, h):
         h = self._norm("transformer.ln_f" if self.cfg.gpt2 else "model.norm", h)
-        return linear(h, self.w["lm_head.weight"], None)
+        return softcap(linear(h, self.w["lm_head.weight"], None), self.cfg.final_softcap)
 
     # -- public API ------------------------------------------------------------------------
     @torch.no_grad()

@@ -422,5 +422,56 @@ class Gpt2Test(unittest.TestCase):
                 self.assertEqual(m.greedy_cached(prompt, 6)[0], m.greedy(prompt, 6)[0])
 
 
+class Gemma2Test(unittest.TestCase):
+    def test_defaults(self):
+        g = rm.Config({"model_type": "gemma2", "num_hidden_layers": 4})
+        self.assertEqual(g.layer_windows, [4096, None, 4096, None])  # even layers slide
+        self.assertEqual((g.head_dim, g.num_key_value_heads, g.attn_softcap, g.final_softcap), (256, 4, 50.0, 30.0))
+        self.assertAlmostEqual(g.attn_scale, 256 ** -0.5)
+
+    def test_matches_per_query_loop(self):
+        """Gemma2 written one query at a time (explicit window, softcap, (1 + w) norms) equals the reference."""
+        with tempfile.TemporaryDirectory() as tmp:
+            d = tiny(tmp, "g2", arch="gemma2", hidden_size=32, intermediate_size=48, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=16, vocab_size=40, num_hidden_layers=3, sliding_window=3,
+                     query_pre_attn_scalar=12, attn_logit_softcapping=2.0, final_logit_softcapping=3.0,
+                     tie_word_embeddings=True, seed=5)
+            m = rm.Model(d)
+        w, c = m.w, m.cfg
+        x = ids(9, c.vocab_size)
+
+        def norm(v, name):
+            return v / torch.sqrt((v * v).mean(-1, keepdim=True) + c.rms_norm_eps) * (1 + w[name + ".weight"])
+
+        hs = w["model.embed_tokens.weight"][torch.tensor(x)] * math.sqrt(c.hidden_size)
+        inv_freq = 1.0 / (10000.0 ** (torch.arange(0, 16, 2).float() / 16))
+        for i in range(c.num_hidden_layers):
+            p = f"model.layers.{i}."
+            a = norm(hs, p + "input_layernorm")
+            q, k, v = (F.linear(a, w[p + f"self_attn.{n}_proj.weight"]).view(len(x), -1, 16) for n in "qkv")
+            ang = torch.arange(len(x)).float()[:, None] * inv_freq[None]
+            cos, sin = torch.cat([ang.cos()] * 2, -1)[:, None], torch.cat([ang.sin()] * 2, -1)[:, None]
+            q, k = (t * cos + torch.cat([-t[..., 8:], t[..., :8]], -1) * sin for t in (q, k))
+            out = torch.zeros(len(x), 4, 16)
+            window = 3 if i % 2 == 0 else len(x)
+            for t in range(len(x)):
+                lo = max(0, t - window + 1)
+                for h in range(4):
+                    sc = k[lo:t + 1, h // 2] @ q[t, h] / math.sqrt(12)
+                    out[t, h] = torch.softmax(2.0 * torch.tanh(sc / 2.0), 0) @ v[lo:t + 1, h // 2]
+            o = F.linear(out.reshape(len(x), -1), w[p + "self_attn.o_proj.weight"])
+            hs = hs + norm(o, p + "post_attention_layernorm")
+            f = norm(hs, p + "pre_feedforward_layernorm")
+            gate, up = F.linear(f, w[p + "mlp.gate_proj.weight"]), F.linear(f, w[p + "mlp.up_proj.weight"])
+            y = F.linear(0.5 * gate * (1 + torch.tanh(math.sqrt(2 / math.pi) * (gate + 0.044715 * gate ** 3))) * up,
+                         w[p + "mlp.down_proj.weight"])
+            hs = hs + norm(y, p + "post_feedforward_layernorm")
+        want = 3.0 * torch.tanh(norm(hs, "model.norm") @ w["model.embed_tokens.weight"].t() / 3.0)
+        got = m.forward(x)
+        torch.testing.assert_close(got, want, rtol=0, atol=2e-5)
+        self.assertLessEqual(float(got.abs().max()), 3.0)
+        self.assertEqual(m.greedy_cached(x, 6)[0], m.greedy(x, 6)[0])
+
+
 if __name__ == "__main__":
     unittest.main()
