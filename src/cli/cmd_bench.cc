@@ -1,14 +1,18 @@
 // `loom bench`: prefill and decode throughput of one request (batch 1) on random
-// prompt ids, printed as a table.
+// prompt ids, printed as a table, then how close each gets to what this machine
+// allows: decode against memory read bandwidth (every weight byte is read once
+// per token), prefill against the GEMM throughput of oneDNN's matmul.
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "loom/batching/model_runner.h"
 #include "loom/generation/sampling.h"
 #include "loom/runtime/cpu/cpu_features.h"
+#include "loom/runtime/cpu/machine_bounds.h"
 
 namespace loom::cli {
 
@@ -18,7 +22,81 @@ struct BenchFlags {
   int64_t prompt_tokens = 512;
   int64_t decode_tokens = 128;
   int repeats = 1;
+  bool bounds = true;
 };
+
+// What one step of the recorded graph costs in weight traffic and GEMM work.
+struct StepCost {
+  double decode_weight_bytes = 0;  // bytes of parameters read to decode one token
+  double gemm_params = 0;          // weight elements every prompt token multiplies (lm_head excluded)
+  double lm_head_params = 0;       // multiplied once per sequence (the last token's logits)
+};
+
+StepCost step_cost(const graph::Graph& g) {
+  // A table read by an embedding op costs one row per token; any other use
+  // (a tied lm_head included) reads the whole tensor.
+  std::set<graph::ValueId> whole, lm_head;
+  std::map<graph::ValueId, double> row_bytes;
+  for (const graph::Node& n : g.nodes()) {
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      const graph::ValueId v = n.inputs[i];
+      if (v == graph::kNoValue || g.value(v).kind != graph::ValueKind::kParameter) continue;
+      const Tensor& t = g.value(v).tensor;
+      if (n.op == "embedding" && i == 0 && t.rank() == 2) {
+        row_bytes[v] = static_cast<double>(t.nbytes()) / static_cast<double>(t.dim(0));
+      } else {
+        whole.insert(v);
+        if (n.scope == "lm_head") lm_head.insert(v);
+      }
+    }
+  }
+  StepCost c;
+  for (graph::ValueId v : whole) {
+    const Tensor& t = g.value(v).tensor;
+    c.decode_weight_bytes += static_cast<double>(t.nbytes());
+    if (t.rank() < 2) continue;
+    (lm_head.count(v) ? c.lm_head_params : c.gemm_params) += static_cast<double>(t.numel());
+  }
+  for (const auto& [v, bytes] : row_bytes)
+    if (!whole.count(v)) c.decode_weight_bytes += bytes;
+  return c;
+}
+
+void print_bounds(const BenchFlags& f, const models::Model& model, ThreadPool& pool, double prefill_tps,
+                  double decode_tps) {
+  const StepCost cost = step_cost(*model.step_graph());
+  const ModelConfig& c = model.config();
+  const double T = static_cast<double>(f.prompt_tokens);
+  // Causal attention: token i scores i+1 keys and mixes i+1 values (sliding windows ignored).
+  const double attn_flops = 4.0 * static_cast<double>(c.num_attention_heads * c.head_dim) * (T + 1) / 2 *
+                            static_cast<double>(c.num_hidden_layers);
+  const double prefill_flops = 2.0 * cost.gemm_params + attn_flops + 2.0 * cost.lm_head_params / T;
+
+  std::fprintf(stderr, "measuring read bandwidth and oneDNN matmul throughput...\n");
+  const double gbps = cpu::measure_read_bandwidth_gbps(pool);
+  const std::map<DType, int64_t> per = model.checkpoint().parameters_per_dtype();
+  DType main_dtype = DType::kF32;
+  int64_t most = -1;
+  for (const auto& [dt, n] : per) if (n > most) { most = n; main_dtype = dt; }
+  const int64_t K = c.hidden_size, N = c.intermediate_size > 0 ? c.intermediate_size : 4 * c.hidden_size;
+  Result<double> gemm = cpu::measure_onednn_matmul_gflops(main_dtype, f.prompt_tokens, N, K);
+
+  const double decode_bound = gbps * 1e9 / cost.decode_weight_bytes;
+  std::printf("\n| bound | what it is | bound tok/s | loom tok/s | loom / bound |\n|---|---|---|---|---|\n");
+  std::printf("| decode | %.3f GB of weights per token ÷ %.1f GB/s read (%d threads) | %.2f | %.2f | %.0f%% |\n",
+              cost.decode_weight_bytes / 1e9, gbps, pool.num_threads(), decode_bound, decode_tps,
+              100.0 * decode_tps / decode_bound);
+  if (gemm.ok()) {
+    const double prefill_bound = gemm.value() * 1e9 / prefill_flops;
+    std::printf("| prefill | %.2f GFLOP per token ÷ oneDNN %s matmul %.0f GFLOP/s (%lldx%lldx%lld, OMP threads) | %.1f | %.1f | %.0f%% |\n",
+                prefill_flops / 1e9, std::string(dtype_name(main_dtype)).c_str(), gemm.value(),
+                static_cast<long long>(f.prompt_tokens), static_cast<long long>(N), static_cast<long long>(K),
+                prefill_bound, prefill_tps, 100.0 * prefill_tps / prefill_bound);
+  } else {
+    std::printf("| prefill | %.2f GFLOP per token; no GEMM bound: %s | - | %.1f | - |\n", prefill_flops / 1e9,
+                gemm.status().message().c_str(), prefill_tps);
+  }
+}
 
 void run_bench(const BenchFlags& f) {
   using Clock = std::chrono::steady_clock;
@@ -65,6 +143,8 @@ void run_bench(const BenchFlags& f) {
   std::printf("| %s | %s | %.3gB | %d | %s | %s | %.1f | %.2f | %.2f |\n", model->module().class_name().c_str(),
               dtypes.c_str(), model->checkpoint().parameter_count() / 1e9, runner->pool().num_threads(),
               cpu::isa_name().c_str(), runner->backend_name().c_str(), best_prefill, best_decode, load_s);
+  std::fflush(stdout);
+  if (f.bounds) print_bounds(f, *model, runner->pool(), best_prefill, best_decode);
 }
 }  // namespace
 
@@ -75,6 +155,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--prompt-tokens", f->prompt_tokens, "Prompt length for prefill")->check(CLI::PositiveNumber);
   cmd->add_option("--decode-tokens", f->decode_tokens, "Tokens decoded after the prompt")->check(CLI::PositiveNumber);
   cmd->add_option("--repeats", f->repeats, "Runs; the best is reported")->check(CLI::PositiveNumber);
+  cmd->add_flag("!--no-bounds", f->bounds,
+                "Skip measuring this machine's bounds (read bandwidth, oneDNN matmul) and loom's share of them");
   cmd->callback([f] { run_bench(*f); });
 }
 

@@ -1,0 +1,28 @@
+// What this machine can do at most, measured the moment a benchmark runs, so
+// `loom bench` can say how close loom gets: decode reads every weight once per
+// token (bounded by memory read bandwidth), prefill is GEMM work (bounded by
+// the best library matmul we can call). Measured rather than looked up because
+// the same model of CPU gives very different figures under VMs and load.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "loom/core/dtype.h"
+#include "loom/core/status.h"
+#include "loom/core/thread_pool.h"
+
+namespace loom::cpu {
+
+// Sustained read bandwidth in GB/s (1e9 bytes/s) with every thread of `pool`
+// streaming its own contiguous share of a `bytes`-sized buffer (far larger than
+// the last-level cache), best of `repeats` passes after one warm-up pass.
+double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes = size_t{1} << 30, int repeats = 4);
+
+// GFLOP/s of oneDNN's matmul y[M, N] = x[M, K]·Wᵀ with F32 or BF16 weights
+// (bf16 weights take x rounded to bf16, as PyTorch does), best of `repeats`
+// after a warm-up; oneDNN uses its own OpenMP threads. Unsupported when loom is
+// built without oneDNN.
+Result<double> measure_onednn_matmul_gflops(DType weight_dtype, int64_t M, int64_t N, int64_t K, int repeats = 3);
+
+}  // namespace loom::cpu

@@ -1,0 +1,101 @@
+#include "loom/runtime/cpu/machine_bounds.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "runtime/cpu/matmul_baselines.h"
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+namespace loom::cpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kHugePage = size_t{2} << 20;
+
+// Eight independent xor chains, and a software prefetch 8 KB ahead into L2 as
+// loom's streaming matmul kernels issue (on the VMs we run on, hardware
+// prefetch alone reaches about half the bandwidth). The result is consumed so
+// the loop cannot be elided.
+uint64_t xor_reduce(const uint64_t* p, size_t n) {
+  constexpr size_t kPrefetchWords = 8192 / sizeof(uint64_t);
+  uint64_t a[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __builtin_prefetch(p + i + kPrefetchWords, 0, 2);
+    for (int j = 0; j < 8; ++j) a[j] ^= p[i + j];
+  }
+  for (; i < n; ++i) a[0] ^= p[i];
+  uint64_t r = 0;
+  for (uint64_t v : a) r ^= v;
+  return r;
+}
+
+}  // namespace
+
+double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes, int repeats) {
+  const size_t words = std::max<size_t>(bytes / sizeof(uint64_t), 1024);
+  std::unique_ptr<uint64_t, decltype(&std::free)> buf(
+      static_cast<uint64_t*>(std::aligned_alloc(kHugePage, (words * sizeof(uint64_t) + kHugePage - 1) / kHugePage * kHugePage)),
+      &std::free);
+  if (!buf) return 0.0;
+  uint64_t* data = buf.get();
+#if defined(MADV_HUGEPAGE)
+  // Packed weights live on huge pages too (matmul.cc); 4 KB pages cost ~30% here.
+  madvise(data, words * sizeof(uint64_t), MADV_HUGEPAGE);
+#endif
+  // Each thread writes the share it will read, so pages land on its node.
+  pool.parallel_for(static_cast<int64_t>(words), [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) data[i] = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+  }, 1 << 16);
+  std::atomic<uint64_t> sink{0};
+  double best = 0.0;
+  const int threads = pool.num_threads();
+  for (int pass = 0; pass <= repeats; ++pass) {
+    const auto t0 = Clock::now();
+    pool.parallel_for(threads, [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t) {
+        const size_t lo = words * static_cast<size_t>(t) / static_cast<size_t>(threads);
+        const size_t hi = words * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
+        sink.fetch_xor(xor_reduce(data + lo, hi - lo), std::memory_order_relaxed);
+      }
+    });
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (pass > 0 && s > 0) best = std::max(best, static_cast<double>(words * sizeof(uint64_t)) / s / 1e9);
+  }
+  return best;
+}
+
+Result<double> measure_onednn_matmul_gflops(DType weight_dtype, int64_t M, int64_t N, int64_t K, int repeats) {
+  if (!baseline::OnednnLinear::available()) return unsupported("oneDNN matmul: loom was built without oneDNN");
+  if (weight_dtype != DType::kF32 && weight_dtype != DType::kBF16)
+    return invalid_argument("oneDNN matmul bound: weights must be F32 or BF16");
+  if (M < 1 || N < 1 || K < 1) return invalid_argument("oneDNN matmul bound: M, N, K must be ≥ 1");
+  Tensor w = Tensor::empty(weight_dtype, {N, K});
+  if (weight_dtype == DType::kF32) {
+    float* p = w.data_as<float>();
+    for (int64_t i = 0; i < N * K; ++i) p[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
+  } else {
+    uint16_t* p = static_cast<uint16_t*>(w.data());
+    for (int64_t i = 0; i < N * K; ++i) p[i] = f32_to_bf16(static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f);
+  }
+  LOOM_ASSIGN_OR_RETURN(auto lin, baseline::OnednnLinear::create(w, nullptr));
+  std::vector<float> x(static_cast<size_t>(M * K), 0.25f), y(static_cast<size_t>(M * N));
+  double best = 0.0;
+  for (int pass = 0; pass <= repeats; ++pass) {
+    const auto t0 = Clock::now();
+    lin->run(x.data(), M, y.data());
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (pass > 0 && s > 0) best = std::max(best, 2.0 * static_cast<double>(M) * N * K / s / 1e9);
+  }
+  return best;
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,47 @@
+// The probes `loom bench` divides by: they must measure something (a positive,
+// finite rate) and refuse what they cannot measure with an error, not a crash.
+#include "loom/runtime/cpu/machine_bounds.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+namespace loom::cpu {
+namespace {
+
+TEST(MachineBounds, ReadBandwidthIsPositiveForEveryThreadCount) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    const double gbps = measure_read_bandwidth_gbps(pool, size_t{8} << 20, 1);
+    EXPECT_TRUE(std::isfinite(gbps)) << threads;
+    EXPECT_GT(gbps, 0.0) << threads;
+  }
+}
+
+TEST(MachineBounds, ReadBandwidthHandlesBuffersSmallerThanOneChunkPerThread) {
+  ThreadPool pool(2);
+  EXPECT_GT(measure_read_bandwidth_gbps(pool, 100, 1), 0.0);
+}
+
+TEST(MachineBounds, OnednnMatmulRejectsWhatItCannotMeasure) {
+  Result<double> f16 = measure_onednn_matmul_gflops(DType::kF16, 8, 8, 8, 1);
+  ASSERT_FALSE(f16.ok());
+  Result<double> empty = measure_onednn_matmul_gflops(DType::kF32, 0, 8, 8, 1);
+  ASSERT_FALSE(empty.ok());
+}
+
+TEST(MachineBounds, OnednnMatmulMeasuresBothDtypesWhenBuiltIn) {
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    Result<double> g = measure_onednn_matmul_gflops(dt, 32, 64, 48, 1);
+    if (!g.ok()) {
+      // Only a build without oneDNN may refuse, and it must say so.
+      EXPECT_EQ(g.status().code(), ErrorCode::kUnsupported) << g.status().message();
+      continue;
+    }
+    EXPECT_TRUE(std::isfinite(g.value()));
+    EXPECT_GT(g.value(), 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace loom::cpu
