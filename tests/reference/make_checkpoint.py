@@ -26,11 +26,13 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference_moe  # noqa: E402
 import safetensors_io  # noqa: E402
 
 ARCHS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
          "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM",
-         "gpt2": "GPT2LMHeadModel", "gemma2": "Gemma2ForCausalLM"}
+         "gpt2": "GPT2LMHeadModel", "gemma2": "Gemma2ForCausalLM",
+         "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM"}
 DTYPES = {"f32": (torch.float32, "float32"), "bf16": (torch.bfloat16, "bfloat16")}
 
 # Every knob with its default; make_fixtures.py passes dicts with a subset of these keys.
@@ -44,6 +46,8 @@ DEFAULT_SPEC = dict(
     rms_norm_eps=1e-6, embed_std=0.2, logit_scale=3.0, qk_scale=4.0,
     partial_rotary_factor=None, legacy_names=False,
     query_pre_attn_scalar=None, attn_logit_softcapping=None, final_logit_softcapping=None,  # gemma2
+    moe=None,  # mixtral / qwen2_moe: their MoE config fields, written to config.json as given
+    router_scale=4.0,  # MoE router weights times this: decisive expert choices, far from ties
 )
 
 
@@ -181,8 +185,12 @@ def build_config(spec):
         cfg["mlp_bias"] = s["mlp_bias"]
     elif s["mlp_bias"]:
         raise ValueError(f"{s['arch']}: mlp_bias is only a llama knob")
-    if s["arch"] in ("mistral", "phi3"):
+    if s["arch"] in ("mistral", "phi3", "mixtral"):
         cfg["sliding_window"] = s["sliding_window"]
+    if s["arch"] in ("mixtral", "qwen2_moe"):
+        cfg.update(s["moe"] or {})
+    elif s["moe"]:
+        raise ValueError("moe is a mixtral / qwen2_moe knob")
     if s["arch"] == "phi3":
         cfg["original_max_position_embeddings"] = s["max_position_embeddings"]
         cfg["resid_pdrop"] = 0.0
@@ -191,7 +199,7 @@ def build_config(spec):
         if s["arch"] != "phi3":
             raise ValueError("partial_rotary_factor is only a phi3 knob")
         cfg["partial_rotary_factor"] = s["partial_rotary_factor"]
-    if s["arch"] in ("qwen2", "qwen3"):
+    if s["arch"] in ("qwen2", "qwen3", "qwen2_moe"):
         cfg["use_sliding_window"] = s["use_sliding_window"]
         cfg["sliding_window"] = s["sliding_window"]
         cfg["max_window_layers"] = (s["max_window_layers"] if s["max_window_layers"] is not None
@@ -218,9 +226,15 @@ def tensor_specs(cfg):
     h, heads = cfg["hidden_size"], cfg["num_attention_heads"]
     kv, inter = cfg["num_key_value_heads"], cfg["intermediate_size"]
     hd = cfg.get("head_dim") or h // heads
-    qkv_bias = arch == "qwen2" or (arch in ("llama", "qwen3", "gemma2") and cfg.get("attention_bias"))
+    qkv_bias = (arch == "qwen2" or (arch == "qwen2_moe" and cfg.get("qkv_bias", True))
+                or (arch in ("llama", "qwen3", "gemma2") and cfg.get("attention_bias")))
     o_bias = arch in ("llama", "qwen3", "gemma2") and cfg.get("attention_bias")
     mlp_bias = arch == "llama" and cfg.get("mlp_bias")
+    moe = None
+    if arch in ("mixtral", "qwen2_moe"):  # per-expert tensors, as the checkpoints on the Hub store them
+        defaults = reference_moe.MIXTRAL_DEFAULTS if arch == "mixtral" else reference_moe.QWEN2_MOE_DEFAULTS
+        moe = reference_moe.MoeConfig(arch, dict(defaults, **{k: v for k, v in cfg.items() if k in defaults}),
+                                      cfg["num_hidden_layers"], inter)
     out = [("model.embed_tokens.weight", [cfg["vocab_size"], h]), ("model.norm.weight", [h])]
     if not cfg["tie_word_embeddings"]:
         out.append(("lm_head.weight", [cfg["vocab_size"], h]))
@@ -238,6 +252,9 @@ def tensor_specs(cfg):
             out.append((p + "self_attn.o_proj.bias", [h]))
         if arch == "qwen3":
             out += [(p + "self_attn.q_norm.weight", [hd]), (p + "self_attn.k_norm.weight", [hd])]
+        if moe:
+            out += list(reference_moe.mlp_shapes(moe, i, h, inter).items())
+            continue
         for name, shape in (("gate_proj", [inter, h]), ("up_proj", [inter, h]), ("down_proj", [h, inter])):
             out.append((p + f"mlp.{name}.weight", shape))
             if mlp_bias:
@@ -262,6 +279,8 @@ def init_tensor(name, shape, gen, spec):
     scale = 1.0 / math.sqrt(shape[1])
     if name.endswith(("q_proj.weight", "k_proj.weight")):
         scale *= math.sqrt(spec["qk_scale"])  # sharper or flatter attention
+    if name.endswith(("mlp.gate.weight", "block_sparse_moe.gate.weight")):
+        scale *= spec["router_scale"]
     return scale * x
 
 

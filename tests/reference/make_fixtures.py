@@ -33,7 +33,7 @@ PROMPT_CANDIDATES = 4  # prompt seeds tried per variant; the one with the safest
 MIN_DISTINCT_GREEDY = 12  # fewer distinct greedy tokens than this makes a weak test
 MIN_FEATURE_EFFECT = 1e-2  # ablating a variant's feature must move some logit at least this much
 FORMAT = "loom-reference-v1"
-SOURCES = ("make_fixtures.py", "make_checkpoint.py", "reference_model.py", "safetensors_io.py")
+SOURCES = ("make_fixtures.py", "make_checkpoint.py", "reference_model.py", "reference_moe.py", "safetensors_io.py")
 
 # name -> (checkpoint knobs, feature ablated to prove the fixture exercises it, or None).
 # Every variant is generated in f32 and bf16 ("<name>-f32", "<name>-bf16").
@@ -101,7 +101,19 @@ VARIANTS = {
                     num_key_value_heads=2, head_dim=32, vocab_size=320, num_hidden_layers=4, sliding_window=16,
                     query_pre_attn_scalar=24, attn_logit_softcapping=10.0, final_logit_softcapping=10.0,
                     embed_std=0.1, tie_word_embeddings=True, seed=20), "softcap"),
+    # Sparse MoE: 4 experts, top-2 renormalised, per-expert w1/w3/w2 tensors stacked by loom's load plan.
+    "mixtral": (dict(arch="mixtral", hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                     num_key_value_heads=2, vocab_size=256, rope_theta=1000000.0, rms_norm_eps=1e-5,
+                     moe={"num_local_experts": 4, "num_experts_per_tok": 2}, seed=21), "routing"),
+    # Qwen2-MoE: 3 layers, layer 1 dense (mlp_only_layers), top-2 not renormalised, a shared expert
+    # behind its sigmoid gate, q/k/v biases, tied lm_head.
+    "qwen2_moe": (dict(arch="qwen2_moe", hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                       num_key_value_heads=2, vocab_size=288, num_hidden_layers=3, tie_word_embeddings=True,
+                       moe={"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
+                            "shared_expert_intermediate_size": 80, "norm_topk_prob": False,
+                            "decoder_sparse_step": 1, "mlp_only_layers": [1]}, seed=22), "shared_expert"),
 }
+MIN_ROUTER_GAP = 1e-3  # k-th vs (k+1)-th router logit: closer than this, f32 rounding could swap experts
 DTYPES = ("f32", "bf16")
 
 
@@ -152,6 +164,11 @@ def feature_effect(model, feature, prompt, logits):
                 w[k] = torch.zeros_like(w[k])
         elif feature == "softcap":  # Gemma2's attention and final logit soft-caps both off
             cfg.attn_softcap = cfg.final_softcap = None
+        elif feature == "routing":  # every expert, softmax-weighted, instead of the top-k
+            cfg.moe.top_k = cfg.moe.num_experts
+        elif feature == "shared_expert":  # Qwen2-MoE's shared expert contributes nothing
+            for k in [k for k in w if ".shared_expert.down_proj." in k]:
+                w[k] = torch.zeros_like(w[k])
         elif feature == "window":
             cfg.layer_windows = [None] * cfg.num_hidden_layers
         elif feature == "bias":
@@ -181,9 +198,11 @@ def choose_prompt(model, spec, vocab):
         seed = spec["seed"] * 1000 + k
         rng = random.Random(seed)
         prompt = [rng.randrange(vocab) for _ in range(PROMPT_LEN)]
+        model.min_router_gap = float("inf")  # MoE: no expert choice may be a near tie either
         ids, margins = model.greedy(prompt, GREEDY_TOKENS)
         cached, cached_margins = model.greedy_cached(prompt, GREEDY_TOKENS)
         ok = len(set(ids)) >= MIN_DISTINCT_GREEDY and (dynamic or cached == ids)
+        ok = ok and model.min_router_gap >= MIN_ROUTER_GAP
         score = (ok, min(margins + cached_margins))
         if best is None or score > best[0]:
             best = (score, seed, prompt, ids, margins, cached, cached_margins)
@@ -202,6 +221,13 @@ def generate(name, spec, feature, out_dir, digest):
     checks = {"distinct_greedy_tokens": len(set(ids)), "min_greedy_margin": min_margin,
               "greedy_cached_equals_uncached": cached == ids,
               "layer_windows": model.cfg.layer_windows}
+    if model.cfg.moe:  # the expert choice of every prompt and greedy position must not be a near tie
+        model.min_router_gap = float("inf")
+        model.forward(prompt)
+        model.greedy_cached(prompt, GREEDY_TOKENS)
+        checks["min_router_logit_gap"] = model.min_router_gap
+        if model.min_router_gap < MIN_ROUTER_GAP:
+            raise RuntimeError(f"{name}: router logits tie within {model.min_router_gap:g}; tune the spec")
     if feature is not None:
         effect = feature_effect(model, feature, prompt, logits)
         checks["feature"] = feature

@@ -5,7 +5,8 @@ Covers LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM 
 Phi3ForCausalLM (fused qkv_proj / gate_up_proj, split on the activations as modeling_phi3.py does) and
 GPT2LMHeadModel (Conv1D weights [in, out], fused c_attn, LayerNorm, learned positions, gelu_new) and
 Gemma2ForCausalLM (scaled embeddings, (1 + w) RMSNorms around attention and MLP, GeGLU, attention and
-final logit soft-capping, query_pre_attn_scalar, alternating sliding layers) with the
+final logit soft-capping, query_pre_attn_scalar, alternating sliding layers), MixtralForCausalLM and
+Qwen2MoeForCausalLM (sparse MoE MLPs, see reference_moe.py) with the
 semantics of Transformers' modeling code (eager attention path), written from scratch so that
 loom can be parity-checked without Transformers installed (Debian 12 ships only torch 1.13,
 which has no scaled_dot_product_attention: attention is written out with an explicit mask).
@@ -31,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference_moe  # noqa: E402
 import safetensors_io  # noqa: E402
 
 # Transformers' configuration defaults per model_type (configuration_<model>.py).
@@ -69,6 +71,17 @@ _DEFAULTS = {
                    rope_theta=10000.0, attention_bias=False, query_pre_attn_scalar=256, sliding_window=4096,
                    layer_types=None, final_logit_softcapping=30.0, attn_logit_softcapping=50.0,
                    use_bidirectional_attention=None),
+    # configuration_mixtral.py: every layer sparse; sliding_window (None) on every layer, like Mistral.
+    "mixtral": dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                    num_attention_heads=32, num_key_value_heads=8, head_dim=None, hidden_act="silu",
+                    max_position_embeddings=4096 * 32, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                    rope_theta=1e6, sliding_window=None, **reference_moe.MIXTRAL_DEFAULTS),
+    # configuration_qwen2_moe.py: Qwen2's attention (q/k/v bias per qkv_bias) and windows.
+    "qwen2_moe": dict(vocab_size=151936, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
+                      num_attention_heads=16, num_key_value_heads=16, head_dim=None, hidden_act="silu",
+                      max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                      rope_theta=10000.0, use_sliding_window=False, sliding_window=4096, max_window_layers=28,
+                      layer_types=None, **reference_moe.QWEN2_MOE_DEFAULTS),
     "gpt2": dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, n_inner=None,
                  activation_function="gelu_new", layer_norm_epsilon=1e-5, tie_word_embeddings=True,
                  scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False),
@@ -123,8 +136,10 @@ class Config:
         # Which projections carry a bias, per architecture.
         if model_type == "qwen2":  # q/k/v always biased, o_proj never (modeling_qwen2.py)
             self.qkv_bias, self.o_bias, self.mlp_bias = True, False, False
-        elif model_type == "mistral":
+        elif model_type in ("mistral", "mixtral"):
             self.qkv_bias, self.o_bias, self.mlp_bias = False, False, False
+        elif model_type == "qwen2_moe":
+            self.qkv_bias, self.o_bias, self.mlp_bias = bool(c["qkv_bias"]), False, False
         elif model_type in ("qwen3", "gemma2"):
             ab = bool(c["attention_bias"])
             self.qkv_bias, self.o_bias, self.mlp_bias = ab, ab, False
@@ -137,12 +152,15 @@ class Config:
             self.qkv_bias, self.o_bias, self.mlp_bias = ab, ab, bool(c["mlp_bias"])
         self.qk_norm = model_type == "qwen3"
         self.fused = model_type == "phi3"  # qkv_proj and gate_up_proj stored (and applied) fused
+        self.moe = None  # Mixtral, Qwen2-MoE: which layers are sparse and how they route
+        if model_type in ("mixtral", "qwen2_moe"):
+            self.moe = reference_moe.MoeConfig(model_type, c, self.num_hidden_layers, self.intermediate_size)
 
         # Per-layer sliding window (None = full causal attention).
-        if model_type in ("mistral", "phi3"):
+        if model_type in ("mistral", "phi3", "mixtral"):
             sw = c["sliding_window"]
             self.layer_windows = [int(sw) if sw is not None else None] * self.num_hidden_layers
-        elif model_type in ("qwen2", "qwen3"):
+        elif model_type in ("qwen2", "qwen3", "qwen2_moe"):
             sw = c["sliding_window"] if c["use_sliding_window"] else None
             types = c["layer_types"]
             if types is None:
@@ -398,6 +416,9 @@ class Model:
         self.cfg = Config(self.raw_config)
         self.dtype = dtype
         self.w = self._load_weights()
+        # Smallest k-th vs (k+1)-th router logit gap seen by any sparse layer (MoE only): how close
+        # the expert choice came to a tie, for the fixture checks.
+        self.min_router_gap = float("inf")
 
     # -- weights ---------------------------------------------------------------------------
     def _gpt2_shapes(self):
@@ -447,6 +468,9 @@ class Model:
             if c.qk_norm:
                 shapes[p + "self_attn.q_norm.weight"] = [hd]
                 shapes[p + "self_attn.k_norm.weight"] = [hd]
+            if c.moe:
+                shapes.update(reference_moe.mlp_shapes(c.moe, i, h, c.intermediate_size))
+                continue
             for name, shape in (("gate_proj", [c.intermediate_size, h]), ("up_proj", [c.intermediate_size, h]),
                                 ("down_proj", [h, c.intermediate_size])):
                 shapes[p + f"mlp.{name}.weight"] = shape
@@ -530,6 +554,9 @@ class Model:
             p = f"transformer.h.{i}.mlp."
             h = gelu_new(conv1d(x, self.w[p + "c_fc.weight"], self.w[p + "c_fc.bias"]))
             return conv1d(h, self.w[p + "c_proj.weight"], self.w[p + "c_proj.bias"])
+        if self.cfg.moe and self.cfg.moe.sparse[i]:
+            self.min_router_gap = min(self.min_router_gap, reference_moe.min_router_gap(self.cfg.moe, self.w, i, x))
+            return reference_moe.sparse_block(self.cfg.moe, self.w, i, x)
         if self.cfg.fused:  # Phi3MLP: gate_up_proj output chunked into gate, up
             gate, up = linear(x, self.w[p + "gate_up_proj.weight"], None).chunk(2, dim=-1)
             return linear(up * F.silu(gate), self.w[p + "down_proj.weight"], None)

@@ -1,0 +1,108 @@
+"""Sparse mixture-of-experts MLPs for the reference: MixtralSparseMoeBlock (modeling_mixtral.py)
+and Qwen2MoeSparseMoeBlock (modeling_qwen2_moe.py), on the per-expert checkpoint layout
+(Mixtral: block_sparse_moe.experts.M.w1/w3/w2; Qwen2-MoE: mlp.experts.M.gate_proj/up_proj/down_proj,
+plus mlp.shared_expert.* and mlp.shared_expert_gate).
+
+Routing as upstream: router logits = gate(x); softmax over all experts in f32; top-k;
+renormalise the k weights (Mixtral always, Qwen2-MoE iff norm_topk_prob); cast to the compute
+dtype; each hit expert's MLP output times its weight is index_add_-ed into the result in
+increasing expert order. Qwen2-MoE adds sigmoid(shared_expert_gate(x)) * shared_expert(x).
+"""
+
+import torch
+import torch.nn.functional as F
+
+# Configuration defaults (configuration_mixtral.py, configuration_qwen2_moe.py) of the MoE fields.
+MIXTRAL_DEFAULTS = dict(num_local_experts=8, num_experts_per_tok=2)
+QWEN2_MOE_DEFAULTS = dict(num_experts=60, num_experts_per_tok=4, moe_intermediate_size=1408,
+                          shared_expert_intermediate_size=5632, norm_topk_prob=False, decoder_sparse_step=1,
+                          mlp_only_layers=None, qkv_bias=True)
+
+
+class MoeConfig:
+    def __init__(self, model_type, c, num_layers, intermediate_size):
+        self.mixtral = model_type == "mixtral"
+        if self.mixtral:
+            self.num_experts = int(c["num_local_experts"])
+            self.top_k = int(c["num_experts_per_tok"])
+            self.expert_size = intermediate_size
+            self.norm_topk_prob = True
+            self.shared_size = 0
+            self.sparse = [True] * num_layers
+            self.prefix = "block_sparse_moe"
+            self.names = ("w1", "w3", "w2")  # gate, up, down
+        else:
+            self.num_experts = int(c["num_experts"])
+            self.top_k = int(c["num_experts_per_tok"])
+            self.expert_size = int(c["moe_intermediate_size"])
+            self.norm_topk_prob = bool(c["norm_topk_prob"])
+            self.shared_size = int(c["shared_expert_intermediate_size"])
+            only = c["mlp_only_layers"] or []
+            step = int(c["decoder_sparse_step"])
+            # Qwen2MoeDecoderLayer: sparse unless in mlp_only_layers, on the decoder_sparse_step grid.
+            self.sparse = [i not in only and self.num_experts > 0 and (i + 1) % step == 0 for i in range(num_layers)]
+            self.prefix = "mlp"
+            self.names = ("gate_proj", "up_proj", "down_proj")
+        if not 1 <= self.top_k <= self.num_experts:
+            raise ValueError("config.json: num_experts_per_tok must be in [1, number of experts]")
+
+
+def mlp_shapes(moe, layer, hidden, intermediate_size):
+    """{name: shape} of layer `layer`'s MLP tensors as the checkpoint stores them."""
+    p = f"model.layers.{layer}."
+    if not moe.sparse[layer]:
+        return {p + "mlp.gate_proj.weight": [intermediate_size, hidden], p + "mlp.up_proj.weight": [intermediate_size, hidden],
+                p + "mlp.down_proj.weight": [hidden, intermediate_size]}
+    b, (g, u, d), n = p + moe.prefix + ".", moe.names, moe.expert_size
+    shapes = {b + "gate.weight": [moe.num_experts, hidden]}
+    for e in range(moe.num_experts):
+        shapes.update({f"{b}experts.{e}.{g}.weight": [n, hidden], f"{b}experts.{e}.{u}.weight": [n, hidden],
+                       f"{b}experts.{e}.{d}.weight": [hidden, n]})
+    if moe.shared_size:
+        s = moe.shared_size
+        shapes.update({b + "shared_expert.gate_proj.weight": [s, hidden], b + "shared_expert.up_proj.weight": [s, hidden],
+                       b + "shared_expert.down_proj.weight": [hidden, s], b + "shared_expert_gate.weight": [1, hidden]})
+    return shapes
+
+
+def _gated_mlp(w, prefix, names, x):
+    g, u, d = names
+    return F.linear(F.silu(F.linear(x, w[prefix + g + ".weight"])) * F.linear(x, w[prefix + u + ".weight"]),
+                    w[prefix + d + ".weight"])
+
+
+def route(moe, router_logits, dtype):
+    """(weights [T, k] in `dtype`, experts [T, k]): softmax in f32, top-k, optional renormalisation."""
+    probs = F.softmax(router_logits, dim=1, dtype=torch.float)
+    weights, experts = torch.topk(probs, moe.top_k, dim=-1)
+    if moe.norm_topk_prob:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights.to(dtype), experts
+
+
+def sparse_block(moe, w, layer, x):
+    """The MoE block of layer `layer` on x [T, hidden]."""
+    b = f"model.layers.{layer}.{moe.prefix}."
+    weights, experts = route(moe, F.linear(x, w[b + "gate.weight"]), x.dtype)
+    out = torch.zeros_like(x)
+    mask = F.one_hot(experts, num_classes=moe.num_experts).permute(2, 1, 0)  # [E, k, T]
+    for e in range(moe.num_experts):
+        slot, tok = torch.where(mask[e])
+        if tok.numel() == 0:
+            continue
+        y = _gated_mlp(w, f"{b}experts.{e}.", moe.names, x[tok]) * weights[tok, slot, None]
+        out.index_add_(0, tok, y.to(x.dtype))
+    if moe.shared_size:
+        shared = _gated_mlp(w, b + "shared_expert.", ("gate_proj", "up_proj", "down_proj"), x)
+        out = out + torch.sigmoid(F.linear(x, w[b + "shared_expert_gate.weight"])) * shared
+    return out
+
+
+def min_router_gap(moe, w, layer, x):
+    """Smallest gap, over x's tokens, between the k-th and (k+1)-th router logit of the layer: how far
+    the expert choice is from a tie (inf when every expert is chosen)."""
+    if moe.top_k >= moe.num_experts:
+        return float("inf")
+    b = f"model.layers.{layer}.{moe.prefix}."
+    top = torch.topk(F.linear(x.float(), w[b + "gate.weight"].float()), moe.top_k + 1, dim=-1).values
+    return float((top[:, -2] - top[:, -1]).min())

@@ -1,0 +1,97 @@
+"""Checks of the reference's MoE blocks (reference_moe.py) against simpler forms: a dense
+formulation (every expert on every token, weighted by a top-k mask), a one-expert Mixtral equal
+to its Mistral twin, and Qwen2-MoE's choice of sparse layers."""
+
+import os
+import sys
+import tempfile
+import unittest
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_checkpoint  # noqa: E402
+import reference_model as rm  # noqa: E402
+import reference_moe  # noqa: E402
+import safetensors_io  # noqa: E402
+
+torch.set_num_threads(1)
+
+QWEN_MOE = {"num_experts": 5, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+            "shared_expert_intermediate_size": 40, "norm_topk_prob": False, "mlp_only_layers": [1]}
+
+
+def dense_moe(moe, w, layer, x):
+    """Every expert on every token; the weight is the full softmax where the expert ranks in the top k
+    (by sorting, not topk), renormalised over those when norm_topk_prob, else 0."""
+    b = f"model.layers.{layer}.{moe.prefix}."
+    probs = torch.softmax(x @ w[b + "gate.weight"].T, dim=-1)
+    rank = torch.argsort(torch.argsort(-probs, dim=-1), dim=-1)
+    mask = (rank < moe.top_k).to(x.dtype)
+    weights = probs * mask
+    if moe.norm_topk_prob:
+        weights = weights / weights.sum(-1, keepdim=True)
+    g, u, d = moe.names
+    out = torch.zeros_like(x)
+    for e in range(moe.num_experts):
+        p = f"{b}experts.{e}."
+        y = (F.silu(x @ w[p + g + ".weight"].T) * (x @ w[p + u + ".weight"].T)) @ w[p + d + ".weight"].T
+        out += weights[:, e:e + 1] * y
+    if moe.shared_size:
+        p = b + "shared_expert."
+        y = (F.silu(x @ w[p + "gate_proj.weight"].T) * (x @ w[p + "up_proj.weight"].T)) @ w[p + "down_proj.weight"].T
+        out += torch.sigmoid(x @ w[b + "shared_expert_gate.weight"].T) * y
+    return out
+
+
+class MoeTest(unittest.TestCase):
+    def check_dense(self, arch, moe_knobs, renorm):
+        with tempfile.TemporaryDirectory() as tmp:
+            make_checkpoint.make_checkpoint(tmp, arch=arch, hidden_size=32, intermediate_size=48,
+                                            num_hidden_layers=3, moe=moe_knobs, seed=5)
+            m = rm.Model(tmp)
+        moe = m.cfg.moe
+        self.assertEqual(moe.norm_topk_prob, renorm)
+        x = torch.randn(11, 32, generator=torch.Generator().manual_seed(1))
+        for layer in range(3):
+            if moe.sparse[layer]:
+                torch.testing.assert_close(reference_moe.sparse_block(moe, m.w, layer, x), dense_moe(moe, m.w, layer, x),
+                                           rtol=1e-5, atol=1e-5)
+
+    def test_mixtral_matches_dense_formulation(self):
+        self.check_dense("mixtral", {"num_local_experts": 4, "num_experts_per_tok": 2}, True)
+
+    def test_qwen2_moe_matches_dense_formulation(self):
+        self.check_dense("qwen2_moe", QWEN_MOE, False)
+        self.check_dense("qwen2_moe", dict(QWEN_MOE, norm_topk_prob=True, num_experts_per_tok=3), True)
+
+    def test_qwen2_moe_sparse_layers(self):
+        c = dict(reference_moe.QWEN2_MOE_DEFAULTS, num_experts=4, mlp_only_layers=[1])
+        self.assertEqual(reference_moe.MoeConfig("qwen2_moe", c, 3, 8).sparse, [True, False, True])
+        c = dict(c, mlp_only_layers=None, decoder_sparse_step=2)
+        self.assertEqual(reference_moe.MoeConfig("qwen2_moe", c, 4, 8).sparse, [False, True, False, True])
+
+    def test_one_expert_mixtral_equals_mistral_twin(self):
+        """One expert, chosen with weight 1: Mixtral is Mistral with that expert as its MLP."""
+        with tempfile.TemporaryDirectory() as tmp:
+            mix = os.path.join(tmp, "mixtral")
+            make_checkpoint.make_checkpoint(mix, arch="mixtral", moe={"num_local_experts": 1, "num_experts_per_tok": 1},
+                                            num_key_value_heads=2, seed=9)
+            a = rm.Model(mix)
+            twin = os.path.join(tmp, "mistral")
+            make_checkpoint.make_checkpoint(twin, arch="mistral", num_key_value_heads=2, rope_theta=a.cfg.rope["rope_theta"],
+                                            rms_norm_eps=a.cfg.rms_norm_eps, seed=9)
+            b = rm.Model(twin)
+        for k in list(b.w):
+            if ".mlp." not in k:
+                b.w[k] = a.w[k]
+        for i in range(2):
+            p = f"model.layers.{i}.block_sparse_moe.experts.0."
+            for src, dst in (("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj")):
+                b.w[f"model.layers.{i}.mlp.{dst}.weight"] = a.w[p + src + ".weight"]
+        prompt = [3, 17, 5, 99, 42, 7]
+        torch.testing.assert_close(a.forward(prompt), b.forward(prompt), rtol=1e-5, atol=1e-5)
+
+if __name__ == "__main__":
+    unittest.main()
