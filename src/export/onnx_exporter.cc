@@ -86,15 +86,12 @@ Status write_model(onnx::ModelProto& m, const std::string& path, int64_t thresho
 
 }  // namespace
 
-const std::map<std::string, std::string>& onnx_disable_optimize() {
-  // model_type → reason. Empty: every architecture loom exports is optimized.
-  static const std::map<std::string, std::string> list = {};
-  return list;
-}
-
 std::vector<std::string> OnnxExportReport::lines() const {
   std::vector<std::string> out = capture.lines();
+  if (!signature.empty()) out.push_back("signature: " + signature);
   for (const auto& [op, n] : lowered) out.push_back("lowered " + op + ": " + std::to_string(n) + " nodes");
+  for (const auto& [op, n] : contrib_ops) out.push_back("contrib op " + op + ": " + std::to_string(n) + " nodes");
+  for (const std::string& f : contrib_fallbacks) out.push_back("contrib fallback " + f);
   for (const std::string& f : model_fixes) out.push_back("model fix " + f);
   if (!optimizer_disabled.empty()) out.push_back("optimizer disabled: " + optimizer_disabled);
   else out.push_back("optimizer: " + std::to_string(folded) + " folded, " + std::to_string(dead_removed) + " dead removed");
@@ -108,15 +105,20 @@ Status export_onnx(const models::Model& model, const std::string& path, const On
                    OnnxExportReport* report) {
   OnnxExportReport local;
   OnnxExportReport& r = report ? *report : local;
-  if (o.ops == "ort")
-    return unsupported("onnx export: --onnx-ops ort (ONNX Runtime contrib ops such as GroupQueryAttention) is not "
-                       "implemented; use --onnx-ops standard");
-  if (o.ops != "standard") return invalid_argument("onnx export: --onnx-ops must be 'standard' or 'ort', got '" + o.ops + "'");
+  if (o.ops != "standard" && o.ops != "ort")
+    return invalid_argument("onnx export: --onnx-ops must be 'standard' or 'ort', got '" + o.ops + "'");
   if (o.opset < kOnnxMinOpset || o.opset > kOnnxMaxOpset)
     return invalid_argument("onnx export: opset " + std::to_string(o.opset) + " outside the supported range [" +
                             std::to_string(kOnnxMinOpset) + ", " + std::to_string(kOnnxMaxOpset) + "]");
-  register_builtin_onnx_fixes();
+  if (!o.dynamic && (o.batch_size < 1 || o.sequence_length < 1 || o.past_length < 0))
+    return invalid_argument("onnx export: a static export needs --batch-size ≥ 1, --seq-len ≥ 1 and --past-length ≥ 0 "
+                            "(got " + std::to_string(o.batch_size) + ", " + std::to_string(o.sequence_length) + ", " +
+                            std::to_string(o.past_length) + ")");
   const ModelConfig& cfg = model.config();
+  if (const std::string why = onnx_export_skip_reason(cfg.model_type, o.ops); !why.empty())
+    return unsupported("onnx export: model_type '" + cfg.model_type + "' is on the export skip list (" + o.ops +
+                       " ops): " + why);
+  register_builtin_onnx_fixes();
 
   // ── Stage 1: capture — the step graph with the "onnx" backend's op-level patches ──
   // ── Stage 2: node fixes — the "onnx" backend's per-node rewrites (gather_rows dropped) ──
@@ -136,21 +138,39 @@ Status export_onnx(const models::Model& model, const std::string& path, const On
   auto* opset = m.add_opset_import();
   opset->set_domain("");
   opset->set_version(o.opset);
+  if (o.ops == "ort") {  // ONNX Runtime's contrib ops are all version 1 of their domain
+    auto* ms = m.add_opset_import();
+    ms->set_domain("com.microsoft");
+    ms->set_version(1);
+  }
   auto meta = [&](const std::string& k, const std::string& v) {
     auto* e = m.add_metadata_props();
     e->set_key(k);
     e->set_value(v);
   };
   meta("model_type", cfg.model_type);
+  meta("loom.onnx_ops", o.ops);
+  r.signature = o.dynamic ? "dynamic (batch_size, sequence_length, past_sequence_length)"
+                          : "static batch " + std::to_string(o.batch_size) + ", sequence " +
+                                std::to_string(o.sequence_length) + ", past " + std::to_string(o.past_length);
+  meta("loom.signature", r.signature);
   for (const auto& [k, v] : program.metadata)
     if (k.rfind("cache.layer.", 0) == 0) meta(k, v);
   onnx::GraphProto& og = *m.mutable_graph();
   og.set_name(cfg.model_type.empty() ? "loom" : cfg.model_type);
   onnx_ir::GraphBuilder b(&og);
   OnnxLowering L{b, g, o.opset};
+  L.ort = o.ops == "ort";
   L.rope_positions = cfg.max_position_embeddings;
-  const std::string B = "batch_size", S = "sequence_length", P = "past_sequence_length",
-                    T = "past_sequence_length + sequence_length";
+  // Dims: Optimum's names (dynamic), or numbers (static).
+  std::string B = "batch_size", S = "sequence_length", P = "past_sequence_length",
+              T = "past_sequence_length + sequence_length";
+  if (!o.dynamic) {
+    B = std::to_string(o.batch_size);
+    S = std::to_string(o.sequence_length);
+    P = std::to_string(o.past_length);
+    T = std::to_string(o.past_length + o.sequence_length);
+  }
   L.input_ids = "input_ids";
   L.attention_mask = "attention_mask";
   L.position_ids = "position_ids";
@@ -173,9 +193,17 @@ Status export_onnx(const models::Model& model, const std::string& path, const On
   L.names[g.input("input_ids")] = L.input_ids;
   L.names[g.input("positions")] = L.position_ids;
 
-  // ── Stage 5: lowering — each loom op through the translation table ──
+  // ── Stage 5: lowering — each loom op through the translation table (--onnx-ops ort: the contrib table first) ──
   const auto& table = onnx_lowering_table();
+  const auto& ort_table = onnx_ort_lowering_table();
   for (const graph::Node& n : g.nodes()) {
+    if (L.ort) {
+      if (auto c = ort_table.find(n.op); c != ort_table.end()) {
+        LOOM_RETURN_IF_ERROR(c->second(L, n));
+        ++r.lowered[n.op];
+        continue;
+      }
+    }
     auto it = table.find(n.op);
     if (it == table.end())
       return unsupported("onnx export: no ONNX lowering for op '" + n.op + "' (" + n.scope +
@@ -217,6 +245,9 @@ Status export_onnx(const models::Model& model, const std::string& path, const On
   }
   r.nodes = og.node_size();
   r.initializers = og.initializer_size();
+  r.contrib_fallbacks = L.fallbacks;
+  for (const onnx::NodeProto& n : og.node())
+    if (n.domain() == "com.microsoft" || n.op_type() == "SimplifiedLayerNormalization") ++r.contrib_ops[n.op_type()];
 
   // ── Stage 8: write — the .onnx file, large initializers as external data ──
   return write_model(m, path, o.external_data_threshold, r);

@@ -195,28 +195,24 @@ std::string unsqueeze(OnnxLowering& L, const std::string& x, const std::vector<i
 }
 
 // cos and sin [B, S, 1, rotary_dim] for this rope node's parameters, built once per
-// distinct parameter set from tables gathered by position_ids.
+// distinct parameter set: gathered by position_ids from tables computed at export
+// time, or (NTK-dynamic rope) computed in the graph.
 Result<std::pair<std::string, std::string>> rope_cos_sin(OnnxLowering& L, const graph::Node& n) {
-  std::string key;
-  for (const auto& [k, v] : n.attrs)
-    if (k != "num_heads") key += k + "=" + std::visit([](const auto& x) {
-                                   if constexpr (std::is_arithmetic_v<std::decay_t<decltype(x)>>) return std::to_string(x);
-                                   else if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::string>) return x;
-                                   else return std::string("[…]");
-                                 }, v) + ";";
+  const std::string key = onnx_rope_key(n);
   if (auto it = L.rope_cos_sin.find(key); it != L.rope_cos_sin.end()) return it->second;
-  LOOM_ASSIGN_OR_RETURN(RopeTables t, rope_tables(n, L.rope_positions));
-  const std::string id = std::to_string(L.rope_cos_sin.size());
-  const std::string cos_t = L.b.f32_tensor("rope.cos_table." + id, {t.positions, t.half}, t.cos);
-  const std::string sin_t = L.b.f32_tensor("rope.sin_table." + id, {t.positions, t.half}, t.sin);
-  const std::string h = "rope." + id;
+  if (n.attr_str("rope_type") == "dynamic") {
+    LOOM_ASSIGN_OR_RETURN(auto cs, onnx_dynamic_rope_cos_sin(L, n));
+    return L.rope_cos_sin[key] = cs;
+  }
+  LOOM_ASSIGN_OR_RETURN(auto tables, onnx_rope_table_initializers(L, n));
+  const std::string h = "rope." + std::to_string(L.rope_cos_sin.size());
   auto expand = [&](const std::string& table) {
     const std::string g = L.b.op("Gather", {table, L.position_ids}, h);  // [B, S, half]
     onnx::NodeProto& c = L.b.node("Concat", {g, g}, 1, h);             // [B, S, rotary_dim]
     set_attr(c, "axis", int64_t{-1});
     return unsqueeze(L, c.output(0), {2}, h);                           // [B, S, 1, rotary_dim]
   };
-  auto cs = std::make_pair(expand(cos_t), expand(sin_t));
+  auto cs = std::make_pair(expand(tables.first), expand(tables.second));
   L.rope_cos_sin[key] = cs;
   return cs;
 }
@@ -248,7 +244,9 @@ Status lower_rope(OnnxLowering& L, const graph::Node& n) {
 // and, with a window, (past + i) − j < window. Masked entries get the lowest
 // float rather than −inf, so a query row with no visible key (left padding)
 // gives a uniform softmax instead of NaN.
-std::string attention_mask(OnnxLowering& L, int64_t window) {
+}  // namespace
+
+std::string onnx_attention_mask(OnnxLowering& L, int64_t window) {
   if (auto it = L.masks.find(window); it != L.masks.end()) return it->second;
   const std::string h = window > 0 ? "attention_mask.window_" + std::to_string(window) : "attention_mask.causal";
   const std::string s = L.b.op("Gather", {L.b.op("Shape", {L.input_ids}, h), L.b.i64_scalar(1)}, h);
@@ -268,6 +266,28 @@ std::string attention_mask(OnnxLowering& L, int64_t window) {
       "Where", {allowed, L.b.f32_scalar(0.0f), L.b.f32_scalar(std::numeric_limits<float>::lowest())}, h);
   return L.masks[window] = mask;
 }
+
+std::string onnx_rope_key(const graph::Node& n) {
+  std::string key;
+  for (const auto& [k, v] : n.attrs)
+    if (k != "num_heads") key += k + "=" + std::visit([](const auto& x) {
+                                   if constexpr (std::is_arithmetic_v<std::decay_t<decltype(x)>>) return std::to_string(x);
+                                   else if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::string>) return x;
+                                   else return std::string("[…]");
+                                 }, v) + ";";
+  return key;
+}
+
+Result<std::pair<std::string, std::string>> onnx_rope_table_initializers(OnnxLowering& L, const graph::Node& n) {
+  const std::string key = onnx_rope_key(n);
+  if (auto it = L.rope_tables.find(key); it != L.rope_tables.end()) return it->second;
+  LOOM_ASSIGN_OR_RETURN(RopeTables t, rope_tables(n, L.rope_positions));
+  const std::string id = std::to_string(L.rope_tables.size());
+  return L.rope_tables[key] = {L.b.f32_tensor("rope.cos_table." + id, {t.positions, t.half}, t.cos),
+                               L.b.f32_tensor("rope.sin_table." + id, {t.positions, t.half}, t.sin)};
+}
+
+namespace {
 
 Status lower_attention(OnnxLowering& L, const graph::Node& n) {
   LOOM_ASSIGN_OR_RETURN(std::string q, in(L, n, 0));
@@ -305,7 +325,7 @@ Status lower_attention(OnnxLowering& L, const graph::Node& n) {
   std::string scores = L.b.op("MatMul", {heads_first(q, hq), kt.output(0)}, h);  // [B, Hq, S, T]
   scores = L.b.op("Mul", {scores, L.b.f32_scalar(static_cast<float>(n.attr_float("scale")))}, h);
   if (const double cap = n.attr_float("softcap", 0.0); cap > 0) scores = softcap(L, scores, cap, h);
-  scores = L.b.op("Add", {scores, attention_mask(L, n.attr_int("sliding_window", 0))}, h);
+  scores = L.b.op("Add", {scores, onnx_attention_mask(L, n.attr_int("sliding_window", 0))}, h);
   onnx::NodeProto& sm = L.b.node("Softmax", {scores}, 1, h);
   set_attr(sm, "axis", int64_t{-1});
   onnx::NodeProto& o = L.b.node("Transpose", {L.b.op("MatMul", {sm.output(0), vv}, h)}, 1, h);

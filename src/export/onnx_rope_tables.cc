@@ -108,10 +108,10 @@ Result<RopeTables> rope_tables(const graph::Node& n, int64_t positions) {
     }
     scaling = static_cast<float>(attention_factor);
   } else if (type == "dynamic") {
-    return unsupported(where + "dynamic NTK scaling depends on the sequence length at run time; the ONNX exporter "
-                               "precomputes cos/sin tables and cannot express it");
+    return internal_error(where + "dynamic NTK scaling depends on the sequence length at run time: it has no table "
+                                  "(onnx_dynamic_rope_cos_sin computes it in the graph)");
   } else {
-    return unsupported(where + "unknown rope type (supported: default, linear, llama3, yarn)");
+    return unsupported(where + "unknown rope type (supported: default, linear, dynamic, llama3, yarn)");
   }
   RopeTables t;
   t.positions = positions;

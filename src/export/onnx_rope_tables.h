@@ -21,7 +21,8 @@ struct RopeTables {
 };
 
 // `positions`: how many rows (the model's max_position_embeddings). "dynamic"
-// rope depends on the sequence length at run time and is refused.
+// rope depends on the sequence length at run time and has no table: the lowering
+// computes it in the graph (onnx_rope_dynamic.cc).
 Result<RopeTables> rope_tables(const graph::Node& rope, int64_t positions);
 
 }  // namespace loom::exporting

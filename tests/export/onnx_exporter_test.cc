@@ -2,7 +2,10 @@
 // (onnxruntime-node, driven by tests/oracles/run_onnx.js), and compared with
 // loom's own run of the same tokens — prefill logits at every position, a decode
 // step fed with the present K/V, a left-padded batch of two, and a 16-token
-// greedy generation — and Debian's onnx checker accepts the file.
+// greedy generation — and Debian's onnx checker accepts the file. The same for
+// static files (fixed dims), dynamic files at several batch sizes and lengths,
+// --onnx-ops ort files (ONNX Runtime contrib ops) and NTK-dynamic rope below and
+// above max_position_embeddings; the skip and disable lists are consulted.
 #include "loom/export/onnx_exporter.h"
 #include "export/export_test_util.h"
 
@@ -123,20 +126,42 @@ constexpr double kTol = 1e-4;
 
 // Prefill + decode (batch 1), then a batch of two — B (na − 4 tokens) left-padded —
 // with a decode step. Sliding-window fixtures need na beyond their window (16).
-void check_parity(const std::string& fixture, int opset, bool check_with_onnx_checker, int na = 9,
+// The contrib ops an --onnx-ops ort export must contain: one GroupQueryAttention
+// per layer (head_dim a multiple of 8), RotaryEmbedding per q and k (rope other
+// than NTK-dynamic), Skip/SimplifiedLayerNormalization for RMSNorm models; and
+// none at all in a standard export.
+void expect_contrib_ops(const models::Model& model, const OnnxExportOptions& o, const OnnxExportReport& r) {
+  if (o.ops != "ort") {
+    EXPECT_TRUE(r.contrib_ops.empty());
+    return;
+  }
+  const auto& layers = model.module().settings().layers;
+  const int n = static_cast<int>(layers.size());
+  auto count = [&](const char* op) { return r.contrib_ops.count(op) ? r.contrib_ops.at(op) : 0; };
+  if (layers[0].head_dim % 8 == 0) EXPECT_EQ(count("GroupQueryAttention"), n);
+  else EXPECT_EQ(count("GroupQueryAttention"), 0);
+  const bool rope = r.lowered.count("rope") > 0, dynamic_rope = model.config().rope_scaling.rope_type == "dynamic";
+  EXPECT_EQ(count("RotaryEmbedding"), rope && !dynamic_rope ? 2 * n : 0);
+  if (r.lowered.count("rms_norm")) EXPECT_GE(count("SkipSimplifiedLayerNormalization"), n);
+  EXPECT_EQ(r.contrib_fallbacks.empty(), layers[0].head_dim % 8 == 0 && !dynamic_rope);
+}
+
+void check_parity(const std::string& fixture, const OnnxExportOptions& o, bool check_with_onnx_checker, int na = 9,
                   std::shared_ptr<const models::Model> preloaded = nullptr) {
-  SCOPED_TRACE(fixture + " opset " + std::to_string(opset));
+  SCOPED_TRACE(fixture + " opset " + std::to_string(o.opset) + " ops " + o.ops);
   auto model = preloaded ? preloaded : load(fixture);
-  const fs::path file = scratch(fixture) / "model.onnx";
-  OnnxExportOptions o;
-  o.opset = opset;
+  const fs::path file = scratch(fixture + "_" + o.ops) / "model.onnx";
   OnnxExportReport report;
   const Status s = export_onnx(*model, file.string(), o, &report);
   ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(report.capture.node_fix_rewrites.at("logits_for_every_position"), 1);
   EXPECT_GT(report.lowered.at("attention"), 0);
   EXPECT_TRUE(fs::exists(file.string() + ".data")) << "weights above the threshold go to external data";
-  if (check_with_onnx_checker) expect_checker_accepts(file);
+  EXPECT_EQ(report.optimizer_disabled.empty(), onnx_disable_optimize().count(model->config().model_type) == 0);
+  expect_contrib_ops(*model, o, report);
+  // An ort file holds com.microsoft ops, which Debian's onnx checker does not know
+  // (it rejects any op outside its schemas): those files are checked by running them only.
+  if (check_with_onnx_checker && o.ops != "ort") expect_checker_accepts(file);
 
   auto runner = batching::ModelRunner::create(model).value();
   const int nb = na - 4;
@@ -182,8 +207,73 @@ void check_parity(const std::string& fixture, int opset, bool check_with_onnx_ch
   EXPECT_LE(dec_a, kTol);
   EXPECT_LE(dec_b, kTol) << "left-padded sequence, decode";
   EXPECT_EQ(st[1]["present0"][2].get<int64_t>(), na + 1) << "present = past ⧺ new";
-  std::printf("[ onnx ] %s opset %d max |Δlogits|: prefill %.2e decode %.2e batch %.2e/%.2e batch decode %.2e/%.2e\n",
-              fixture.c_str(), opset, prefill, decode, batch_a, batch_b, dec_a, dec_b);
+  std::printf("[ onnx ] %s opset %d %s max |Δlogits|: prefill %.2e decode %.2e batch %.2e/%.2e batch decode %.2e/%.2e\n",
+              fixture.c_str(), o.opset, o.ops.c_str(), prefill, decode, batch_a, batch_b, dec_a, dec_b);
+}
+
+void check_parity(const std::string& fixture, int opset, bool check_with_onnx_checker, int na = 9,
+                  std::shared_ptr<const models::Model> preloaded = nullptr) {
+  OnnxExportOptions o;
+  o.opset = opset;
+  check_parity(fixture, o, check_with_onnx_checker, na, std::move(preloaded));
+}
+
+OnnxExportOptions ort_ops() {
+  OnnxExportOptions o;
+  o.ops = "ort";
+  return o;
+}
+
+// A prefill of `seqs` as one batch (left-padded to the longest, pads at position
+// 1 as Optimum writes them) followed by one decode step, run by `prefill_file`
+// then `decode_file` (the same file for a dynamic export), against loom's packed
+// run of the same sequences; returns the largest |Δlogits| over every real row.
+double batch_prefill_and_decode(const models::Model& model, std::shared_ptr<const models::Model> shared,
+                                const fs::path& prefill_file, const fs::path& decode_file,
+                                const std::vector<std::vector<int32_t>>& seqs, json* signature = nullptr) {
+  auto runner = batching::ModelRunner::create(shared).value();
+  size_t longest = 0;
+  for (const auto& q : seqs) longest = std::max(longest, q.size());
+  const auto L = static_cast<int64_t>(longest);
+  std::vector<int64_t> past;
+  std::vector<std::vector<int32_t>> next;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    past.push_back(static_cast<int64_t>(seqs[i].size()));
+    next.push_back({static_cast<int32_t>(20 + i)});
+  }
+  runtime::ContiguousKvCache cache(runner->kv_layout(), static_cast<int64_t>(seqs.size()), L + 2);
+  const auto want = loom_step(*runner, cache, seqs, std::vector<int64_t>(seqs.size(), 0));
+  const auto want_dec = loom_step(*runner, cache, next, past);
+
+  json ids = json::array(), mask = json::array(), pos = json::array(), ids2 = json::array(), mask2 = json::array(),
+       pos2 = json::array();
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const auto n = static_cast<int64_t>(seqs[i].size()), pad = L - n;
+    std::vector<int64_t> id(static_cast<size_t>(pad), 0), m(static_cast<size_t>(pad), 0), p(static_cast<size_t>(pad), 1);
+    for (int64_t j = 0; j < n; ++j) id.push_back(seqs[i][static_cast<size_t>(j)]), m.push_back(1), p.push_back(j);
+    ids.push_back(id);
+    mask.push_back(m);
+    pos.push_back(p);
+    ids2.push_back({next[i][0]});
+    m.push_back(1);
+    mask2.push_back(m);
+    pos2.push_back({n});
+  }
+  json steps = json::array();
+  steps.push_back({{"model", prefill_file.string()}, {"input_ids", ids}, {"attention_mask", mask}, {"position_ids", pos},
+                   {"feed_past", false}});
+  steps.push_back({{"model", decode_file.string()}, {"input_ids", ids2}, {"attention_mask", mask2}, {"position_ids", pos2},
+                   {"feed_past", true}});
+  const json ans = run_ort({{"model", prefill_file.string()}, {"op", "steps"}, {"steps", steps}});
+  if (!ans.contains("steps")) return INFINITY;
+  if (signature) *signature = ans["signature"];
+  double d = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    d = std::max(d, max_diff(want[i], ans["steps"][0], static_cast<int64_t>(i), L - past[i]));
+    d = std::max(d, max_diff(want_dec[i], ans["steps"][1], static_cast<int64_t>(i), 0));
+  }
+  (void)model;
+  return d;
 }
 
 TEST(OnnxExporter, LlamaMatchesLoomOnPrefillDecodeAndPaddedBatch) { check_parity("llama-f32", 17, true); }
@@ -193,15 +283,6 @@ TEST(OnnxExporter, MistralSlidingWindowMatchesLoom) { check_parity("mistral_slid
 TEST(OnnxExporter, Qwen2SlidingWindowMatchesLoom) { check_parity("qwen2_sliding-f32", 17, true, 23); }
 TEST(OnnxExporter, Llama3RopeMatchesLoom) { check_parity("llama_rope_llama3-f32", 17, true); }
 TEST(OnnxExporter, YarnRopeMatchesLoom) { check_parity("llama_rope_yarn-f32", 17, true); }
-TEST(OnnxExporter, EveryOtherF32FixtureMatchesLoom) {
-  // GPT-2 (LayerNorm, gelu_new, learned positions), Phi-3 (fused qkv, partial
-  // rotary), one KV head / MHA, biases, linear and yarn-mscale rope.
-  for (const char* f : {"gpt2-f32", "gpt2_legacy-f32", "phi3-f32", "llama_kv1_headdim-f32", "llama_mha_untied-f32",
-                        "llama_bias-f32", "llama_rope_linear-f32", "llama_rope_yarn_mscale-f32"})
-    check_parity(f, 17, true);
-  check_parity("phi3_sliding-f32", 17, true, 23);
-}
-
 // A model loaded with fused kernels (one qkv projection split in three, the
 // RMSNorm+MLP fusion's gate_up + silu_and_mul) lowers those ops too.
 TEST(OnnxExporter, AModelWithFusedKernelsMatchesLoom) {
@@ -217,13 +298,14 @@ TEST(OnnxExporter, OlderAndNewerOpsetsMatchLoom) {
   for (int opset : {21, 26}) check_parity("qwen3-f32", opset, false);
 }
 
-TEST(OnnxExporter, GreedyGenerationWithItsOwnKvCacheEqualsLoom) {
-  for (const char* fixture : {"llama-f32", "qwen3-f32", "mistral_sliding-f32"}) {
-    SCOPED_TRACE(fixture);
+// 16 greedy tokens driven by the file with its own KV cache equal loom's.
+void check_greedy(const std::string& fixture, const OnnxExportOptions& o, int prompt_len = 6) {
+    SCOPED_TRACE(fixture + " ops " + o.ops);
     auto model = load(fixture);
-    const fs::path file = scratch(std::string("greedy_") + fixture) / "model.onnx";
-    ASSERT_TRUE(export_onnx(*model, file.string(), {}).ok());
-    const std::vector<int32_t> prompt = random_tokens(*model, 6, 7);
+    const fs::path file = scratch("greedy_" + fixture + "_" + o.ops) / "model.onnx";
+    const Status s = export_onnx(*model, file.string(), o);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    const std::vector<int32_t> prompt = random_tokens(*model, prompt_len, 7);
     auto runner = batching::ModelRunner::create(model).value();
     batching::GenerateOptions go;
     go.max_new_tokens = 16;
@@ -232,25 +314,169 @@ TEST(OnnxExporter, GreedyGenerationWithItsOwnKvCacheEqualsLoom) {
     const json ans = run_ort({{"model", file.string()}, {"op", "greedy"}, {"prompt", prompt}, {"new_tokens", 16}});
     ASSERT_TRUE(ans.contains("tokens"));
     EXPECT_EQ(ans["tokens"].get<std::vector<int32_t>>(), want.generated_ids);
-  }
 }
 
-TEST(OnnxExporter, BadOptionsAndUnsupportedRopeFailNamingTheCause) {
+TEST(OnnxExporter, GreedyGenerationWithItsOwnKvCacheEqualsLoom) {
+  for (const char* fixture : {"llama-f32", "qwen3-f32", "mistral_sliding-f32"}) check_greedy(fixture, {});
+}
+
+TEST(OnnxExporter, BadOptionsFailNamingTheCause) {
   auto model = load("llama-f32");
   const std::string file = (scratch("bad") / "m.onnx").string();
   OnnxExportOptions o;
-  o.ops = "ort";
+  o.ops = "contrib";
   Status s = export_onnx(*model, file, o);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("--onnx-ops ort"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find("--onnx-ops"), std::string::npos) << s.to_string();
   o = {};
   o.opset = 9;
   s = export_onnx(*model, file, o);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("opset 9"), std::string::npos) << s.to_string();
-  s = export_onnx(*load("llama_rope_dynamic-f32"), file, {});
+  o = {};
+  o.dynamic = false;
+  o.batch_size = 0;
+  s = export_onnx(*model, file, o);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("dynamic"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find("--batch-size"), std::string::npos) << s.to_string();
+}
+
+// The variants scripts/make-fixtures wrote (fixtures/index.json) with the given dtype.
+std::vector<std::string> fixture_variants(const std::string& dtype) {
+  const json index = json::parse(std::ifstream(export_test::fixtures_dir() / "index.json"));
+  std::vector<std::string> out;
+  for (const auto& v : index.at("variants"))
+    if (v.at("dtype") == dtype) out.push_back(v.at("name").get<std::string>());
+  return out;
+}
+
+// Every f32 fixture, with both op sets: exported and matching loom, unless the
+// skip list names its architecture — then the export is refused with that reason.
+TEST(OnnxExporter, EveryF32FixtureMatchesLoomWithBothOpSetsOrIsOnTheSkipList) {
+  const auto variants = fixture_variants("f32");
+  ASSERT_GE(variants.size(), 10u);
+  for (const std::string& f : variants)
+    for (const char* ops : {"standard", "ort"}) {
+      auto model = load(f);
+      OnnxExportOptions o;
+      o.ops = ops;
+      if (const std::string why = onnx_export_skip_reason(model->config().model_type, ops); !why.empty()) {
+        const Status s = export_onnx(*model, (scratch("skipped") / "m.onnx").string(), o);
+        EXPECT_FALSE(s.ok()) << f << " is on the skip list";
+        EXPECT_NE(s.message().find(why), std::string::npos) << s.to_string();
+        std::printf("[ onnx ] %s (%s): skipped: %s\n", f.c_str(), ops, why.c_str());
+        continue;
+      }
+      check_parity(f, o, true, 23, model);  // 23 tokens: past the fixtures' sliding windows (16)
+    }
+}
+
+// Static files: every dim a number. A prefill file (batch 2, sequence n, past 0)
+// and a decode file (batch 2, sequence 1, past n), the second fed with the first's
+// present K/V, match loom; the checker accepts both.
+TEST(OnnxExporter, StaticPrefillAndDecodeFilesHaveFixedDimsAndMatchLoom) {
+  for (const char* ops : {"standard", "ort"})
+    for (const char* fixture : {"llama-f32", "qwen3-f32"}) {
+      SCOPED_TRACE(std::string(fixture) + " " + ops);
+      auto model = load(fixture);
+      const int n = 7;
+      const fs::path dir = scratch(std::string("static_") + fixture + "_" + ops);
+      OnnxExportOptions o;
+      o.ops = ops;
+      o.dynamic = false;
+      o.batch_size = 2;
+      o.sequence_length = n;
+      o.past_length = 0;
+      OnnxExportReport report;
+      ASSERT_TRUE(export_onnx(*model, (dir / "prefill.onnx").string(), o, &report).ok());
+      EXPECT_NE(report.signature.find("static"), std::string::npos);
+      o.sequence_length = 1;
+      o.past_length = n;
+      ASSERT_TRUE(export_onnx(*model, (dir / "decode.onnx").string(), o).ok());
+      if (std::string(ops) != "ort") {  // the checker does not know com.microsoft ops (see check_parity)
+        expect_checker_accepts(dir / "prefill.onnx");
+        expect_checker_accepts(dir / "decode.onnx");
+      }
+      json sig;
+      const double d = batch_prefill_and_decode(*model, model, dir / "prefill.onnx", dir / "decode.onnx",
+                                                {random_tokens(*model, n, 1), random_tokens(*model, n - 3, 2)}, &sig);
+      EXPECT_LE(d, kTol);
+      const auto& layer = model->module().settings().layers[0];
+      const int64_t kv = layer.num_kv_heads, hd = layer.head_dim, vocab = model->vocab_size();
+      EXPECT_EQ(sig["input_ids"], json({2, n}));
+      EXPECT_EQ(sig["attention_mask"], json({2, n}));
+      EXPECT_EQ(sig["position_ids"], json({2, n}));
+      EXPECT_EQ(sig["past_key_values.0.key"], json({2, kv, 0, hd}));
+      EXPECT_EQ(sig["logits"], json({2, n, vocab}));
+      EXPECT_EQ(sig["present.0.value"], json({2, kv, n, hd}));
+      for (const auto& [name, dims] : sig.items())
+        for (const auto& dim : dims) EXPECT_TRUE(dim.is_number()) << name << " has a symbolic dim " << dim;
+      std::printf("[ onnx ] static %s %s max |Δlogits| prefill+decode %.2e\n", fixture, ops, d);
+    }
+}
+
+// One dynamic file at batch sizes 1–3 and sequence lengths 1–17 (ragged batches
+// left-padded), prefill and decode; its dims are Optimum's names.
+TEST(OnnxExporter, DynamicFileRunsAtSeveralBatchSizesAndSequenceLengths) {
+  for (const char* ops : {"standard", "ort"}) {
+    SCOPED_TRACE(ops);
+    auto model = load("qwen2-f32");
+    const fs::path file = scratch(std::string("dynamic_sizes_") + ops) / "model.onnx";
+    OnnxExportOptions o;
+    o.ops = ops;
+    ASSERT_TRUE(export_onnx(*model, file.string(), o).ok());
+    const std::vector<std::vector<int>> shapes = {{1}, {5}, {17}, {3, 3}, {1, 4}, {17, 2, 9}, {6, 6, 6}};
+    json sig;
+    uint32_t seed = 40;
+    for (const auto& lens : shapes) {
+      std::vector<std::vector<int32_t>> seqs;
+      for (int n : lens) seqs.push_back(random_tokens(*model, n, ++seed));
+      const double d = batch_prefill_and_decode(*model, model, file, file, seqs, &sig);
+      EXPECT_LE(d, kTol) << "batch " << lens.size() << ", first length " << lens[0];
+    }
+    EXPECT_EQ(sig["input_ids"], json({"batch_size", "sequence_length"}));
+    EXPECT_EQ(sig["past_key_values.0.key"][2], "past_sequence_length");
+    EXPECT_EQ(sig["attention_mask"][1], "past_sequence_length + sequence_length");
+    EXPECT_EQ(sig["logits"][0], "batch_size");
+  }
+}
+
+// NTK-dynamic rope (max_position_embeddings 32 in the fixture): frequencies from
+// each row's own length, computed in the graph. Below 32 they are the default
+// ones; above, rescaled; a batch mixes one row of each, and a greedy run crosses
+// 32 while decoding.
+TEST(OnnxExporter, DynamicRopeMatchesLoomBelowAndAboveMaxPositionEmbeddings) {
+  auto model = load("llama_rope_dynamic-f32");
+  ASSERT_EQ(model->config().max_position_embeddings, 32);
+  for (const char* ops : {"standard", "ort"}) {
+    SCOPED_TRACE(ops);
+    const fs::path file = scratch(std::string("rope_dynamic_") + ops) / "model.onnx";
+    OnnxExportOptions o;
+    o.ops = ops;
+    OnnxExportReport report;
+    ASSERT_TRUE(export_onnx(*model, file.string(), o, &report).ok());
+    if (std::string(ops) == "standard") expect_checker_accepts(file);
+    for (const auto& lens : std::vector<std::vector<int>>{{9}, {20, 12}, {31}, {32}, {40}, {45, 20}, {33, 38}}) {
+      std::vector<std::vector<int32_t>> seqs;
+      for (int n : lens) seqs.push_back(random_tokens(*model, n, static_cast<uint32_t>(n)));
+      const double d = batch_prefill_and_decode(*model, model, file, file, seqs);
+      EXPECT_LE(d, kTol) << "lengths " << lens[0] << (lens.size() > 1 ? "+" + std::to_string(lens[1]) : "");
+      std::printf("[ onnx ] rope dynamic %s lengths %d%s max |Δlogits| %.2e\n", ops, lens[0],
+                  lens.size() > 1 ? ("," + std::to_string(lens[1])).c_str() : "", d);
+    }
+  }
+  check_greedy("llama_rope_dynamic-f32", {}, 24);  // positions 24..39: crosses 32 while decoding
+  check_greedy("llama_rope_dynamic-f32", ort_ops(), 24);
+}
+
+// --onnx-ops ort: GroupQueryAttention, RotaryEmbedding, SkipSimplifiedLayerNormalization
+// (checked by check_parity through expect_contrib_ops) give loom's logits and greedy tokens.
+TEST(OnnxExporter, OrtContribOpsMatchLoomAndGenerateLoomsGreedyTokens) {
+  for (const char* f : {"llama-f32", "qwen2-f32", "qwen3-f32", "phi3-f32", "llama_rope_yarn-f32", "llama-bf16"})
+    check_parity(f, ort_ops(), false);
+  check_parity("mistral_sliding-f32", ort_ops(), false, 23);
+  check_parity("qwen2-f32-fused", ort_ops(), false, 9, load("qwen2-f32", export_test::fused_kernels()));
+  for (const char* fixture : {"llama-f32", "qwen3-f32", "mistral_sliding-f32", "phi3-f32"}) check_greedy(fixture, ort_ops());
 }
 
 TEST(OnnxExporter, OptimizerFoldsWeightTransposesAndTheUnoptimizedFileGivesTheSameLogits) {

@@ -3,7 +3,9 @@
 // a JSON answer to argv[3]. Requests:
 //   {"model": path, "op": "steps", "steps": [{input_ids: [[...]], attention_mask: [[...]],
 //     position_ids: [[...]], feed_past: bool}]}  → {"steps": [{logits: [...flat], dims: [B,S,V]}]}
-//     (feed_past: use the previous step's present.* as past_key_values; else an empty past)
+//     (feed_past: use the previous step's present.* as past_key_values; else an empty past;
+//      a step's own "model" runs it in that file instead — a static decode file after a static prefill one)
+//     → also {"signature": {name: [dims (numbers or dim names)]}} of every input and output of "model"
 //   {"model": path, "op": "greedy", "prompt": [...], "new_tokens": n}  → {"tokens": [...]}
 //     (batch 1: prefill, then one token per step with the model's own KV cache)
 // Inputs are validated against the model's declared names; any ORT error exits non-zero.
@@ -19,13 +21,21 @@ function i64(rows) {
 async function main() {
   const req = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
   // ORT's default graph optimizations (fusions included), as a consumer runs the file.
-  const session = await ort.InferenceSession.create(req.model);
-  const meta = session.inputMetadata || [];
+  const sessions = {};
+  const open = async (path) => (sessions[path] = sessions[path] || await ort.InferenceSession.create(path));
+  let session = await open(req.model);
   const layers = session.inputNames.filter((n) => /^past_key_values\.\d+\.key$/.test(n)).length;
   const kvShape = (name) => {
+    const meta = session.inputMetadata || [];
     const m = Array.isArray(meta) ? meta.find((x) => x.name === name) : null;
     if (!m || !m.shape) throw new Error('no shape metadata for ' + name);
     return [m.shape[1], m.shape[3]];  // kv heads, head dim (fixed numbers)
+  };
+  const signature = (s) => {
+    const out = {};
+    for (const m of [...(s.inputMetadata || []), ...(s.outputMetadata || [])])
+      if (m.shape) out[m.name] = m.shape.map((d) => (typeof d === 'bigint' ? Number(d) : d));
+    return out;
   };
   async function step(ids, mask, pos, past) {
     const b = ids.length;
@@ -47,12 +57,13 @@ async function main() {
     const out = [];
     let past = null;
     for (const s of req.steps) {
+      session = await open(s.model || req.model);
       const r = await step(s.input_ids, s.attention_mask, s.position_ids, s.feed_past ? past : null);
       past = r;
       out.push({ logits: Array.from(r.logits.data), dims: r.logits.dims.map(Number),
                  present0: r['present.0.key'].dims.map(Number) });
     }
-    answer = { steps: out };
+    answer = { steps: out, signature: signature(await open(req.model)) };
   } else if (req.op === 'greedy') {
     const tokens = [];
     let ids = [req.prompt], past = null, len = 0;
