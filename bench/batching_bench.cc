@@ -13,7 +13,12 @@
 // LOOM_BENCH_PROMPT_MIN=128, LOOM_BENCH_PROMPT_MAX=512, LOOM_BENCH_NEW_TOKENS=128,
 // LOOM_BENCH_PREFIX=1000 (TTFT), LOOM_BENCH_MAX_BATCH_TOKENS=512.
 // Each case runs once (a run is long); compare the gen_tok_per_s counters.
-// BM_DecodeAtBatch: LOOM_BENCH_CONCURRENT (32), LOOM_BENCH_DECODE_STEPS (16).
+// LOOM_BENCH_ONE_AT_A_TIME_EVERY=k runs one-at-a-time on every k-th request
+// only (its rate per token is what matters; all 64 take ~15 min on 2 cores).
+// BM_DecodeAtBatch: LOOM_BENCH_CONCURRENT (32), LOOM_BENCH_DECODE_STEPS (16);
+// it also reports this machine's bound for that step, computed as the issue
+// does: weight bytes ÷ measured read bandwidth + the step's multiply-adds ÷
+// oneDNN's measured matmul rate at M = LOOM_BENCH_CONCURRENT.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -27,7 +32,9 @@
 #include "loom/batching/generate.h"
 #include "loom/batching/generate_batch.h"
 #include "loom/batching/model_runner.h"
+#include "loom/graph/step_cost.h"
 #include "loom/models/model.h"
+#include "loom/runtime/cpu/machine_bounds.h"
 #include "loom/runtime/kv_cache_contiguous.h"
 
 namespace loom::batching {
@@ -78,15 +85,19 @@ void report(benchmark::State& state, int64_t generated, double seconds) {
 
 void BM_OneAtATime(benchmark::State& state) {
   Setup& s = setup();
+  const int64_t every = std::max<int64_t>(1, env_int("LOOM_BENCH_ONE_AT_A_TIME_EVERY", 1));
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     int64_t generated = 0;
-    for (const auto& p : s.prompts) {
+    for (size_t i = 0; i < s.prompts.size(); i += static_cast<size_t>(every)) {
+      const auto& p = s.prompts[i];
       GenerateOptions o;
       o.max_new_tokens = s.new_tokens;
       generated += static_cast<int64_t>(generate(*s.runner, p, o).value().generated_ids.size());
     }
     report(state, generated, seconds_since(t0));
+    state.counters["requests_run"] = static_cast<double>((s.prompts.size() + static_cast<size_t>(every) - 1) /
+                                                         static_cast<size_t>(every));
   }
 }
 
@@ -183,8 +194,27 @@ void BM_DecodeAtBatch(benchmark::State& state) {
       for (int64_t i = 0; i < b; ++i) chunks.push_back({&next[static_cast<size_t>(i)], 1, prompt + step});
       logits = s.runner->step(chunks, cache).value();
     }
-    report(state, b * steps, seconds_since(t0));
+    const double seconds = seconds_since(t0);
+    report(state, b * steps, seconds);
     state.counters["batch"] = static_cast<double>(b);
+    // This machine's bound for the step, the issue's arithmetic with measured rates.
+    const graph::StepCost cost = graph::step_cost(*s.model->step_graph());
+    const double gbps = cpu::measure_read_bandwidth_gbps(s.runner->pool());
+    DType main_dtype = DType::kF32;
+    int64_t most = -1;
+    for (const auto& [dt, n] : s.model->checkpoint().parameters_per_dtype())
+      if (n > most) most = n, main_dtype = dt;
+    const ModelConfig& c = s.model->config();
+    Result<double> gflops = cpu::measure_onednn_matmul_gflops(main_dtype, b, c.intermediate_size, c.hidden_size);
+    state.counters["read_GBps"] = gbps;
+    if (gflops.ok()) {
+      const double flops = 2.0 * static_cast<double>(b) * (cost.per_token_matrix_elements + cost.per_sequence_matrix_elements);
+      const double bound_s = cost.decode_weight_bytes / (gbps * 1e9) + flops / (gflops.value() * 1e9);
+      state.counters["onednn_GFLOPs"] = gflops.value();
+      state.counters["loom_GFLOPs"] = flops * static_cast<double>(steps) / seconds / 1e9;
+      state.counters["bound_tok_per_s"] = static_cast<double>(b) / bound_s;
+      state.counters["share_of_bound"] = static_cast<double>(b * steps) / seconds / (static_cast<double>(b) / bound_s);
+    }
   }
 }
 

@@ -5,12 +5,12 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
-#include <set>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "loom/batching/model_runner.h"
 #include "loom/generation/sampling.h"
+#include "loom/graph/step_cost.h"
 #include "loom/runtime/cpu/cpu_features.h"
 #include "loom/runtime/cpu/machine_bounds.h"
 
@@ -25,52 +25,16 @@ struct BenchFlags {
   bool bounds = true;
 };
 
-// What one step of the recorded graph costs in weight traffic and GEMM work.
-struct StepCost {
-  double decode_weight_bytes = 0;  // bytes of parameters read to decode one token
-  double gemm_params = 0;          // weight elements every prompt token multiplies (lm_head excluded)
-  double lm_head_params = 0;       // multiplied once per sequence (the last token's logits)
-};
-
-StepCost step_cost(const graph::Graph& g) {
-  // A table read by an embedding op costs one row per token; any other use
-  // (a tied lm_head included) reads the whole tensor.
-  std::set<graph::ValueId> whole, lm_head;
-  std::map<graph::ValueId, double> row_bytes;
-  for (const graph::Node& n : g.nodes()) {
-    for (size_t i = 0; i < n.inputs.size(); ++i) {
-      const graph::ValueId v = n.inputs[i];
-      if (v == graph::kNoValue || g.value(v).kind != graph::ValueKind::kParameter) continue;
-      const Tensor& t = g.value(v).tensor;
-      if (n.op == "embedding" && i == 0 && t.rank() == 2) {
-        row_bytes[v] = static_cast<double>(t.nbytes()) / static_cast<double>(t.dim(0));
-      } else {
-        whole.insert(v);
-        if (n.scope == "lm_head") lm_head.insert(v);
-      }
-    }
-  }
-  StepCost c;
-  for (graph::ValueId v : whole) {
-    const Tensor& t = g.value(v).tensor;
-    c.decode_weight_bytes += static_cast<double>(t.nbytes());
-    if (t.rank() < 2) continue;
-    (lm_head.count(v) ? c.lm_head_params : c.gemm_params) += static_cast<double>(t.numel());
-  }
-  for (const auto& [v, bytes] : row_bytes)
-    if (!whole.count(v)) c.decode_weight_bytes += bytes;
-  return c;
-}
-
 void print_bounds(const BenchFlags& f, const models::Model& model, ThreadPool& pool, double prefill_tps,
                   double decode_tps) {
-  const StepCost cost = step_cost(*model.step_graph());
+  const graph::StepCost cost = graph::step_cost(*model.step_graph());
   const ModelConfig& c = model.config();
   const double T = static_cast<double>(f.prompt_tokens);
   // Causal attention: token i scores i+1 keys and mixes i+1 values (sliding windows ignored).
   const double attn_flops = 4.0 * static_cast<double>(c.num_attention_heads * c.head_dim) * (T + 1) / 2 *
                             static_cast<double>(c.num_hidden_layers);
-  const double prefill_flops = 2.0 * cost.gemm_params + attn_flops + 2.0 * cost.lm_head_params / T;
+  const double prefill_flops =
+      2.0 * cost.per_token_matrix_elements + attn_flops + 2.0 * cost.per_sequence_matrix_elements / T;
 
   std::fprintf(stderr, "measuring read bandwidth and oneDNN matmul throughput...\n");
   const double gbps = cpu::measure_read_bandwidth_gbps(pool);
