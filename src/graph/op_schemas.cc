@@ -188,6 +188,51 @@ std::map<std::string, OpSchema> build_schemas() {
     add(m, s);
   }
   {
+    // A sparse MoE block in one op (runtime/cpu/moe.h): its optimized kernel
+    // groups tokens by expert, which no sequence of per-token ops can express.
+    OpSchema s;
+    s.name = "moe";
+    s.summary =
+        "x [T, H], router [E, H], gate_up [E, 2I, H], down [E, H, I] (+ shared [T, H], shared_gate [1, H]): "
+        "softmax(x · routerᵀ) in f32, top_k experts per token (renormalised if norm_topk_prob), "
+        "Σ w · down_e(act(gate_e x) * up_e x) (+ sigmoid(x · shared_gate) * shared); attrs top_k, "
+        "norm_topk_prob, activation";
+    s.min_inputs = 4;
+    s.max_inputs = 6;
+    s.required_attrs = {"top_k", "norm_topk_prob"};
+    s.infer = [](const std::vector<const Value*>& in, const Node& n, std::vector<TypedShape>* out) {
+      LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
+      LOOM_RETURN_IF_ERROR(expect_rank(in[1], 2, "router"));
+      LOOM_RETURN_IF_ERROR(expect_rank(in[2], 3, "gate_up"));
+      LOOM_RETURN_IF_ERROR(expect_rank(in[3], 3, "down"));
+      const Dim& h = in[0]->shape[1];
+      const Dim& e = in[1]->shape[0];
+      if (!h.is_static() || !e.is_static() || in[1]->shape[1] != h)
+        return invalid_argument("router must be [E, " + dim_str(h) + "] with static sizes");
+      const SymShape& gu = in[2]->shape;
+      const SymShape& dn = in[3]->shape;
+      if (gu[0] != e || gu[2] != h || !gu[1].is_static() || gu[1].value % 2 != 0)
+        return invalid_argument("gate_up must be [E, 2I, H] matching the router");
+      const Dim i = Dim::fixed(gu[1].value / 2);
+      if (dn[0] != e || dn[1] != h || dn[2] != i) return invalid_argument("down must be [E, H, I] matching gate_up");
+      const int64_t k = n.attr_int("top_k");
+      if (k < 1 || k > e.value)
+        return invalid_argument("top_k " + std::to_string(k) + " outside [1, " + std::to_string(e.value) + "]");
+      const bool has_shared = in.size() > 4 && in[4];
+      const bool has_gate = in.size() > 5 && in[5];
+      if (has_shared != has_gate) return invalid_argument("shared and shared_gate come together");
+      if (has_shared) {
+        LOOM_RETURN_IF_ERROR(expect_rank(in[4], 2, "shared"));
+        LOOM_RETURN_IF_ERROR(expect_rank(in[5], 2, "shared_gate"));
+        if (in[4]->shape != in[0]->shape) return invalid_argument("shared must have x's shape");
+        if (in[5]->shape[0] != Dim::fixed(1) || in[5]->shape[1] != h) return invalid_argument("shared_gate must be [1, H]");
+      }
+      out->push_back({DType::kF32, in[0]->shape});
+      return Status::Ok();
+    };
+    add(m, s);
+  }
+  {
     OpSchema s = elementwise_unary("scale", "x * factor");
     s.required_attrs = {"factor"};
     add(m, s);

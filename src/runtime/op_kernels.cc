@@ -12,6 +12,7 @@
 #include "loom/runtime/cpu/matmul.h"
 #include "loom/runtime/cpu/norm.h"
 #include "loom/runtime/cpu/rope.h"
+#include "runtime/moe_kernel.h"
 
 namespace loom::runtime {
 namespace {
@@ -399,6 +400,7 @@ Backend make_backend(const char* name) {
   b.add("softcap", softcap_kernel());
   b.add("rope", rope_kernel<kRef>());
   b.add("attention", attention_kernel<kRef>());
+  b.add("moe", moe_op_kernel(kRef));
   return b;
 }
 
