@@ -2,7 +2,8 @@
 // step graph through the export pipeline (patches, node fixes, signature and
 // dimensions, program fixes, metadata) and write an ExportedProgram that loom
 // loads and runs. `--format onnx --out model.onnx [--opset N] [--onnx-ops
-// standard]`: lower it to ONNX with Optimum's decoder signature. `--format
+// standard|ort] [--dynamic | --batch-size B --seq-len S --past-length P]`: lower
+// it to ONNX with Optimum's decoder signature, dims named (--dynamic) or fixed. `--format
 // portable --out model.lpte [--backend reference|cpu_simd]`: a memory-planned
 // program for loom_portable (src/portable). Prints the stages' summary: which
 // patches, how many nodes each fix rewrote.
@@ -24,6 +25,7 @@ struct ExportArgs {
   std::string model_dir, out, format = "program";
   bool dynamic = false, strict = false;
   int64_t batch_size = 1, seq_len = 128;
+  int64_t past_length = 0;  // ONNX static: past_sequence_length
   int64_t max_tokens = 0;  // dynamic: upper bound of "tokens" (0: max_position_embeddings)
   int opset = exporting::kOnnxDefaultOpset;
   std::string onnx_ops = "standard";
@@ -56,11 +58,16 @@ void run_onnx_export(const ExportArgs& a) {
   o.strict = a.strict;
   o.optimize = !a.no_optimize;
   o.external_data_threshold = a.external_threshold;
+  o.dynamic = a.dynamic;
+  o.batch_size = a.batch_size;
+  o.sequence_length = a.seq_len;
+  o.past_length = a.past_length;
   exporting::OnnxExportReport report;
   const Status s = exporting::export_onnx(*model, a.out, o, &report);
   if (!s.ok()) throw Error(s);
   for (const std::string& line : report.lines()) std::fprintf(stderr, "export: %s\n", line.c_str());
-  std::fprintf(stderr, "export: wrote %s (opset %d) in %.2f s\n", a.out.c_str(), a.opset,
+  std::fprintf(stderr, "export: wrote %s (opset %d, %s ops, %s) in %.2f s\n", a.out.c_str(), a.opset, a.onnx_ops.c_str(),
+               report.signature.c_str(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
@@ -121,14 +128,21 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--backend", a->backend, "Portable: the backend preparation (reference or cpu_simd)");
   cmd->add_option("--max-positions", a->max_positions, "Portable: KV cache length (default the model's, at most 4096)");
   cmd->add_option("--opset", a->opset, "ONNX: opset version (default 17, the newest Debian's onnx checker accepts)");
-  cmd->add_option("--onnx-ops", a->onnx_ops, "ONNX: standard (plain ONNX ops; 'ort' contrib ops are not implemented)");
+  cmd->add_option("--onnx-ops", a->onnx_ops,
+                  "ONNX: standard (plain ONNX ops) or ort (ONNX Runtime contrib ops where they apply: GroupQueryAttention, "
+                  "RotaryEmbedding, SkipSimplifiedLayerNormalization; the file then runs only in ONNX Runtime)");
   cmd->add_option("--external-data-threshold", a->external_threshold,
                   "ONNX: initializers of at least this many bytes go to <out>.data (negative: none)");
   cmd->add_flag("--no-optimize", a->no_optimize, "ONNX: skip the optimizer stage");
-  cmd->add_flag("--dynamic", a->dynamic, "Program: keep the token and sequence counts dynamic (else fixed to --batch-size/--seq-len)");
+  cmd->add_flag("--dynamic", a->dynamic,
+                "Program: keep the token and sequence counts dynamic (else fixed to --batch-size/--seq-len). ONNX: named "
+                "dims batch_size, sequence_length, past_sequence_length (else fixed to --batch-size/--seq-len/--past-length)");
   cmd->add_option("--max-tokens", a->max_tokens, "With --dynamic: most tokens per step (default max_position_embeddings); portable: tokens per chunk (default 32)");
   cmd->add_option("--batch-size", a->batch_size, "Static export: sequences per step (default 1)");
-  cmd->add_option("--seq-len", a->seq_len, "Static export: tokens per sequence (default 128)");
+  cmd->add_option("--seq-len,--sequence-length", a->seq_len, "Static export: tokens per sequence (default 128)");
+  cmd->add_option("--past-length", a->past_length,
+                  "ONNX static export: cached tokens fed as past_key_values (default 0: a prefill file; a decode file: "
+                  "--seq-len 1 --past-length N)");
   cmd->add_option("--kernel-config", a->kernel_config, "KernelConfig JSON: capture the graph with the kernels it picks");
   cmd->add_option("--plugin-dir", a->plugin_dirs, "A directory of plugin kernels (loading them needs trust_remote_code)");
   cmd->add_option("--trusted-plugin-dir", a->trusted_plugin_dirs, "A directory of trusted plugin kernels");

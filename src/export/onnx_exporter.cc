@@ -166,6 +166,9 @@ Status export_onnx(const models::Model& model, const std::string& path, const On
   std::string B = "batch_size", S = "sequence_length", P = "past_sequence_length",
               T = "past_sequence_length + sequence_length";
   if (!o.dynamic) {
+    L.static_batch = o.batch_size;
+    L.static_sequence = o.sequence_length;
+    L.static_past = o.past_length;
     B = std::to_string(o.batch_size);
     S = std::to_string(o.sequence_length);
     P = std::to_string(o.past_length);

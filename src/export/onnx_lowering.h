@@ -28,6 +28,8 @@ struct OnnxLowering {
   const graph::Graph& g;
   int opset = 17;
   bool ort = false;            // --onnx-ops ort: contrib ops allowed
+  // A static export's sizes (0: dynamic), for lowerings whose op cannot take some of them.
+  int64_t static_batch = 0, static_sequence = 0, static_past = 0;
   int64_t rope_positions = 0;  // rows of the cos/sin tables (max_position_embeddings)
   // Graph inputs, and per layer the past / present K and V names.
   std::string input_ids, attention_mask, position_ids;

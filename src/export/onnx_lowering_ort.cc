@@ -17,7 +17,9 @@
 //               window (ORT 1.30 keeps keys j with q − j < window, as loom does);
 //               softcap and scale as attributes. ORT needs head_size % 8 == 0,
 //               else plain ops. ORT refuses a batch > 1 continuing a prompt of
-//               S > 1 tokens after a past (decode steps and first prompts run).
+//               S > 1 tokens after a past (decode steps and first prompts run):
+//               a static file of that shape gets plain ops; a dynamic file fails
+//               at run time on such a step.
 //   rms_norm  → com.microsoft SkipSimplifiedLayerNormalization(a, b, γ) when its
 //               input is an add of two activations (the residual: its 4th output,
 //               a + b, replaces the add's value), else SimplifiedLayerNormalization
@@ -78,6 +80,8 @@ Status lower_attention(OnnxLowering& L, const graph::Node& n) {
                 d = n.attr_int("head_dim");
   if (d % 8 != 0) return plain(L, n, "GroupQueryAttention needs head_size % 8 == 0, got " + std::to_string(d));
   if (hkv < 1 || hq % hkv != 0) return plain(L, n, "num_q_heads is not a multiple of num_kv_heads");
+  if (L.static_batch > 1 && L.static_sequence > 1 && L.static_past > 0)
+    return plain(L, n, "GroupQueryAttention refuses a batch > 1 continuing a prompt (sequence > 1) after a past");
   if (!L.past_key.count(layer))
     return internal_error("onnx export: attention (" + n.scope + ") of layer " + std::to_string(layer) +
                           " has no past_key_values input");

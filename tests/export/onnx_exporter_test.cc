@@ -415,6 +415,44 @@ TEST(OnnxExporter, StaticPrefillAndDecodeFilesHaveFixedDimsAndMatchLoom) {
     }
 }
 
+// GroupQueryAttention refuses a batch > 1 continuing a prompt after a past, so a
+// static ort file of that shape keeps plain attention (and says so); a batch-1 one does not.
+TEST(OnnxExporter, StaticOrtFileOfAShapeGroupQueryAttentionRefusesUsesPlainAttention) {
+  auto model = load("llama-f32");
+  OnnxExportOptions o = ort_ops();
+  o.dynamic = false;
+  o.batch_size = 2;
+  o.sequence_length = 3;
+  o.past_length = 4;
+  OnnxExportReport r;
+  ASSERT_TRUE(export_onnx(*model, (scratch("static_chunk") / "m.onnx").string(), o, &r).ok());
+  EXPECT_EQ(r.contrib_ops.count("GroupQueryAttention"), 0u);
+  ASSERT_FALSE(r.contrib_fallbacks.empty());
+  EXPECT_NE(r.contrib_fallbacks[0].find("batch > 1"), std::string::npos) << r.contrib_fallbacks[0];
+  EXPECT_GT(r.contrib_ops.at("RotaryEmbedding"), 0);
+  o.batch_size = 1;
+  OnnxExportReport r1;
+  ASSERT_TRUE(export_onnx(*model, (scratch("static_chunk") / "m1.onnx").string(), o, &r1).ok());
+  EXPECT_EQ(r1.contrib_ops.at("GroupQueryAttention"), static_cast<int>(model->module().settings().layers.size()));
+  // The batch-1 file continues a 4-token prompt (run by a dynamic ort file) with 3 more tokens, as loom does.
+  const fs::path dyn = scratch("static_chunk") / "dynamic.onnx";
+  ASSERT_TRUE(export_onnx(*model, dyn.string(), ort_ops()).ok());
+  const std::vector<int32_t> t = random_tokens(*model, 7, 5);
+  const std::vector<int32_t> first(t.begin(), t.begin() + 4), rest(t.begin() + 4, t.end());
+  auto runner = batching::ModelRunner::create(model).value();
+  runtime::ContiguousKvCache cache(runner->kv_layout(), 1, 8);
+  loom_step(*runner, cache, {first}, {0});
+  const auto want = loom_step(*runner, cache, {rest}, {4})[0];
+  json steps = json::array();
+  steps.push_back({{"model", dyn.string()}, {"input_ids", row(to64(first))}, {"attention_mask", row(std::vector<int64_t>(4, 1))},
+                   {"position_ids", row(iota(0, 4))}, {"feed_past", false}});
+  steps.push_back({{"model", (scratch("static_chunk") / "m1.onnx").string()}, {"input_ids", row(to64(rest))},
+                   {"attention_mask", row(std::vector<int64_t>(7, 1))}, {"position_ids", row(iota(4, 3))}, {"feed_past", true}});
+  const json ans = run_ort({{"model", dyn.string()}, {"op", "steps"}, {"steps", steps}});
+  ASSERT_TRUE(ans.contains("steps"));
+  EXPECT_LE(max_diff(want, ans["steps"][1], 0, 0), kTol);
+}
+
 // One dynamic file at batch sizes 1–3 and sequence lengths 1–17 (ragged batches
 // left-padded), prefill and decode; its dims are Optimum's names.
 TEST(OnnxExporter, DynamicFileRunsAtSeveralBatchSizesAndSequenceLengths) {
