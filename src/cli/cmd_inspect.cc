@@ -54,6 +54,9 @@ void add_inspect_command(CLI::App& app) {
     std::printf("attention:      %lld heads, %lld kv heads (GQA %lld:1), head_dim %lld\n",
                 static_cast<long long>(c.num_attention_heads), static_cast<long long>(c.num_key_value_heads),
                 static_cast<long long>(c.num_attention_heads / c.num_key_value_heads), static_cast<long long>(c.head_dim));
+    if (c.num_experts > 0)
+      std::printf("experts:        %lld routed, top-%lld per token (sparse MoE MLP)\n",
+                  static_cast<long long>(c.num_experts), static_cast<long long>(c.num_experts_per_tok));
     std::map<std::string, int> kinds;
     for (const auto& t : c.layer_types) kinds[t]++;
     std::printf("layer types:   ");

@@ -4,6 +4,7 @@
 
 #include "loom/models/architecture.h"
 #include "models/gpt2.h"
+#include "models/moe_architectures.h"
 
 namespace loom::models {
 namespace {
@@ -131,6 +132,8 @@ std::vector<Architecture> make_architectures() {
                    .weight_rules = phi3_rules,
                    .expected_unused = tied_lm_head_unused},
       gpt2_architecture(),
+      mixtral_architecture(),
+      qwen2_moe_architecture(),
   };
 }
 

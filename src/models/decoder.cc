@@ -12,7 +12,10 @@ DecoderLayer::DecoderLayer(const std::string& path, const DecoderSettings& s, co
   input_layernorm_ = make_norm(join_path(path, "input_layernorm"), s);
   self_attn_ = add_child<SelfAttention>(join_path(path, "self_attn"), s.class_prefix + "Attention", attn);
   post_attention_layernorm_ = make_norm(join_path(path, "post_attention_layernorm"), s);
-  if (s.gated_mlp)
+  const auto li = static_cast<size_t>(attn.layer);
+  if (li < s.moe_layers.size() && s.moe_layers[li].num_experts > 0)
+    mlp_ = add_child<SparseMoeBlock>(join_path(path, "mlp"), s.moe_layers[li], s.hidden_size, s.hidden_act);
+  else if (s.gated_mlp)
     mlp_ = add_child<GatedMLP>(join_path(path, "mlp"), s.class_prefix + "MLP", s.hidden_size, s.intermediate_size,
                                s.mlp_bias, s.hidden_act);
   else

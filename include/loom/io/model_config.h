@@ -79,6 +79,11 @@ struct ModelConfig {
   bool attention_bias = false;
   bool mlp_bias = false;
   std::string hidden_act = "silu";
+  // Sparse MoE (Mixtral's num_local_experts, Qwen2-MoE's num_experts); 0 for
+  // dense models. Filled by the architecture's resolve_config, which reads the
+  // rest of its MoE fields from `raw`.
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
 
   // The effective window: Qwen2/Qwen3 null it unless use_sliding_window; Llama
   // has none; Mistral's defaults to 4096 (null disables it).

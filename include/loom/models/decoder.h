@@ -11,6 +11,7 @@
 
 #include "loom/graph/graph.h"
 #include "loom/models/layers.h"
+#include "loom/models/moe.h"
 
 namespace loom::models {
 
@@ -28,6 +29,9 @@ struct DecoderSettings {
   bool gated_mlp = true;            // false: up → act → down (GPT-2)
   int64_t learned_positions = 0;    // > 0: model.embed_positions table of this many rows, added to the embeddings
   std::vector<AttentionSettings> layers;  // one per decoder layer
+  // Empty, or one per decoder layer: a sparse MoE block where num_experts > 0,
+  // the dense MLP above elsewhere (Mixtral, Qwen2-MoE).
+  std::vector<MoeSettings> moe_layers;
 };
 
 // A module of the decoder that owns norms of the kind DecoderSettings asks for.
