@@ -1,4 +1,5 @@
 // ConversionPlan: running a compiled plan forwards (load) and backwards (save).
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -15,6 +16,40 @@ std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The group's chain and casts on `bundle` (its sources); adds what it allocates to *bytes.
+Result<TensorBundle> run_group(const ConversionGroup& g, TensorBundle bundle, uint64_t* bytes) {
+  try {
+    for (const ConversionOp& op : g.ops) bundle = apply_op(op, bundle, bytes);
+  } catch (const Error& e) {
+    return e.status().with_context(g.describe());
+  }
+  if (bundle.size() != g.targets.size()) return internal_error(g.describe() + ": the chain yields the wrong number of slots");
+  for (size_t j = 0; j < g.targets.size(); ++j) {
+    if (bundle[j].size() != g.targets[j].size())
+      return internal_error(g.describe() + ": the chain yields the wrong number of tensors");
+    for (size_t k = 0; k < g.targets[j].size(); ++k) {
+      if (bundle[j][k].dtype() != g.target_model_dtypes[j][k]) {
+        bundle[j][k] = bundle[j][k].to(g.target_model_dtypes[j][k]);
+        *bytes += bundle[j][k].nbytes();
+      }
+    }
+  }
+  return bundle;
+}
+
+Result<TensorBundle> read_sources(const ConversionGroup& g, const Checkpoint& checkpoint) {
+  TensorBundle bundle;
+  for (const auto& slot : g.sources) {
+    std::vector<Tensor> items;
+    for (const PlanTensor& t : slot) {
+      LOOM_ASSIGN_OR_RETURN(Tensor v, checkpoint.get(t.name));
+      items.push_back(std::move(v));
+    }
+    bundle.push_back(std::move(items));
+  }
+  return bundle;
 }
 
 }  // namespace
@@ -60,6 +95,7 @@ std::string ConversionPlan::describe() const {
   for (const auto& g : groups_) s += g.describe() + "\n";
   for (const auto& u : unused_) s += "unused: " + u + "\n";
   for (const auto& m : missing_) s += "missing: " + m + "\n";
+  if (second_) s += "then:\n" + second_->describe();
   return s;
 }
 
@@ -73,35 +109,19 @@ Result<LoadStats> ConversionPlan::load(const Checkpoint& checkpoint, const Param
                                        : std::string(" is missing")) +
                                  ", not what the conversion plan was compiled for");
   }
+  if (second_) return load_composed(checkpoint, sink);
   LoadStats stats;
   for (const ConversionGroup& g : groups_) {
-    TensorBundle bundle;
-    for (const auto& slot : g.sources) {
-      std::vector<Tensor> items;
-      for (const PlanTensor& t : slot) {
-        LOOM_ASSIGN_OR_RETURN(Tensor v, checkpoint.get(t.name));
-        items.push_back(std::move(v));
-      }
-      bundle.push_back(std::move(items));
-    }
+    LOOM_ASSIGN_OR_RETURN(TensorBundle bundle, read_sources(g, checkpoint));
     uint64_t bytes = 0;
-    try {
-      for (const ConversionOp& op : g.ops) bundle = apply_op(op, bundle, &bytes);
-    } catch (const Error& e) {
-      return e.status().with_context(g.describe());
-    }
+    LOOM_ASSIGN_OR_RETURN(bundle, run_group(g, std::move(bundle), &bytes));
     for (size_t j = 0; j < g.targets.size(); ++j) {
       for (size_t k = 0; k < g.targets[j].size(); ++k) {
-        Tensor t = std::move(bundle[j][k]);
-        if (t.dtype() != g.target_model_dtypes[j][k]) {
-          t = t.to(g.target_model_dtypes[j][k]);
-          bytes += t.nbytes();
-        }
         if (bytes == 0)
           ++stats.zero_copy_params;
         else
           ++stats.materialized_params;
-        LOOM_RETURN_IF_ERROR(sink(g.targets[j][k].name, std::move(t)));
+        LOOM_RETURN_IF_ERROR(sink(g.targets[j][k].name, std::move(bundle[j][k])));
       }
     }
     ++stats.groups;
@@ -114,7 +134,96 @@ Result<LoadStats> ConversionPlan::load(const Checkpoint& checkpoint, const Param
   return stats;
 }
 
+Result<LoadStats> ConversionPlan::load_composed(const Checkpoint& checkpoint, const ParamSink& sink) const {
+  const ConversionPlan& two = *second_;
+  struct Route {
+    size_t group, slot, item;
+  };
+  std::map<std::string, Route> route;  // first-stage output → where stage 2 reads it
+  for (size_t gi = 0; gi < two.groups_.size(); ++gi)
+    for (size_t j = 0; j < two.groups_[gi].sources.size(); ++j)
+      for (size_t k = 0; k < two.groups_[gi].sources[j].size(); ++k) route[two.groups_[gi].sources[j][k].name] = {gi, j, k};
+  // A stage-2 group collecting its inputs; `held` counts those stage 1 materialized.
+  struct Waiting {
+    TensorBundle bundle;
+    size_t missing = 0;
+    uint64_t held = 0;
+  };
+  std::map<size_t, Waiting> waiting;
+  LoadStats stats;
+  uint64_t buffered = 0;
+  const auto note = [&stats](uint64_t bytes, const ConversionGroup& g) {
+    if (bytes > stats.peak_group_bytes) {
+      stats.peak_group_bytes = bytes;
+      stats.peak_group = g.describe();
+    }
+  };
+  for (const ConversionGroup& g : groups_) {
+    LOOM_ASSIGN_OR_RETURN(TensorBundle in, read_sources(g, checkpoint));
+    uint64_t bytes = 0;
+    LOOM_ASSIGN_OR_RETURN(TensorBundle out, run_group(g, std::move(in), &bytes));
+    ++stats.groups;
+    stats.materialized_bytes += bytes;
+    note(buffered + bytes, g);
+    for (size_t j = 0; j < g.targets.size(); ++j) {
+      for (size_t k = 0; k < g.targets[j].size(); ++k) {
+        const std::string& name = g.targets[j][k].name;
+        auto r = route.find(name);
+        if (r == route.end()) return internal_error(g.describe() + ": no second-stage group reads " + name);
+        const ConversionGroup& g2 = two.groups_[r->second.group];
+        Waiting& w = waiting[r->second.group];
+        if (w.bundle.empty()) {
+          for (const auto& slot : g2.sources) {
+            w.bundle.emplace_back(slot.size());
+            w.missing += slot.size();
+          }
+        }
+        Tensor& place = w.bundle[r->second.slot][r->second.item];
+        if (place.defined()) return internal_error(g2.describe() + ": input " + name + " arrived twice");
+        place = std::move(out[j][k]);
+        --w.missing;
+        if (bytes > 0) {
+          w.held += place.nbytes();
+          buffered += place.nbytes();
+          stats.peak_buffered_bytes = std::max(stats.peak_buffered_bytes, buffered);
+        }
+        if (w.missing > 0) continue;
+        // Its last input is here: run it now and let its inputs go.
+        uint64_t bytes2 = 0;
+        auto done = run_group(g2, std::move(w.bundle), &bytes2);
+        if (!done.ok()) return done.status();
+        ++stats.groups;
+        stats.materialized_bytes += bytes2;
+        note(buffered + bytes2, g2);
+        for (size_t j2 = 0; j2 < g2.targets.size(); ++j2) {
+          for (size_t k2 = 0; k2 < g2.targets[j2].size(); ++k2) {
+            if (bytes2 == 0 && w.held == 0)
+              ++stats.zero_copy_params;
+            else
+              ++stats.materialized_params;
+            LOOM_RETURN_IF_ERROR(sink(g2.targets[j2][k2].name, std::move(done.value()[j2][k2])));
+          }
+        }
+        buffered -= w.held;
+        waiting.erase(r->second.group);
+      }
+    }
+  }
+  if (!waiting.empty())
+    return internal_error(two.groups_[waiting.begin()->first].describe() + ": inputs never arrived from the first stage");
+  return stats;
+}
+
 Result<NamedTensors> ConversionPlan::reverse(const ParamSource& params, const Checkpoint* carry_unused) const {
+  if (!second_) return reverse_stage(params, carry_unused);
+  // Final parameters → first-stage parameters → checkpoint tensors.
+  LOOM_ASSIGN_OR_RETURN(NamedTensors mid, second_->reverse_stage(params, nullptr));
+  std::map<std::string, Tensor> by_name;
+  for (auto& [name, t] : mid) by_name.emplace(name, std::move(t));
+  return reverse_stage(params_from(by_name), carry_unused);
+}
+
+Result<NamedTensors> ConversionPlan::reverse_stage(const ParamSource& params, const Checkpoint* carry_unused) const {
   std::map<std::string, Tensor> out;
   for (const ConversionGroup& g : groups_) {
     TensorBundle bundle;

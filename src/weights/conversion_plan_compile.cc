@@ -14,7 +14,9 @@ namespace {
 
 std::string quote(const std::string& s) { return "'" + s + "'"; }
 
-std::string rule_label(int index, const WeightRule& rule) { return "rule #" + std::to_string(index) + " " + describe(rule); }
+std::string label_of(const std::string& rules_name, int index, const WeightRule& rule) {
+  return rules_name + " #" + std::to_string(index) + " " + describe(rule);
+}
 
 struct CompiledRenaming {
   int index;
@@ -97,6 +99,13 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
                                                const ExpectedParams& expected, const CompileOptions& options) {
   ConversionPlan plan;
   plan.source_ = source;
+  const auto rule_label = [&options](int index, const WeightRule& rule) {
+    return label_of(options.rules_name, index, rule);
+  };
+  const std::string& what = options.sources_name;
+  const auto hint = [&options](const std::string& pattern) {
+    return options.unmatched_hint ? options.unmatched_hint(pattern) : std::string();
+  };
 
   // 1. Parse every rule.
   std::vector<CompiledRenaming> renamings;
@@ -179,7 +188,7 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
     if (!last) last = renamed_by[it->second];
     if (!inserted)
       return invalid_argument((last ? rule_label(last->index, rules[last->index]) : std::string("renaming")) +
-                              ": checkpoint tensors " + quote(source.tensors[it->second].name) + " and " +
+                              ": " + what + "s " + quote(source.tensors[it->second].name) + " and " +
                               quote(source.tensors[i].name) + " both become " + quote(key));
     renamed[i] = std::move(key);
   }
@@ -196,12 +205,12 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
         auto m = converters[c].sources[p].search(key);
         if (!m) continue;
         if (hit_conv == static_cast<int>(c))
-          return invalid_argument(rule_label(converters[c].index, rules[converters[c].index]) + ": checkpoint tensor " +
+          return invalid_argument(rule_label(converters[c].index, rules[converters[c].index]) + ": " + what + " " +
                                   quote(key) + " consumed twice (by source patterns " +
                                   quote(converters[c].sources[hit_pat].text()) + " and " +
                                   quote(converters[c].sources[p].text()) + ")");
         if (hit_conv >= 0)
-          return invalid_argument("conflicting rules for checkpoint tensor " + quote(key) + ": " +
+          return invalid_argument("conflicting rules for " + what + " " + quote(key) + ": " +
                                   rule_label(converters[hit_conv].index, rules[converters[hit_conv].index]) + " and " +
                                   rule_label(converters[c].index, rules[converters[c].index]));
         hit_conv = static_cast<int>(c);
@@ -227,12 +236,15 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
   // Rules that matched nothing.
   for (const auto& r : renamings)
     if (r.matches == 0 && !r.rule->optional)
-      return not_found(rule_label(r.index, rules[r.index]) + ": pattern " + quote(r.rule->source) +
-                       " matches no checkpoint tensor");
+      return not_found(rule_label(r.index, rules[r.index]) + ": pattern " + quote(r.rule->source) + " matches no " +
+                       what + hint(r.rule->source));
   for (size_t c = 0; c < converters.size(); ++c)
-    if (instances[c].empty() && !converters[c].rule->optional)
-      return not_found(rule_label(converters[c].index, rules[converters[c].index]) +
-                       ": source patterns match no checkpoint tensor");
+    if (instances[c].empty() && !converters[c].rule->optional) {
+      std::string hints;
+      for (const auto& s : converters[c].rule->sources) hints += hint(s);
+      return not_found(rule_label(converters[c].index, rules[converters[c].index]) + ": source patterns match no " +
+                       what + hints);
+    }
 
   // 4. Resolve each converter instance into a group.
   std::map<std::string, std::pair<size_t, std::string>> written;  // param → (group, source key)
@@ -264,7 +276,7 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
           for (const auto& other : inst.slots)
             if (!other.empty() && present.empty()) present = other[0].renamed;
           return not_found(label + ": missing source " + quote(want) + " (pattern " + quote(cc.sources[p].text()) +
-                           ") needed with " + quote(present));
+                           ") needed with " + quote(present) + hint(want));
         }
         std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return natural_less(a.list_key, b.list_key); });
         std::vector<PlanTensor> slot;
@@ -394,7 +406,7 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
     ConversionGroup g;
     g.rule_description = key == st.name ? "pass-through" : "renaming of " + quote(st.name);
     if (e->second.shape != st.shape)
-      return invalid_argument(g.rule_description + ": shape mismatch for " + quote(key) + ": checkpoint has " +
+      return invalid_argument(g.rule_description + ": shape mismatch for " + quote(key) + ": " + what + " has " +
                               shape_to_string(st.shape) + " but the model expects " + shape_to_string(e->second.shape));
     g.sources.push_back({{st.name, st.shape, st.dtype}});
     g.targets.push_back({{key, st.shape, st.dtype}});
@@ -421,5 +433,60 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
   });
   return plan;
 }
+
+Result<ConversionPlan> ConversionPlan::compose(ConversionPlan first, const WeightRules& rules, const ExpectedParams& expected,
+                                               const CompileOptions& options) {
+  if (first.second_) return invalid_argument("compose: the first plan already has a second stage");
+  // Stage 1's outputs, as stage 2 sees them: names, shapes and the dtypes stage 1 delivers.
+  SourceIndex mid;
+  std::map<std::string, const ConversionGroup*> producer;
+  for (const ConversionGroup& g : first.groups_)
+    for (size_t j = 0; j < g.targets.size(); ++j)
+      for (size_t k = 0; k < g.targets[j].size(); ++k) {
+        const PlanTensor& t = g.targets[j][k];
+        mid.tensors.push_back({t.name, g.target_model_dtypes[j][k], t.shape, ""});
+        producer[t.name] = &g;
+      }
+  CompileOptions o = options;
+  if (o.sources_name == CompileOptions{}.sources_name) o.sources_name = "parameter";
+  // A stage-2 source that is no stage-1 output: say where the pattern does
+  // match in the checkpoint, and which stage-1 rule took that tensor.
+  const ConversionPlan& one = first;
+  o.unmatched_hint = [&one, user = options.unmatched_hint](const std::string& pattern) {
+    std::string hint = user ? user(pattern) : std::string();
+    auto p = WeightPattern::parse(pattern);
+    if (!p.ok()) return hint;
+    for (const ConversionGroup& g : one.groups_)
+      for (const auto& slot : g.sources)
+        for (const PlanTensor& s : slot) {
+          if (!p->search(s.name)) continue;
+          std::string outs;
+          size_t n = 0;
+          for (const auto& ts : g.targets)
+            for (const PlanTensor& t : ts)
+              if (n++ < 3) outs += (outs.empty() ? "" : ", ") + quote(t.name);
+          if (n > 3) outs += ", …";
+          return hint + "; it matches checkpoint tensor " + quote(s.name) + ", which the first stage's " +
+                 g.rule_description + " turns into " + outs +
+                 " (second-stage rules are written against the first stage's parameter names)";
+        }
+    for (const std::string& u : one.unused_)
+      if (p->search(u))
+        return hint + "; it matches checkpoint tensor " + quote(u) + ", which the first stage leaves unused";
+    return hint + "; neither a checkpoint tensor nor a first-stage parameter matches it";
+  };
+  auto second = compile(rules, mid, expected, o);
+  if (!second.ok()) return second.status();
+  // What stage 2 drops could not be saved back: a rule list that replaced a
+  // parameter without reading it.
+  for (const std::string& u : second->unused_) {
+    const ConversionGroup* g = producer.at(u);
+    return invalid_argument("parameter " + quote(u) + " (from " + g->rule_description + ") is read by no " +
+                            o.rules_name + " and is no longer an expected parameter, so it could not be saved back");
+  }
+  first.second_ = std::make_shared<const ConversionPlan>(std::move(second).value());
+  return first;
+}
+
 
 }  // namespace loom

@@ -29,11 +29,41 @@
 // (LoadStats::peak_group_bytes). save() runs every chain reversed and writes the
 // original names, shapes, dtypes and file order, so load → save reproduces the
 // original file byte for byte (when the model keeps the checkpoint's dtypes).
+//
+// Two stages (compose()). Rules written by different owners do not share a
+// vocabulary: an architecture's rules read checkpoint keys and produce the
+// module tree's own parameter names (Phi3: qkv_proj → q/k/v_proj), and a kernel
+// Layout's rules read those parameter names (FusedQKV: q/k/v_proj → qkv_proj).
+// So they are compiled as two plans, not one rule list:
+//   stage 1 = compile(architecture rules, checkpoint headers, the module tree's
+//             parameters);
+//   stage 2 = compile(layout rules, a SourceIndex of stage 1's outputs (names,
+//             shapes, dtypes as stage 1 produces them), the final parameters).
+// Every check of compile() runs on both stages before any byte is read, and
+// messages name the stage ("layout rule #2 …", "parameter 'q_proj'" instead of
+// "checkpoint tensor"). A stage-2 source that is not a stage-1 output gets a
+// hint naming the stage-1 rule that consumed the checkpoint tensor it does
+// match (a layout written against checkpoint names), so such an error names
+// both rules. Every stage-1 output must reach a stage-2 group or be a final
+// parameter, since save has to reproduce it.
+//
+// Loading a composed plan streams stage-1 groups in checkpoint order; each
+// output goes to the stage-2 group reading it, which runs (and hands its
+// parameters to the sink) as soon as its last input arrives. Only outputs whose
+// stage-2 group still waits are held, and views into the mmap cost nothing, so
+// extra memory is bounded by what is buffered plus one group: peak_group_bytes
+// then counts the buffered bytes at that moment too (peak_buffered_bytes alone).
+// Identity chains in both stages keep zero-copy views. Saving runs stage 2
+// reversed (final parameters → module parameters), then stage 1 reversed.
+// The op chains are not fused across stages: a Phi3 qkv_proj is chunked into
+// views and concatenated again, so FusedQKV on Phi3 materializes qkv_proj once,
+// as it does on Llama.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -76,6 +106,13 @@ using ExpectedParams = std::map<std::string, ExpectedParam>;
 
 struct CompileOptions {
   bool allow_missing_params = false;
+  // How messages name the rules ("rule #2 …") and what they read: a second
+  // stage's rules read parameters, not checkpoint tensors.
+  std::string rules_name = "rule";
+  std::string sources_name = "checkpoint tensor";
+  // Extra text for a source pattern that matches nothing (or a missing source
+  // key), e.g. where it does match in an earlier stage. Returns "" for no hint.
+  std::function<std::string(const std::string& pattern)> unmatched_hint;
 };
 
 struct PlanTensor {
@@ -103,8 +140,10 @@ struct LoadStats {
   size_t zero_copy_params = 0;
   size_t materialized_params = 0;
   uint64_t materialized_bytes = 0;  // sum over groups
-  uint64_t peak_group_bytes = 0;    // most bytes one group allocated (intermediates + outputs)
+  uint64_t peak_group_bytes = 0;    // most bytes one group allocated (intermediates + outputs);
+                                    // composed: plus what was buffered for stage 2 at that moment
   std::string peak_group;           // its description
+  uint64_t peak_buffered_bytes = 0;  // composed: most materialized stage-1 bytes waiting for stage 2
 };
 
 // Receives each converted parameter once; an error stops the load.
@@ -118,9 +157,21 @@ class ConversionPlan {
   static Result<ConversionPlan> compile(const WeightRules& rules, const SourceIndex& source,
                                         const ExpectedParams& expected, const CompileOptions& options = {});
 
+  // A second stage on `first`: `rules` are compiled against first's outputs and
+  // must produce `expected` (the final parameters). Errors name the rule and the
+  // key, as compile()'s do; also an error: a first-stage output that no rule
+  // reads and `expected` does not list (it could not be saved back).
+  static Result<ConversionPlan> compose(ConversionPlan first, const WeightRules& rules, const ExpectedParams& expected,
+                                        const CompileOptions& options = {});
+
+  // Stage 1 (checkpoint → first-stage names) for a composed plan.
   const std::vector<ConversionGroup>& groups() const { return groups_; }
+  // The second stage (sources are stage-1 outputs); nullptr unless composed.
+  const ConversionPlan* second_stage() const { return second_.get(); }
+  // Checkpoint tensors nothing reads (stage 1).
   const std::vector<std::string>& unused_sources() const { return unused_; }
-  const std::vector<std::string>& missing_params() const { return missing_; }
+  // Final parameters nothing writes (the last stage).
+  const std::vector<std::string>& missing_params() const { return second_ ? second_->missing_ : missing_; }
   const SourceIndex& source() const { return source_; }
   // unused_sources(), logged with log_warn naming `what` (if any).
   void warn_unused(const std::string& what) const;
@@ -145,6 +196,10 @@ class ConversionPlan {
   std::vector<ConversionGroup> groups_;
   std::vector<std::string> unused_;
   std::vector<std::string> missing_;
+  std::shared_ptr<const ConversionPlan> second_;
+
+  Result<LoadStats> load_composed(const Checkpoint& checkpoint, const ParamSink& sink) const;
+  Result<NamedTensors> reverse_stage(const ParamSource& params, const Checkpoint* carry_unused) const;
 };
 
 }  // namespace loom
