@@ -96,11 +96,12 @@ VARIANTS = {
     # Gemma2: sqrt(hidden)-scaled embeddings, four (1 + w) norms a layer, GeGLU, explicit head_dim with
     # query_pre_attn_scalar != head_dim, layers 0 and 2 sliding (window 16 < prompt), attention and
     # final soft-caps small enough to bind, tied lm_head (embed_std 0.1: the embeddings are scaled by
-    # sqrt(hidden), and larger ones make the tied head repeat the current token).
+    # sqrt(hidden), and larger ones make the tied head repeat the current token; qk_scale 1: the (1 + w)
+    # input norms already double q and k, and sharper attention makes f32 rounding move logits by ~1e-4).
     "gemma2": (dict(arch="gemma2", hidden_size=64, intermediate_size=160, num_attention_heads=4,
                     num_key_value_heads=2, head_dim=32, vocab_size=320, num_hidden_layers=4, sliding_window=16,
-                    query_pre_attn_scalar=24, attn_logit_softcapping=10.0, final_logit_softcapping=10.0,
-                    embed_std=0.1, tie_word_embeddings=True, seed=20), "softcap"),
+                    query_pre_attn_scalar=24, attn_logit_softcapping=5.0, final_logit_softcapping=10.0,
+                    embed_std=0.1, qk_scale=1.0, tie_word_embeddings=True, seed=20), "softcap"),
     # Sparse MoE: 4 experts, top-2 renormalised, per-expert w1/w3/w2 tensors stacked by loom's load plan.
     "mixtral": (dict(arch="mixtral", hidden_size=64, intermediate_size=96, num_attention_heads=4,
                      num_key_value_heads=2, vocab_size=256, rope_theta=1000000.0, rms_norm_eps=1e-5,
