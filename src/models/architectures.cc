@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "loom/models/architecture.h"
+#include "models/gemma2.h"
 #include "models/gpt2.h"
 #include "models/moe_architectures.h"
 
@@ -132,6 +133,7 @@ std::vector<Architecture> make_architectures() {
                    .weight_rules = phi3_rules,
                    .expected_unused = tied_lm_head_unused},
       gpt2_architecture(),
+      gemma2_architecture(),
       mixtral_architecture(),
       qwen2_moe_architecture(),
   };

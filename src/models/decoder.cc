@@ -4,7 +4,7 @@ namespace loom::models {
 
 UnaryModule* DecoderPart::make_norm(const std::string& path, const DecoderSettings& s) {
   if (s.layer_norm) return add_child<LayerNorm>(path, s.hidden_size, s.norm_eps);
-  return add_child<RMSNorm>(path, s.class_prefix + "RMSNorm", s.hidden_size, s.norm_eps);
+  return add_child<RMSNorm>(path, s.class_prefix + "RMSNorm", s.hidden_size, s.norm_eps, s.norm_weight_offset);
 }
 
 DecoderLayer::DecoderLayer(const std::string& path, const DecoderSettings& s, const AttentionSettings& attn)
@@ -12,6 +12,10 @@ DecoderLayer::DecoderLayer(const std::string& path, const DecoderSettings& s, co
   input_layernorm_ = make_norm(join_path(path, "input_layernorm"), s);
   self_attn_ = add_child<SelfAttention>(join_path(path, "self_attn"), s.class_prefix + "Attention", attn);
   post_attention_layernorm_ = make_norm(join_path(path, "post_attention_layernorm"), s);
+  if (s.sandwich_norms) {
+    pre_feedforward_layernorm_ = make_norm(join_path(path, "pre_feedforward_layernorm"), s);
+    post_feedforward_layernorm_ = make_norm(join_path(path, "post_feedforward_layernorm"), s);
+  }
   const auto li = static_cast<size_t>(attn.layer);
   if (li < s.moe_layers.size() && s.moe_layers[li].num_experts > 0)
     mlp_ = add_child<SparseMoeBlock>(join_path(path, "mlp"), s.moe_layers[li], s.hidden_size, s.hidden_act);
@@ -25,6 +29,18 @@ DecoderLayer::DecoderLayer(const std::string& path, const DecoderSettings& s, co
 
 ValueId DecoderLayer::forward(GraphBuilder& b, ValueId x, ValueId positions) const {
   ValueId h = self_attn_->forward(b, input_layernorm_->forward(b, x), positions);
+  if (pre_feedforward_layernorm_) {
+    h = post_attention_layernorm_->forward(b, h);
+    ValueId residual;
+    {
+      GraphBuilder::Scope scope(b, path());
+      residual = b.op("add", {x, h});
+    }
+    ValueId m = mlp_->forward(b, pre_feedforward_layernorm_->forward(b, residual));
+    m = post_feedforward_layernorm_->forward(b, m);
+    GraphBuilder::Scope scope(b, path());
+    return b.op("add", {residual, m});
+  }
   ValueId residual;
   {
     GraphBuilder::Scope scope(b, path());
@@ -43,10 +59,15 @@ DecoderModel::DecoderModel(const std::string& path, const DecoderSettings& s)
   for (size_t i = 0; i < s.layers.size(); ++i)
     layers_.push_back(add_child<DecoderLayer>(join_path(path, "layers." + std::to_string(i)), s, s.layers[i]));
   norm_ = make_norm(join_path(path, "norm"), s);
+  embedding_scale_ = s.embedding_scale;
 }
 
 ValueId DecoderModel::forward(GraphBuilder& b, ValueId ids, ValueId positions) const {
   ValueId x = embed_tokens_->forward(b, ids);
+  if (embedding_scale_ > 0) {
+    GraphBuilder::Scope scope(b, path());
+    x = b.op("scale", {x}, {{"factor", embedding_scale_}});
+  }
   if (embed_positions_) {
     ValueId pos = embed_positions_->forward(b, positions);
     GraphBuilder::Scope scope(b, path());
@@ -80,6 +101,10 @@ graph::Graph CausalLM::build_graph(const graph::GraphBuilder::ParameterSource& p
     last = b.op("gather_rows", {hidden, rows});
   }
   ValueId logits = lm_head_->forward(b, last);
+  if (s_.final_logit_softcap > 0) {
+    GraphBuilder::Scope scope(b, "");
+    logits = b.op("softcap", {logits}, {{"cap", s_.final_logit_softcap}});
+  }
   g.mark_output(step_io::kLogits, logits);
   return g;
 }

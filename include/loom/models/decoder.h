@@ -1,5 +1,5 @@
 // The decoder-only transformer shared by the Llama family (Llama, Mistral, Qwen2,
-// Qwen3, Phi3) and GPT-2: embeddings (+ learned positions) → N × (norm,
+// Qwen3, Phi3), GPT-2 and Gemma2: embeddings (+ learned positions) → N × (norm,
 // attention, residual, norm, MLP, residual) → norm → LM head. Architectures
 // differ only in DecoderSettings; their checkpoints' own names reach these
 // modules through each architecture's weight rules.
@@ -28,6 +28,14 @@ struct DecoderSettings {
   bool layer_norm = false;          // LayerNorm with bias (GPT-2) instead of RMSNorm
   bool gated_mlp = true;            // false: up → act → down (GPT-2)
   int64_t learned_positions = 0;    // > 0: model.embed_positions table of this many rows, added to the embeddings
+  // Gemma2 (modeling_gemma2.py):
+  double norm_weight_offset = 0.0;   // 1: every RMSNorm scales by (1 + weight)
+  double embedding_scale = 0.0;      // > 0: token embeddings times this (sqrt(hidden_size) in the hidden dtype)
+  // Norms on both sides of each sublayer: post_attention_layernorm on the
+  // attention output before the residual add, pre_/post_feedforward_layernorm
+  // around the MLP (instead of post_attention_layernorm feeding the MLP).
+  bool sandwich_norms = false;
+  double final_logit_softcap = 0.0;  // > 0: logits = cap * tanh(logits / cap)
   std::vector<AttentionSettings> layers;  // one per decoder layer
   // Empty, or one per decoder layer: a sparse MoE block where num_experts > 0,
   // the dense MLP above elsewhere (Mixtral, Qwen2-MoE).
@@ -52,6 +60,8 @@ class DecoderLayer : public DecoderPart {
   SelfAttention* self_attn_;
   UnaryModule* post_attention_layernorm_;
   UnaryModule* mlp_;
+  UnaryModule* pre_feedforward_layernorm_ = nullptr;   // sandwich_norms only
+  UnaryModule* post_feedforward_layernorm_ = nullptr;
 };
 
 class DecoderModel : public DecoderPart {
@@ -65,6 +75,7 @@ class DecoderModel : public DecoderPart {
   Embedding* embed_positions_ = nullptr;
   std::vector<DecoderLayer*> layers_;
   UnaryModule* norm_;
+  double embedding_scale_ = 0.0;
 };
 
 // The names of a step graph's inputs and outputs.
