@@ -6,6 +6,9 @@
 
 #include "loom/graph/op_schema.h"
 
+#include "loom/graph/external_call_abi.h"
+#include "loom/graph/external_functions.h"
+
 namespace loom::graph {
 namespace {
 
@@ -277,6 +280,31 @@ std::map<std::string, OpSchema> build_schemas() {
       if (!in[1]->shape[1].is_static() || in[1]->shape[1].value != hkv * d) return invalid_argument("k row size != num_kv_heads * head_dim");
       if (!in[2]->shape[1].is_static() || in[2]->shape[1].value != hkv * d) return invalid_argument("v row size != num_kv_heads * head_dim");
       out->push_back({DType::kF32, {in[0]->shape[0], Dim::fixed(hq * d)}});
+      return Status::Ok();
+    };
+    add(m, s);
+  }
+  {
+    // A function loom did not compile (a plugin kernel), by key in
+    // external_functions.h; "signature" says how it is called and what the
+    // inputs are (external_call_abi.h). Output: f32, the shape of input 0.
+    OpSchema s;
+    s.name = "external_call";
+    s.summary = "calls a registered plugin function (attrs: callee, signature)";
+    s.min_inputs = s.max_inputs = 2;
+    s.required_attrs = {"callee", "signature"};
+    s.infer = [](const std::vector<const Value*>& in, const Node& n, std::vector<TypedShape>* out) {
+      const std::string sig = n.attr_str("signature");
+      if (!is_known_external_signature(sig)) return unsupported("unknown calling convention '" + sig + "'");
+      LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
+      LOOM_RETURN_IF_ERROR(expect_float(in[0], "x"));
+      if (sig == LOOM_CALL_RMS_NORM_F32_V1) {
+        LOOM_RETURN_IF_ERROR(expect_rank(in[1], 1, "weight"));
+        if (!dims_match(in[1]->shape[0], in[0]->shape[1])) return invalid_argument("weight size != x features");
+      } else if (!in[1] || in[1]->shape != in[0]->shape) {
+        return invalid_argument("gate and up must have the same shape");
+      }
+      out->push_back({DType::kF32, in[0]->shape});
       return Status::Ok();
     };
     add(m, s);

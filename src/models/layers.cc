@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "loom/core/status.h"
+#include "loom/graph/external_call_abi.h"
+#include "loom/graph/external_functions.h"
 
 namespace loom::models {
 
@@ -15,12 +17,15 @@ bool is_builtin(const ModuleKernel& k, const char* name) {
   return k.kernel && k.kernel->repo == kernels::kBuiltinRepo && k.kernel->name == name && !k.kernel->entry;
 }
 
-// A kernel the plan chose that this module has no recording for (a plugin's
-// entry point has no graph op yet, or a built-in meant for another layer).
+// A kernel the plan chose that this module has no recording for (a plugin
+// without an entry point in a calling convention of graph/external_call_abi.h,
+// or a built-in meant for another layer).
 [[noreturn]] void cannot_record(const Module& m, const ModuleKernel& k) {
   throw Error(unsupported(m.path() + " (" + m.class_name() + "): kernel " + (k.kernel ? k.kernel->id() : "?") + " (" +
                           kernels::module_kernel_kind_name(k.kind) + ", " + k.rule +
-                          ") has no graph recording in loom for this module; loom records only its built-in kernels"));
+                          ") has no graph recording in loom for this module; loom records its built-in kernels "
+                          "and plugin entries whose entry_signature is a calling convention of "
+                          "graph/external_call_abi.h"));
 }
 
 // Modules with no kernel of their own: identity when fused away, an error for
@@ -36,6 +41,21 @@ std::string need_layout_param(const Module& m, const ModuleKernel& k, const std:
     for (const auto& p : k.layout->parameters)
       if (p.name == name) return name;
   throw Error(internal_error(m.path() + ": kernel " + k.kernel->id() + " has no layout parameter " + name));
+}
+
+// A plugin kernel whose entry point follows one of external_call_abi.h's
+// conventions: registers the function and returns its key; "" for any other
+// kernel (built-ins, plugins without an entry or with another convention).
+std::string plugin_callee(const ModuleKernel& k, const char* signature) {
+  if (k.kind != ModuleKernelKind::kKernel || !k.kernel || !k.kernel->entry || k.kernel->entry_signature != signature)
+    return "";
+  graph::ExternalFunction fn;
+  fn.key = k.kernel->id() + " (" + k.kernel->source + ")";
+  fn.signature = signature;
+  fn.entry = k.kernel->entry;
+  fn.keep_alive = k.kernel->keep_alive;
+  if (Status st = graph::register_external_function(fn); !st.ok()) throw Error(st);
+  return fn.key;
 }
 
 }  // namespace
@@ -77,6 +97,12 @@ ValueId RMSNorm::forward(GraphBuilder& b, ValueId x) const {
   if (const ModuleKernel* k = b.kernel(path())) {
     if (k->kind == ModuleKernelKind::kFusedAway) return x;
     if (k->kind == ModuleKernelKind::kFused && is_builtin(*k, "RMSNormMLP")) return record_rms_norm_mlp(b, *k, x);
+    if (const std::string callee = plugin_callee(*k, LOOM_CALL_RMS_NORM_F32_V1); !callee.empty()) {
+      GraphBuilder::Scope scope(b, path());
+      return b.op("external_call", {x, b.param(param_name("weight"))},
+                  {{"callee", callee}, {"signature", std::string(LOOM_CALL_RMS_NORM_F32_V1)}, {"eps", eps_},
+                   {"weight_offset", offset_}});
+    }
     // loom's rms_norm op already is one fused pass (sum of squares, scale, weight).
     if (!(k->kind == ModuleKernelKind::kKernel && is_builtin(*k, "FusedRMSNorm"))) cannot_record(*this, *k);
   }
@@ -157,6 +183,13 @@ GatedActivation::GatedActivation(const std::string& path, std::string activation
 
 ValueId GatedActivation::forward(GraphBuilder& b, ValueId gate, ValueId up) const {
   const ModuleKernel* k = b.kernel(path());
+  if (k && activation_ == "silu") {
+    if (const std::string callee = plugin_callee(*k, LOOM_CALL_SILU_AND_MUL_F32_V1); !callee.empty()) {
+      GraphBuilder::Scope scope(b, path());
+      return b.op("external_call", {gate, up},
+                  {{"callee", callee}, {"signature", std::string(LOOM_CALL_SILU_AND_MUL_F32_V1)}});
+    }
+  }
   if (k && !(k->kind == ModuleKernelKind::kKernel && is_builtin(*k, "SiLUAndMul") && activation_ == "silu"))
     cannot_record(*this, *k);
   GraphBuilder::Scope scope(b, path());

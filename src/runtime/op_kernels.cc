@@ -12,6 +12,7 @@
 #include "loom/runtime/cpu/matmul.h"
 #include "loom/runtime/cpu/norm.h"
 #include "loom/runtime/cpu/rope.h"
+#include "runtime/external_call_kernel.h"
 #include "runtime/moe_kernel.h"
 
 namespace loom::runtime {
@@ -401,6 +402,7 @@ Backend make_backend(const char* name) {
   b.add("rope", rope_kernel<kRef>());
   b.add("attention", attention_kernel<kRef>());
   b.add("moe", moe_op_kernel(kRef));
+  b.add("external_call", external_call_op_kernel());
   return b;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/kernels_test_util.h"
+#include "loom/graph/external_call_abi.h"
 #include "loom/kernels/kernel_plan.h"
 #include "loom/kernels/kernel_selection.h"
 
@@ -113,7 +114,7 @@ TEST(Plugin, EntryPointComputesRmsNorm) {
   auto sel = select_kernel(reg, KernelRef::parse("acme/norms:CustomRMSNorm").value(), "RMSNorm", "cpu",
                            CpuFeatures::host(), false);
   ASSERT_TRUE(sel.ok()) << sel.status().to_string();
-  ASSERT_EQ(sel->kernel->entry_signature, "loom.example.rms_norm_f32.v1");
+  ASSERT_EQ(sel->kernel->entry_signature, LOOM_CALL_RMS_NORM_F32_V1);
   ASSERT_NE(sel->kernel->entry, nullptr);
   using Fn = void (*)(const float*, const float*, float*, int64_t, int64_t, float);
   auto fn = reinterpret_cast<Fn>(sel->kernel->entry);

@@ -13,6 +13,8 @@
 
 #include <stdint.h>
 
+#include "loom/graph/external_call_abi.h" /* the calling conventions `entry` may follow */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -29,7 +31,8 @@ typedef struct LoomKernelEntry {
   const char* const* cpu_features; /* {"avx512f", "avx512bw", NULL}; NULL = none needed */
   const char* max_cpu_level;       /* highest tier it is meant for ("avx2"); NULL = no cap */
   const char* const* layers;       /* {"RMSNorm", NULL}; a fusion is "RMSNorm+MLP" */
-  const char* entry_signature;     /* names the calling convention of `entry`; may be NULL */
+  const char* entry_signature;     /* calling convention of `entry`: a LOOM_CALL_* of
+                                      external_call_abi.h makes the kernel runnable; may be NULL */
   void (*entry)(void);             /* cast to the signature's type by whoever calls it */
 } LoomKernelEntry;
 

@@ -20,7 +20,7 @@
 #endif
 
 /* y = x * rsqrt(mean(x^2) + eps) * w, row by row: calling convention
- * "loom.example.rms_norm_f32.v1". */
+ * LOOM_CALL_RMS_NORM_F32_V1. */
 static void custom_rms_norm_f32(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
@@ -32,7 +32,13 @@ static void custom_rms_norm_f32(const float* x, const float* w, float* y, int64_
   }
 }
 
+/* y = silu(gate) * up: calling convention LOOM_CALL_SILU_AND_MUL_F32_V1. */
+static void custom_silu_and_mul_f32(const float* gate, const float* up, float* y, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows * cols; ++i) y[i] = (float)((double)gate[i] / (1.0 + exp(-(double)gate[i])) * up[i]);
+}
+
 static const char* const kDevices[] = {"cpu", NULL};
+static const char* const kActLayers[] = {"SiLUAndMul", NULL};
 static const char* const kNormLayers[] = {"RMSNorm", NULL};
 static const char* const kFusedLayers[] = {"RMSNorm+MLP", NULL};
 #if EXAMPLE_TIER == 3
@@ -50,7 +56,9 @@ static const char* const kMaxLevel = NULL;
 
 static const LoomKernelEntry kKernels[] = {
     {"CustomRMSNorm", EXAMPLE_VERSION, EXAMPLE_REVISION, kDevices, kFeatures, kMaxLevel, kNormLayers,
-     "loom.example.rms_norm_f32.v1", (void (*)(void))custom_rms_norm_f32},
+     LOOM_CALL_RMS_NORM_F32_V1, (void (*)(void))custom_rms_norm_f32},
+    {"CustomSiLUAndMul", EXAMPLE_VERSION, EXAMPLE_REVISION, kDevices, kFeatures, kMaxLevel, kActLayers,
+     LOOM_CALL_SILU_AND_MUL_F32_V1, (void (*)(void))custom_silu_and_mul_f32},
     {"CustomRMSNormMLP", EXAMPLE_VERSION, EXAMPLE_REVISION, kDevices, kFeatures, kMaxLevel, kFusedLayers, NULL, NULL},
 };
 

@@ -1,0 +1,32 @@
+/* Calling conventions of functions loom did not compile (kernel plugins) that
+ * a graph may call through the `external_call` op. A plugin's manifest entry
+ * names one of these in `entry_signature` (kernels/plugin_abi.h); loom records
+ * an external_call node only for the conventions listed here, so a graph never
+ * calls a function with a signature it does not know.
+ *
+ * Activations are f32 rows, dense (row stride = cols). Weights arrive as f32
+ * whatever the checkpoint's dtype, with the module's conventions already
+ * applied (e.g. Gemma's 1 + w norm weight), so a plugin sees plain math.
+ * Plain C: plugins need no C++ ABI match. */
+#ifndef LOOM_GRAPH_EXTERNAL_CALL_ABI_H_
+#define LOOM_GRAPH_EXTERNAL_CALL_ABI_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* y[r, c] = x[r, c] / sqrt(mean_c(x[r, :]^2) + eps) * weight[c] */
+#define LOOM_CALL_RMS_NORM_F32_V1 "loom.rms_norm_f32.v1"
+typedef void (*LoomRmsNormF32V1)(const float* x, const float* weight, float* y, int64_t rows, int64_t cols, float eps);
+
+/* y[r, c] = silu(gate[r, c]) * up[r, c] */
+#define LOOM_CALL_SILU_AND_MUL_F32_V1 "loom.silu_and_mul_f32.v1"
+typedef void (*LoomSiluAndMulF32V1)(const float* gate, const float* up, float* y, int64_t rows, int64_t cols);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LOOM_GRAPH_EXTERNAL_CALL_ABI_H_ */
