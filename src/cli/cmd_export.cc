@@ -35,6 +35,7 @@ struct ExportArgs {
   std::string kernel_config;          // a KernelConfig JSON: the graph records its kernels
   std::vector<std::string> plugin_dirs, trusted_plugin_dirs;
   int64_t max_positions = 0;          // portable: KV cache length (0: the model's, at most 4096)
+  bool seq_len_given = false, external_threshold_given = false;  // portable: static chunks; its own default threshold
 };
 
 // The model as every format captures it: with the kernels of --kernel-config, if any.
@@ -79,12 +80,20 @@ void run_portable_export(const ExportArgs& a) {
   o.strict = a.strict;
   if (a.max_tokens > 0) o.max_tokens = a.max_tokens;
   o.max_positions = a.max_positions;
+  // Static (every chunk exactly --seq-len rows) only when asked for with --seq-len
+  // and without --dynamic; dynamic chunks of 1..--max-tokens otherwise.
+  if (a.seq_len_given && !a.dynamic) {
+    o.dynamic = false;
+    o.max_tokens = a.seq_len;
+  }
+  if (a.external_threshold_given) o.external_weights_threshold = a.external_threshold;
   exporting::PortableExportReport report;
   const Status s = exporting::export_portable(*model, a.out, o, &report);
   if (!s.ok()) throw Error(s);
   for (const std::string& line : report.lines()) std::fprintf(stderr, "export: %s\n", line.c_str());
-  std::fprintf(stderr, "export: wrote %s (backend %s, %lld tokens per chunk) in %.2f s\n", a.out.c_str(), a.backend.c_str(),
-               static_cast<long long>(o.max_tokens), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  std::fprintf(stderr, "export: wrote %s (backend %s, %s %lld tokens per chunk) in %.2f s\n", a.out.c_str(), a.backend.c_str(),
+               o.dynamic ? "at most" : "static,", static_cast<long long>(o.max_tokens),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 void run_export(const ExportArgs& a) {
@@ -132,14 +141,17 @@ void add_export_command(CLI::App& app) {
                   "ONNX: standard (plain ONNX ops) or ort (ONNX Runtime contrib ops where they apply: GroupQueryAttention, "
                   "RotaryEmbedding, SkipSimplifiedLayerNormalization; the file then runs only in ONNX Runtime)");
   cmd->add_option("--external-data-threshold", a->external_threshold,
-                  "ONNX: initializers of at least this many bytes go to <out>.data (negative: none)");
+                  "ONNX: initializers of at least this many bytes go to <out>.data (negative: none). Portable: weights of at "
+                  "least this many f32 bytes go to <out>.weights, mapped by the runtime (default 1 MiB; negative: none)");
   cmd->add_flag("--no-optimize", a->no_optimize, "ONNX: skip the optimizer stage");
   cmd->add_flag("--dynamic", a->dynamic,
                 "Program: keep the token and sequence counts dynamic (else fixed to --batch-size/--seq-len). ONNX: named "
                 "dims batch_size, sequence_length, past_sequence_length (else fixed to --batch-size/--seq-len/--past-length)");
   cmd->add_option("--max-tokens", a->max_tokens, "With --dynamic: most tokens per step (default max_position_embeddings); portable: tokens per chunk (default 32)");
   cmd->add_option("--batch-size", a->batch_size, "Static export: sequences per step (default 1)");
-  cmd->add_option("--seq-len,--sequence-length", a->seq_len, "Static export: tokens per sequence (default 128)");
+  cmd->add_option("--seq-len,--sequence-length", a->seq_len,
+                  "Static export: tokens per sequence (default 128); portable: given without --dynamic, a static program "
+                  "whose chunks are exactly this many rows");
   cmd->add_option("--past-length", a->past_length,
                   "ONNX static export: cached tokens fed as past_key_values (default 0: a prefill file; a decode file: "
                   "--seq-len 1 --past-length N)");
@@ -147,7 +159,11 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--plugin-dir", a->plugin_dirs, "A directory of plugin kernels (loading them needs trust_remote_code)");
   cmd->add_option("--trusted-plugin-dir", a->trusted_plugin_dirs, "A directory of trusted plugin kernels");
   cmd->add_flag("--strict", a->strict, "A patch whose path resolves to nothing is an error, not a warning");
-  cmd->callback([a] { run_export(*a); });
+  cmd->callback([a, cmd] {
+    a->seq_len_given = cmd->count("--seq-len") > 0;
+    a->external_threshold_given = cmd->count("--external-data-threshold") > 0;
+    run_export(*a);
+  });
 }
 
 }  // namespace loom::cli

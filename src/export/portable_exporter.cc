@@ -3,11 +3,15 @@
 #include "loom/export/portable_exporter.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
 #include "loom/models/decoder.h"
 #include "loom_program_generated.h"
+#include "lpte_weights_file.h"
 #include "onnx_rope_tables.h"
 
 namespace loom::exporting {
@@ -31,6 +35,7 @@ struct Lowering {
   const graph::Graph& g;
   PortableProgram& p;
   int tokens_sym, sequences_sym;
+  bool static_rows;
   std::map<graph::ValueId, int> tensor_of = {};
   std::map<std::string, int> weight_by_name = {};
   std::map<std::string, std::pair<int, int>> rope_tables_by_key = {};  // attrs → (cos, sin) tensors
@@ -38,6 +43,10 @@ struct Lowering {
   Result<PortableRows> rows_kind(const graph::Dim& d, int64_t* rows) const {
     if (d.is_static()) {
       *rows = d.value;
+      return PortableRows::kFixed;
+    }
+    if (static_rows && (d.symbol == tokens_sym || d.symbol == sequences_sym)) {
+      *rows = p.max_tokens;  // static: both fixed to the chunk size (the selected rows may repeat)
       return PortableRows::kFixed;
     }
     if (d.symbol == tokens_sym) return PortableRows::kTokens;
@@ -120,6 +129,9 @@ std::vector<std::string> PortableExportReport::lines() const {
   out.push_back("memory plan: arena " + std::to_string(arena_bytes) + " bytes (" + std::to_string(unplanned_bytes) +
                 " without reuse), KV state " + std::to_string(state_bytes) + " bytes");
   if (program_bytes) out.push_back("program: " + std::to_string(program_bytes) + " bytes (weights " + std::to_string(weight_bytes) + ")");
+  if (!weights_file.empty())
+    out.push_back("weights file: " + weights_file + ", " + std::to_string(weights_file_bytes) + " bytes (" +
+                  std::to_string(external_weights) + " weights, mapped read-only by the runtime)");
   return out;
 }
 
@@ -128,12 +140,15 @@ Result<PortableProgram> lower_portable(const models::Model& model, const Portabl
   PortableExportReport& r = report ? *report : local;
   const ModelConfig& cfg = model.config();
   if (o.max_tokens < 1) return invalid_argument("portable export: max_tokens must be ≥ 1");
+  if (const std::string why = portable_export_skip_reason(cfg.model_type); !why.empty())
+    return unsupported("portable export: " + cfg.model_type + " is on the portable skip list: " + why);
   PortableProgram p;
   p.max_tokens = o.max_tokens;
   p.max_positions = o.max_positions > 0 ? o.max_positions
                                         : std::min<int64_t>(cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 4096, 4096);
   p.vocab_size = cfg.vocab_size;
   p.model_type = cfg.model_type;
+  p.static_rows = !o.dynamic;
 
   // ── Stage 1: capture — the program exporter with the "portable" backend's patches and fixes ──
   // Tokens stay symbolic (a chunk runs 1..max_tokens of them), so the plan
@@ -149,7 +164,8 @@ Result<PortableProgram> lower_portable(const models::Model& model, const Portabl
 
   // ── Stage 2: static sizes — batch 1, max_tokens per chunk, max_positions of KV cache ──
   // One sequence: its tokens are the chunk's rows, and the rows whose logits
-  // are wanted ("sequences" in loom's step graph) are chosen per run.
+  // are wanted ("sequences" in loom's step graph) are chosen per run. A static
+  // program fixes both row counts to max_tokens (lowering below).
   for (const std::string& sym : g.symbols())
     if (sym != models::step_io::kTokens && sym != models::step_io::kSequences)
       return unsupported("portable export: the graph has a dimension '" + sym + "' the portable runtime cannot size");
@@ -158,7 +174,7 @@ Result<PortableProgram> lower_portable(const models::Model& model, const Portabl
       return unsupported("portable export: unknown graph input '" + in + "'");
 
   // ── Stage 3: lowering — ops over numbered tensors, f32 weights, rotary tables, KV state ──
-  Lowering L{g, p, g.symbol(models::step_io::kTokens), g.symbol(models::step_io::kSequences)};
+  Lowering L{g, p, g.symbol(models::step_io::kTokens), g.symbol(models::step_io::kSequences), p.static_rows};
   for (graph::ValueId v : g.inputs()) {
     LOOM_ASSIGN_OR_RETURN(int t, L.tensor(v));
     p.inputs[g.value(v).name] = t;
@@ -198,6 +214,22 @@ Result<PortableProgram> lower_portable(const models::Model& model, const Portabl
       op.num_heads = static_cast<int>(n.attr_int("num_heads"));
       op.head_dim = static_cast<int>(n.attr_int("head_dim"));
       op.rotary_dim = static_cast<int>(n.attr_int("rotary_dim"));
+      if (n.attr_str("rope_type", "default") == "dynamic") {
+        // NTK-dynamic: the frequencies depend on the sequence length, known
+        // only at run time; the runtime computes them (the op's own attributes).
+        op.rope_dynamic = true;
+        op.theta = n.attr_float("theta");
+        op.factor = n.attr_float("factor", 0.0);
+        op.max_position_embeddings = n.attr_int("max_position_embeddings", 0);
+        if (op.max_position_embeddings < 1) op.max_position_embeddings = cfg.max_position_embeddings;
+        if (op.rotary_dim < 4 || op.rotary_dim % 2 || !(op.theta > 0) || !std::isfinite(op.theta) || !(op.factor > 0) ||
+            !std::isfinite(op.factor) || op.max_position_embeddings < 1)
+          return invalid_argument("portable export: rope 'dynamic' (" + n.scope +
+                                  ") needs an even rotary_dim ≥ 4, a positive theta and factor, and max_position_embeddings");
+        ++r.lowered[n.op];
+        p.ops.push_back(std::move(op));
+        continue;
+      }
       auto tables = L.rope(n);
       if (!tables.ok()) return Status(tables.status().code(), "portable export: " + tables.status().message());
       op.inputs.push_back(tables.value().first);
@@ -251,15 +283,38 @@ Result<PortableProgram> lower_portable(const models::Model& model, const Portabl
   return p;
 }
 
-Result<std::vector<uint8_t>> serialize_portable(const PortableProgram& p) {
-  size_t weight_bytes = 0;
-  for (const auto& [name, w] : p.weights) weight_bytes += w.size() * 4;
-  if (weight_bytes > (size_t{1} << 31) - (size_t{64} << 20))
-    return unsupported("portable export: " + std::to_string(weight_bytes) +
-                       " bytes of f32 weights exceed what one flatbuffer holds (2 GiB)");
-  flatbuffers::FlatBufferBuilder b(weight_bytes + (1 << 20));
+namespace {
+
+// Where one weight's bytes go: inline (external_bytes == 0) or in the sidecar.
+struct WeightPlacement {
+  uint64_t offset = 0, bytes = 0;
+};
+
+struct WeightsFileInfo {
+  std::string name;  // relative to the program's folder
+  uint64_t bytes = 0, hash = 0;
+};
+
+// The flatbuffer (src/portable/schema/loom_program.fbs), weights inline or referenced in the sidecar.
+Result<std::vector<uint8_t>> build_flatbuffer(const PortableProgram& p, const std::vector<WeightPlacement>& placed,
+                                              const WeightsFileInfo* file) {
+  size_t inline_bytes = 0;
+  for (size_t i = 0; i < p.weights.size(); ++i)
+    if (placed[i].bytes == 0) inline_bytes += p.weights[i].second.size() * 4;
+  if (inline_bytes > (size_t{1} << 31) - (size_t{64} << 20))
+    return unsupported("portable export: " + std::to_string(inline_bytes) +
+                       " bytes of inline f32 weights exceed what one flatbuffer holds (2 GiB); store them in the "
+                       "weights file (external_weights_threshold ≥ 0, --external-data-threshold)");
+  flatbuffers::FlatBufferBuilder b(inline_bytes + (1 << 20));
   std::vector<flatbuffers::Offset<fb::WeightData>> weights;
-  for (const auto& [name, w] : p.weights) weights.push_back(fb::CreateWeightData(b, b.CreateString(name), b.CreateVector(w)));
+  for (size_t i = 0; i < p.weights.size(); ++i) {
+    const auto& [name, w] = p.weights[i];
+    const auto n = b.CreateString(name);
+    if (placed[i].bytes == 0)
+      weights.push_back(fb::CreateWeightData(b, n, b.CreateVector(w)));
+    else
+      weights.push_back(fb::CreateWeightData(b, n, 0, placed[i].offset, placed[i].bytes, fb::ElemType_F32));
+  }
   std::vector<flatbuffers::Offset<fb::Tensor>> tensors;
   for (const PortableTensor& t : p.tensors)
     tensors.push_back(fb::CreateTensor(b, b.CreateString(t.name), t.is_weight ? fb::TensorKind_Weight : fb::TensorKind_Arena,
@@ -272,7 +327,8 @@ Result<std::vector<uint8_t>> serialize_portable(const PortableProgram& p) {
     ops.push_back(fb::CreateOp(b, code, b.CreateVector(op.inputs), b.CreateVector(op.outputs), b.CreateString(op.scope), op.eps,
                                op.weight_offset, op.factor, op.cap, op.scale, op.softcap, op.layer, op.num_heads,
                                op.num_kv_heads, op.head_dim, op.rotary_dim, op.sliding_window,
-                               op.sizes.empty() ? 0 : b.CreateVector(op.sizes)));
+                               op.sizes.empty() ? 0 : b.CreateVector(op.sizes), op.rope_dynamic, op.theta,
+                               op.max_position_embeddings));
   }
   std::vector<flatbuffers::Offset<fb::KvLayer>> kv;
   for (const PortableKvLayer& l : p.kv_layers) kv.push_back(fb::CreateKvLayer(b, l.kv_row, l.k_offset, l.v_offset));
@@ -284,12 +340,78 @@ Result<std::vector<uint8_t>> serialize_portable(const PortableProgram& p) {
   const auto inputs = bindings(p.inputs), outputs = bindings(p.outputs);
   std::vector<flatbuffers::Offset<fb::KeyValue>> meta;
   for (const auto& [k, v] : p.metadata) meta.push_back(fb::CreateKeyValue(b, b.CreateString(k), b.CreateString(v)));
-  const auto root = fb::CreateProgram(b, 1, b.CreateString(p.backend), b.CreateString(p.model_type), p.vocab_size, p.max_tokens,
+  const auto wf = file ? fb::CreateWeightsFile(b, b.CreateString(file->name), file->bytes, file->hash) : 0;
+  const auto root = fb::CreateProgram(b, 2, b.CreateString(p.backend), b.CreateString(p.model_type), p.vocab_size, p.max_tokens,
                                       p.max_positions, p.arena_bytes, p.unplanned_bytes, p.state_floats, b.CreateVector(tensors),
                                       b.CreateVector(weights), b.CreateVector(ops), b.CreateVector(kv), inputs, outputs,
-                                      b.CreateVector(meta));
+                                      b.CreateVector(meta), wf, p.static_rows);
   fb::FinishProgramBuffer(b, root);
   return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+}
+
+}  // namespace
+
+Result<std::vector<uint8_t>> serialize_portable(const PortableProgram& p) {
+  return build_flatbuffer(p, std::vector<WeightPlacement>(p.weights.size()), nullptr);
+}
+
+Status write_portable(const PortableProgram& p, const std::string& path, int64_t threshold, PortableExportReport* report) {
+  PortableExportReport local;
+  PortableExportReport& r = report ? *report : local;
+  std::vector<WeightPlacement> placed(p.weights.size());
+  uint64_t payload = 0;
+  for (size_t i = 0; i < p.weights.size(); ++i) {
+    const uint64_t bytes = p.weights[i].second.size() * 4;
+    if (threshold < 0 || bytes == 0 || bytes < static_cast<uint64_t>(threshold)) continue;
+    placed[i] = {payload, bytes};
+    payload = (payload + bytes + lpte::kWeightsAlignment - 1) / lpte::kWeightsAlignment * lpte::kWeightsAlignment;
+    ++r.external_weights;
+  }
+  const std::string weights_path = path + ".weights";
+  std::error_code ec;
+  std::filesystem::remove(weights_path, ec);  // a stale sidecar from an earlier export must not linger
+  WeightsFileInfo info;
+  if (r.external_weights > 0) {
+    // The sidecar: header, then each weight at its 64-byte aligned offset.
+    std::ofstream f(weights_path, std::ios::binary | std::ios::trunc);
+    if (!f) return invalid_argument("portable export: cannot write " + weights_path);
+    lpte::WeightsHeader h{};
+    f.write(reinterpret_cast<const char*>(&h), sizeof h);  // rewritten with the hash below
+    lpte::PayloadHash hash;
+    static const char zeros[lpte::kWeightsAlignment] = {};
+    uint64_t at = 0;
+    for (size_t i = 0; i < p.weights.size(); ++i) {
+      if (placed[i].bytes == 0) continue;
+      const char* data = reinterpret_cast<const char*>(p.weights[i].second.data());
+      f.write(data, static_cast<std::streamsize>(placed[i].bytes));
+      hash.update(data, placed[i].bytes);
+      at += placed[i].bytes;
+      const uint64_t pad = (lpte::kWeightsAlignment - at % lpte::kWeightsAlignment) % lpte::kWeightsAlignment;
+      f.write(zeros, static_cast<std::streamsize>(pad));
+      hash.update(zeros, pad);
+      at += pad;
+    }
+    std::memcpy(h.magic, lpte::kWeightsMagic, sizeof h.magic);
+    h.payload_offset = lpte::kWeightsHeaderBytes;
+    h.payload_bytes = at;
+    h.payload_hash = hash.digest();
+    f.seekp(0);
+    f.write(reinterpret_cast<const char*>(&h), sizeof h);
+    f.close();
+    if (!f.good()) return internal_error("portable export: writing " + weights_path + " failed");
+    info.name = std::filesystem::path(weights_path).filename().string();
+    info.bytes = lpte::kWeightsHeaderBytes + at;
+    info.hash = h.payload_hash;
+    r.weights_file = weights_path;
+    r.weights_file_bytes = info.bytes;
+  }
+  LOOM_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, build_flatbuffer(p, placed, r.external_weights ? &info : nullptr));
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) return invalid_argument("portable export: cannot write " + path);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!f.good()) return internal_error("portable export: writing " + path + " failed");
+  r.program_bytes = bytes.size();
+  return Status::Ok();
 }
 
 Status export_portable(const models::Model& model, const std::string& path, const PortableExportOptions& o,
@@ -297,14 +419,8 @@ Status export_portable(const models::Model& model, const std::string& path, cons
   PortableExportReport local;
   PortableExportReport& r = report ? *report : local;
   LOOM_ASSIGN_OR_RETURN(PortableProgram p, lower_portable(model, o, &r));
-  // ── Stage 6: serialization — flatbuffers (src/portable/schema/loom_program.fbs) to .lpte ──
-  LOOM_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, serialize_portable(p));
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) return invalid_argument("portable export: cannot write " + path);
-  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (!f.good()) return internal_error("portable export: writing " + path + " failed");
-  r.program_bytes = bytes.size();
-  return Status::Ok();
+  // ── Stage 6: serialization — flatbuffers to .lpte, large weights to the mapped sidecar .lpte.weights ──
+  return write_portable(p, path, o.external_weights_threshold, &r);
 }
 
 }  // namespace loom::exporting

@@ -1,7 +1,9 @@
 // export_portable: the .lpte file is run by its consumer, loom_portable's C API
 // (no loom inside), and compared with loom's own run of the same tokens —
 // prefill logits at every position (in chunks smaller than the prompt), a
-// decode step, and a 16-token greedy generation — for both backends. It also
+// decode step, and a 16-token greedy generation — for both backends; then every
+// f32 fixture variant static and dynamic, in batches of several loads, and the
+// NTK-dynamic rope below and above max_position_embeddings. It also
 // leaves the programs and loom's greedy tokens in <build>/portable_programs for
 // loom_portable_tests, which run them without linking loom.
 #include "loom/export/portable_exporter.h"
@@ -16,6 +18,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 
 #include "loom/batching/model_runner.h"
@@ -66,6 +69,9 @@ void check_parity(const std::string& fixture, const std::string& backend) {
   o.backend = backend;
   o.max_tokens = 4;  // the 9-token prompt runs in chunks of 4, 4, 1
   o.max_positions = 64;
+  // reference: every weight inline; cpu_simd: every weight in the sidecar
+  // (loom_portable_tests damages copies of it)
+  o.external_weights_threshold = backend == "reference" ? -1 : 0;
   PortableExportReport report;
   const Status s = export_portable(*model, file.string(), o, &report);
   ASSERT_TRUE(s.ok()) << s.to_string();
@@ -131,55 +137,237 @@ TEST(PortableExporter, LlamaCpuSimdMatchesLoom) { check_parity("llama-f32", "cpu
 TEST(PortableExporter, Qwen3ReferenceMatchesLoom) { check_parity("qwen3-f32", "reference"); }
 TEST(PortableExporter, Qwen3CpuSimdMatchesLoom) { check_parity("qwen3-f32", "cpu_simd"); }
 
-// Every other f32 fixture (GPT-2's layer_norm/gelu, biases, sliding windows,
-// llama3/yarn rope, phi3's fused projections …): prefill of 20 tokens (beyond
-// the sliding fixtures' window) at every position and a decode step, on both
-// backends. "dynamic" rope depends on the sequence length and is refused.
-TEST(PortableExporter, EveryF32FixtureMatchesLoom) {
-  const fs::path root = export_test::fixtures_dir();
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(root))
-    if (e.is_directory() && e.path().filename().string().ends_with("-f32")) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  ASSERT_GE(names.size(), 10u) << "fixtures missing in " << root;
+// The variants scripts/make-fixtures wrote (fixtures/index.json) with the given dtype.
+std::vector<std::string> fixture_variants(const std::string& dtype) {
+  std::ifstream in(export_test::fixtures_dir() / "index.json");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> out;
+  // {"name": "llama-f32", "arch": …, "dtype": "f32", …}: the names ending in -<dtype>.
+  for (size_t at = text.find("\"name\""); at != std::string::npos; at = text.find("\"name\"", at + 1)) {
+    const size_t q1 = text.find('"', text.find(':', at) + 1), q2 = text.find('"', q1 + 1);
+    const std::string name = text.substr(q1 + 1, q2 - q1 - 1);
+    if (name.ends_with("-" + dtype)) out.push_back(name);
+  }
+  return out;
+}
+
+// loom's logits for several sequences in one batched step (rows: every token of
+// each, or the last of each), split per sequence.
+std::vector<std::vector<float>> loom_batch(batching::ModelRunner& runner, graph::KvStore& cache,
+                                           const std::vector<std::vector<int32_t>>& chunks, const std::vector<int64_t>& past,
+                                           batching::LogitsRows rows, int64_t V) {
+  std::vector<batching::SequenceChunk> c;
+  for (size_t i = 0; i < chunks.size(); ++i) c.push_back({chunks[i].data(), static_cast<int64_t>(chunks[i].size()), past[i]});
+  const Tensor logits = runner.step(c, cache, rows).value();
+  const float* d = logits.data_as<float>();
+  std::vector<std::vector<float>> out;
+  for (const auto& chunk : chunks) {
+    const int64_t n = rows == batching::LogitsRows::kAllTokens ? static_cast<int64_t>(chunk.size()) : 1;
+    out.emplace_back(d, d + n * V);
+    d += n * V;
+  }
+  return out;
+}
+
+struct Variant {
+  bool dynamic;
+  std::string backend;
+  int64_t threshold;  // external_weights_threshold
+};
+
+// One exported program against loom: prefills of several lengths (spanning
+// chunks of max_tokens) at every position, each followed by a decode step
+// with the cache; then a batch of two sequences of different lengths, run by
+// two loads of the file, against loom's batched step, and a decode step of both.
+void check_variant(const std::string& fixture, const std::shared_ptr<const models::Model>& model, const Variant& v,
+                   const fs::path& dir) {
+  const std::string tag = fixture + (v.dynamic ? " dynamic " : " static ") + v.backend +
+                          (v.threshold >= 0 ? " external≥" + std::to_string(v.threshold) : " inline");
+  SCOPED_TRACE(tag);
+  const fs::path file = dir / (fixture + (v.dynamic ? "-dyn-" : "-static-") + v.backend + ".lpte");
+  PortableExportOptions o;
+  o.backend = v.backend;
+  o.dynamic = v.dynamic;
+  o.max_tokens = 8;
+  o.max_positions = 48;
+  o.external_weights_threshold = v.threshold;
+  PortableExportReport report;
+  const Status s = export_portable(*model, file.string(), o, &report);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  if (v.threshold >= 0) {
+    EXPECT_GT(report.external_weights, 0u);
+    EXPECT_TRUE(fs::exists(file.string() + ".weights"));
+  } else {
+    EXPECT_EQ(report.external_weights, 0u);
+    EXPECT_FALSE(fs::exists(file.string() + ".weights"));
+  }
+  lp_program* p = lp_program_load(file.string().c_str());
+  ASSERT_NE(p, nullptr) << lp_last_error();
+  EXPECT_EQ(lp_program_is_static(p), v.dynamic ? 0 : 1);
+  EXPECT_EQ(lp_program_weights_file_size(p), report.weights_file_bytes);
+  EXPECT_EQ(lp_program_verify_weights(p), 0) << lp_error(p);
+  const int64_t V = lp_program_vocab_size(p);
+  auto runner = batching::ModelRunner::create(model).value();
+  double worst = 0;
+  for (const int len : {1, 7, 20}) {
+    SCOPED_TRACE("prompt of " + std::to_string(len));
+    const std::vector<int32_t> prompt = random_tokens(*model, len, static_cast<uint32_t>(len));
+    runtime::ContiguousKvCache cache(runner->kv_layout(), 1, len + 2);
+    const auto loom_prefill = loom_step(*runner, cache, prompt, 0, batching::LogitsRows::kAllTokens);
+    const int32_t next = 7;
+    const auto loom_decode = loom_step(*runner, cache, {next}, len, batching::LogitsRows::kLastOfEachSequence);
+    std::vector<float> prefill(static_cast<size_t>(len * V)), decode(static_cast<size_t>(V));
+    ASSERT_EQ(lp_run_all(p, prompt.data(), len, 0, prefill.data()), 0) << lp_error(p);
+    ASSERT_EQ(lp_run(p, &next, 1, len, decode.data()), 0) << lp_error(p);
+    const double dp = max_diff(loom_prefill, prefill), dd = max_diff(loom_decode, decode);
+    EXPECT_LE(dp, kTol);
+    EXPECT_LE(dd, kTol);
+    worst = std::max({worst, dp, dd});
+  }
+  {
+    SCOPED_TRACE("batch of two");
+    const std::vector<std::vector<int32_t>> prompts = {random_tokens(*model, 11, 21), random_tokens(*model, 5, 22)};
+    runtime::ContiguousKvCache cache(runner->kv_layout(), 2, 16);
+    const auto loom_prefill = loom_batch(*runner, cache, prompts, {0, 0}, batching::LogitsRows::kAllTokens, V);
+    const auto loom_decode = loom_batch(*runner, cache, {{9}, {10}}, {11, 5}, batching::LogitsRows::kLastOfEachSequence, V);
+    lp_program* second = lp_program_load(file.string().c_str());
+    ASSERT_NE(second, nullptr) << lp_last_error();
+    lp_program* seq[2] = {p, second};
+    std::vector<float> out[2];
+    for (int i = 0; i < 2; ++i) {  // interleaved: the two loads keep separate KV states
+      out[i].resize(prompts[static_cast<size_t>(i)].size() * static_cast<size_t>(V));
+      ASSERT_EQ(lp_run_all(seq[i], prompts[static_cast<size_t>(i)].data(), static_cast<int64_t>(prompts[static_cast<size_t>(i)].size()),
+                           0, out[i].data()),
+                0)
+          << lp_error(seq[i]);
+    }
+    for (int i = 0; i < 2; ++i) EXPECT_LE(max_diff(loom_prefill[static_cast<size_t>(i)], out[i]), kTol) << "sequence " << i;
+    for (int i = 0; i < 2; ++i) {
+      const int32_t next = 9 + i;
+      std::vector<float> d(static_cast<size_t>(V));
+      ASSERT_EQ(lp_run(seq[i], &next, 1, static_cast<int64_t>(prompts[static_cast<size_t>(i)].size()), d.data()), 0) << lp_error(seq[i]);
+      const double dd = max_diff(loom_decode[static_cast<size_t>(i)], d);
+      EXPECT_LE(dd, kTol) << "decode of sequence " << i;
+      worst = std::max(worst, dd);
+    }
+    lp_free(second);
+  }
+  std::printf("[ portable ] %-26s %-7s %-9s %-13s max |Δlogits| %.2e; program %zu + weights file %zu bytes, arena %zu\n",
+              fixture.c_str(), v.dynamic ? "dynamic" : "static", v.backend.c_str(),
+              v.threshold >= 0 ? "external" : "inline", worst, lp_program_size(p), lp_program_weights_file_size(p),
+              lp_program_arena_bytes(p));
+  lp_free(p);
+}
+
+// Every f32 fixture variant (GPT-2's layer_norm/gelu, biases, sliding windows,
+// linear/llama3/yarn/dynamic rope, phi3's fused projections, gemma2 …), static
+// and dynamic, on both backends, weights inline and in the sidecar file — or,
+// for an architecture on the portable skip list, refused with its reason.
+TEST(PortableExporter, EveryF32VariantStaticAndDynamicMatchesLoomOrIsOnTheSkipList) {
+  const auto variants = fixture_variants("f32");
+  ASSERT_GE(variants.size(), 10u) << "fixtures missing in " << export_test::fixtures_dir();
   const fs::path dir = fs::temp_directory_path() / ("loom_portable_sweep_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  for (const std::string& name : names) {
-    SCOPED_TRACE(name);
+  for (const std::string& name : variants) {
     auto model = load(name);
+    if (const std::string why = portable_export_skip_reason(model->config().model_type); !why.empty()) {
+      const Status s = export_portable(*model, (dir / "skipped.lpte").string(), {});
+      EXPECT_FALSE(s.ok()) << name << " is on the skip list";
+      EXPECT_NE(s.message().find(why), std::string::npos) << s.to_string();
+      std::printf("[ portable ] %s: skipped: %s\n", name.c_str(), why.c_str());
+      continue;
+    }
+    for (const Variant& v : {Variant{true, "reference", 256}, Variant{true, "cpu_simd", -1}, Variant{false, "reference", -1},
+                             Variant{false, "cpu_simd", 0}})
+      check_variant(name, model, v, dir);
+  }
+  fs::remove_all(dir);
+}
+
+// NTK-dynamic rope (llama_rope_dynamic: max_position_embeddings 32, factor 2):
+// the runtime computes the frequencies from the sequence length. Below 32 they
+// are the default ones; above, every call scales them by its length, as loom
+// does per step — a 40-token prompt in one call (chunked by 8 inside), and
+// decode steps from position 28 across 32.
+TEST(PortableExporter, DynamicRopeMatchesLoomBelowAndAboveMaxPositionEmbeddings) {
+  auto model = load("llama_rope_dynamic-f32");
+  ASSERT_EQ(model->config().max_position_embeddings, 32);
+  const fs::path dir = fs::temp_directory_path() / ("loom_portable_dynrope_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto runner = batching::ModelRunner::create(model).value();
+  for (const bool dynamic : {true, false})
     for (const std::string backend : {"reference", "cpu_simd"}) {
-      const fs::path file = dir / (name + "-" + backend + ".lpte");
+      SCOPED_TRACE(backend + (dynamic ? " dynamic" : " static"));
       PortableExportOptions o;
       o.backend = backend;
+      o.dynamic = dynamic;
       o.max_tokens = 8;
-      o.max_positions = 32;
-      const Status s = export_portable(*model, file.string(), o);
-      if (name.find("rope_dynamic") != std::string::npos) {
-        EXPECT_FALSE(s.ok());
-        EXPECT_NE(s.message().find("dynamic"), std::string::npos) << s.to_string();
-        continue;
-      }
-      ASSERT_TRUE(s.ok()) << s.to_string();
+      o.max_positions = 64;  // past max_position_embeddings
+      const fs::path file = dir / (backend + (dynamic ? "-dyn" : "-static") + ".lpte");
+      PortableExportReport report;
+      ASSERT_TRUE(export_portable(*model, file.string(), o, &report).ok());
       lp_program* p = lp_program_load(file.string().c_str());
       ASSERT_NE(p, nullptr) << lp_last_error();
       const int64_t V = lp_program_vocab_size(p);
-      auto runner = batching::ModelRunner::create(model).value();
-      const std::vector<int32_t> prompt = random_tokens(*model, 20, 3);
-      runtime::ContiguousKvCache cache(runner->kv_layout(), 1, 24);
-      const auto loom_prefill = loom_step(*runner, cache, prompt, 0, batching::LogitsRows::kAllTokens);
-      const auto loom_decode = loom_step(*runner, cache, {7}, 20, batching::LogitsRows::kLastOfEachSequence);
-      std::vector<float> prefill(static_cast<size_t>(20 * V)), decode(static_cast<size_t>(V));
-      const int32_t next = 7;
-      EXPECT_EQ(lp_run_all(p, prompt.data(), 20, 0, prefill.data()), 0) << lp_error(p);
-      EXPECT_EQ(lp_run(p, &next, 1, 20, decode.data()), 0) << lp_error(p);
-      const double dp = max_diff(loom_prefill, prefill), dd = max_diff(loom_decode, decode);
-      EXPECT_LE(dp, kTol) << backend;
-      EXPECT_LE(dd, kTol) << backend;
-      std::printf("[ portable ] %-28s %-9s prefill %.2e decode %.2e arena %zu program %zu\n", name.c_str(), backend.c_str(), dp, dd,
-                  lp_program_arena_bytes(p), lp_program_size(p));
+      // A prompt of 40 in one call: every row against loom's one step.
+      const std::vector<int32_t> long_prompt = random_tokens(*model, 40, 5);
+      runtime::ContiguousKvCache cache(runner->kv_layout(), 1, 64);
+      const auto loom_long = loom_step(*runner, cache, long_prompt, 0, batching::LogitsRows::kAllTokens);
+      std::vector<float> lp_long(static_cast<size_t>(40 * V));
+      ASSERT_EQ(lp_run_all(p, long_prompt.data(), 40, 0, lp_long.data()), 0) << lp_error(p);
+      const double above = max_diff(loom_long, lp_long);
+      EXPECT_LE(above, kTol);
+      // The same prompt's first 20 rows, run as 20 (below 32), are the default
+      // frequencies — they differ from the 40-token call's (the scaling is live).
+      std::vector<float> lp_short(static_cast<size_t>(20 * V));
+      ASSERT_EQ(lp_run_all(p, long_prompt.data(), 20, 0, lp_short.data()), 0) << lp_error(p);
+      runtime::ContiguousKvCache cache2(runner->kv_layout(), 1, 64);
+      const auto loom_short = loom_step(*runner, cache2, {long_prompt.begin(), long_prompt.begin() + 20}, 0,
+                                        batching::LogitsRows::kAllTokens);
+      const double below = max_diff(loom_short, lp_short);
+      EXPECT_LE(below, kTol);
+      EXPECT_GT(max_diff(std::vector<float>(lp_long.begin(), lp_long.begin() + 20 * V), lp_short), 1e-3)
+          << "frequencies at length 40 should differ from those at 20";
+      // Decode from 28 across 32: each step's length is its position + 1.
+      runtime::ContiguousKvCache cache3(runner->kv_layout(), 1, 64);
+      const std::vector<int32_t> prompt(long_prompt.begin(), long_prompt.begin() + 28);
+      loom_step(*runner, cache3, prompt, 0, batching::LogitsRows::kLastOfEachSequence);
+      std::vector<float> logits(static_cast<size_t>(V));
+      ASSERT_EQ(lp_run(p, prompt.data(), 28, 0, logits.data()), 0) << lp_error(p);
+      double decode = 0;
+      for (int64_t pos = 28; pos < 36; ++pos) {
+        const int32_t t = static_cast<int32_t>(3 + pos);
+        const auto loom_d = loom_step(*runner, cache3, {t}, pos, batching::LogitsRows::kLastOfEachSequence);
+        ASSERT_EQ(lp_run(p, &t, 1, pos, logits.data()), 0) << lp_error(p);
+        decode = std::max(decode, max_diff(loom_d, logits));
+      }
+      EXPECT_LE(decode, kTol);
+      std::printf("[ portable ] dynamic rope %s %s: max |Δlogits| 20 tokens %.2e, 40 tokens %.2e, decode 28→36 %.2e\n",
+                  backend.c_str(), dynamic ? "dynamic" : "static", below, above, decode);
       lp_free(p);
     }
-  }
+  fs::remove_all(dir);
+}
+
+// A threshold moves every weight at least that large into the sidecar (64-byte
+// aligned, its size recorded); the program shrinks by their bytes.
+TEST(PortableExporter, ThresholdMovesLargeWeightsToTheWeightsFile) {
+  auto model = load("llama-f32");
+  PortableExportOptions o;
+  auto p = lower_portable(*model, o).value();
+  const fs::path dir = fs::temp_directory_path() / ("loom_portable_weights_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  PortableExportReport inline_r, ext_r;
+  ASSERT_TRUE(write_portable(p, (dir / "inline.lpte").string(), -1, &inline_r).ok());
+  ASSERT_TRUE(write_portable(p, (dir / "ext.lpte").string(), 1024, &ext_r).ok());
+  EXPECT_EQ(inline_r.external_weights, 0u);
+  EXPECT_GT(ext_r.external_weights, 0u);
+  EXPECT_LT(ext_r.program_bytes + 4 * 1024 * ext_r.external_weights, inline_r.program_bytes);
+  EXPECT_EQ(fs::file_size(dir / "ext.lpte.weights"), ext_r.weights_file_bytes);
+  EXPECT_EQ(ext_r.weights_file_bytes % 64, 0u);
+  // Re-exporting inline removes a stale sidecar.
+  ASSERT_TRUE(write_portable(p, (dir / "ext.lpte").string(), -1).ok());
+  EXPECT_FALSE(fs::exists(dir / "ext.lpte.weights"));
   fs::remove_all(dir);
 }
 

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -18,6 +19,8 @@
 #include <vector>
 
 #include "loom_portable.h"
+#include "loom_program_generated.h"  // the schema's builder: hand-made programs below
+#include "lpte_weights_file.h"
 
 namespace {
 
@@ -160,6 +163,157 @@ TEST(PortableRuntimeErrors, BadInputIsAnErrorNotACrash) {
   EXPECT_EQ(lp_run(nullptr, &ok, 1, 0, logits.data()), -1);
   EXPECT_EQ(lp_run(prog.p, &ok, 1, 0, logits.data()), 0) << lp_error(prog.p);
   EXPECT_STREQ(lp_error(prog.p), "");
+}
+
+std::string read_file(const fs::path& f) {
+  std::ifstream in(f, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_file(const fs::path& f, const std::string& bytes) { std::ofstream(f, std::ios::binary | std::ios::trunc) << bytes; }
+
+fs::path scratch(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("lp_test_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// The exporter test writes llama-f32-cpu_simd.lpte with every weight in its
+// sidecar; a copy damaged in each way is refused at load with the reason (or,
+// for flipped payload bytes, by lp_program_verify_weights), never a crash.
+TEST(PortableRuntimeErrors, DamagedWeightsFilesAreRefusedWithTheReason) {
+  const fs::path src = program_file("llama-f32", "cpu_simd");
+  ASSERT_TRUE(fs::exists(src.string() + ".weights")) << "the cpu_simd program should have a weights file";
+  const std::string program = read_file(src), weights = read_file(src.string() + ".weights");
+  ASSERT_GT(weights.size(), lpte::kWeightsHeaderBytes + 64);
+  const fs::path dir = scratch("weights");
+  // the program names its sidecar by its exported name: keep that name
+  const fs::path named = dir / src.filename();
+  write_file(named, program);
+  auto load_error = [&](const std::string& side_bytes) {
+    write_file(named.string() + ".weights", side_bytes);
+    lp_program* p = lp_program_load(named.string().c_str());
+    const std::string e = p ? "" : lp_last_error();
+    lp_free(p);
+    return e;
+  };
+  EXPECT_EQ(load_error(weights), "");  // the intact copy loads
+  {
+    fs::remove(named.string() + ".weights");
+    EXPECT_EQ(lp_program_load(named.string().c_str()), nullptr);
+    EXPECT_NE(std::string(lp_last_error()).find("cannot open weights file"), std::string::npos) << lp_last_error();
+  }
+  std::string e = load_error(weights.substr(0, weights.size() - 100));
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+  e = load_error(weights.substr(0, 10));
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+  std::string bad = weights;
+  bad[0] = 'X';
+  e = load_error(bad);
+  EXPECT_NE(e.find("bad magic"), std::string::npos) << e;
+  bad = weights;
+  bad[24] ^= 1;  // the header's payload hash: a weights file of another export
+  e = load_error(bad);
+  EXPECT_NE(e.find("another export"), std::string::npos) << e;
+  bad = weights;
+  bad[8] = 0;  // payload offset 0
+  e = load_error(bad);
+  EXPECT_NE(e.find("header's payload"), std::string::npos) << e;
+  // Flipped payload bytes load (the hash is not recomputed at load: that reads
+  // every page) and are caught by lp_program_verify_weights.
+  bad = weights;
+  bad[lpte::kWeightsHeaderBytes + 17] ^= 0x40;
+  write_file(named.string() + ".weights", bad);
+  lp_program* p = lp_program_load(named.string().c_str());
+  ASSERT_NE(p, nullptr) << lp_last_error();
+  EXPECT_EQ(lp_program_verify_weights(p), -1);
+  EXPECT_NE(std::string(lp_error(p)).find("damaged"), std::string::npos) << lp_error(p);
+  lp_free(p);
+  write_file(named.string() + ".weights", weights);
+  p = lp_program_load(named.string().c_str());
+  ASSERT_NE(p, nullptr) << lp_last_error();
+  EXPECT_EQ(lp_program_verify_weights(p), 0) << lp_error(p);
+  lp_free(p);
+  fs::remove_all(dir);
+}
+
+namespace fb = loom::portable::fb;
+
+// A hand-made program: logits = rows of a [4, 4] weight picked by the token id
+// (embedding, then gather_rows), the weight in a sidecar at `offset` with
+// `bytes` bytes recorded; the sidecar holds `payload` (its header written here).
+std::string tiny_program(const fs::path& dir, uint64_t offset, uint64_t bytes, const std::vector<float>& payload) {
+  lpte::WeightsHeader h{};
+  std::memcpy(h.magic, lpte::kWeightsMagic, 8);
+  h.payload_offset = lpte::kWeightsHeaderBytes;
+  h.payload_bytes = payload.size() * 4;
+  lpte::PayloadHash hash;
+  hash.update(payload.data(), payload.size() * 4);
+  h.payload_hash = hash.digest();
+  std::string side(reinterpret_cast<const char*>(&h), sizeof h);
+  side.append(reinterpret_cast<const char*>(payload.data()), payload.size() * 4);
+  write_file(dir / "tiny.lpte.weights", side);
+
+  flatbuffers::FlatBufferBuilder b;
+  const int64_t V = 4;
+  auto T = [&](const char* name, fb::TensorKind k, fb::ElemType t, fb::RowKind r, int64_t rows, int64_t cols, uint64_t off,
+               int w) { return fb::CreateTensor(b, b.CreateString(name), k, t, r, rows, cols, off, w); };
+  std::vector<flatbuffers::Offset<fb::Tensor>> tensors = {
+      T("w", fb::TensorKind_Weight, fb::ElemType_F32, fb::RowKind_Fixed, V, V, 0, 0),
+      T("input_ids", fb::TensorKind_Arena, fb::ElemType_I32, fb::RowKind_Tokens, 0, 1, 0, -1),
+      T("positions", fb::TensorKind_Arena, fb::ElemType_I32, fb::RowKind_Tokens, 0, 1, 64, -1),
+      T("logits_indices", fb::TensorKind_Arena, fb::ElemType_I32, fb::RowKind_Selected, 0, 1, 128, -1),
+      T("x", fb::TensorKind_Arena, fb::ElemType_F32, fb::RowKind_Tokens, 0, V, 192, -1),
+      T("logits", fb::TensorKind_Arena, fb::ElemType_F32, fb::RowKind_Selected, 0, V, 256, -1)};
+  std::vector<flatbuffers::Offset<fb::WeightData>> weights = {
+      fb::CreateWeightData(b, b.CreateString("w"), 0, offset, bytes, fb::ElemType_F32)};
+  std::vector<flatbuffers::Offset<fb::Op>> ops = {
+      fb::CreateOp(b, fb::OpCode_Embedding, b.CreateVector(std::vector<int>{0, 1}), b.CreateVector(std::vector<int>{4})),
+      fb::CreateOp(b, fb::OpCode_GatherRows, b.CreateVector(std::vector<int>{4, 3}), b.CreateVector(std::vector<int>{5}))};
+  std::vector<flatbuffers::Offset<fb::Binding>> inputs = {fb::CreateBinding(b, b.CreateString("input_ids"), 1),
+                                                          fb::CreateBinding(b, b.CreateString("positions"), 2),
+                                                          fb::CreateBinding(b, b.CreateString("logits_indices"), 3)};
+  std::vector<flatbuffers::Offset<fb::Binding>> outputs = {fb::CreateBinding(b, b.CreateString("logits"), 5)};
+  const auto wf = fb::CreateWeightsFile(b, b.CreateString("tiny.lpte.weights"), side.size(), h.payload_hash);
+  const auto root = fb::CreateProgram(b, 2, b.CreateString("reference"), b.CreateString("tiny"), V, 2, 8, 320, 320, 0,
+                                      b.CreateVector(tensors), b.CreateVector(weights), b.CreateVector(ops),
+                                      b.CreateVector(std::vector<flatbuffers::Offset<fb::KvLayer>>{}), b.CreateVector(inputs),
+                                      b.CreateVector(outputs), 0, wf, false);
+  fb::FinishProgramBuffer(b, root);
+  const fs::path f = dir / "tiny.lpte";
+  write_file(f, std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize()));
+  return f.string();
+}
+
+// The weights are read in place from the sidecar at the recorded offset; a
+// range outside the file, or a misaligned or mis-sized one, is refused at load.
+TEST(PortableRuntimeErrors, ExternalWeightRangesAreCheckedAgainstTheFile) {
+  const fs::path dir = scratch("tiny");
+  std::vector<float> payload(32);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<float>(i);
+  {  // the weight is the second half of the payload: floats 16..31
+    const std::string f = tiny_program(dir, 64, 64, payload);
+    Program prog{fs::path(f)};
+    ASSERT_NE(prog.p, nullptr) << lp_last_error();
+    EXPECT_EQ(lp_program_weights_file_size(prog.p), lpte::kWeightsHeaderBytes + 128);
+    std::vector<float> logits(4);
+    const int32_t id = 2;
+    ASSERT_EQ(lp_run(prog.p, &id, 1, 0, logits.data()), 0) << lp_error(prog.p);
+    EXPECT_EQ(logits, (std::vector<float>{24, 25, 26, 27}));
+    EXPECT_EQ(lp_program_verify_weights(prog.p), 0);
+  }
+  auto refused = [&](uint64_t offset, uint64_t bytes, const std::string& why) {
+    const std::string f = tiny_program(dir, offset, bytes, payload);
+    EXPECT_EQ(lp_program_load(f.c_str()), nullptr);
+    EXPECT_NE(std::string(lp_last_error()).find(why), std::string::npos) << lp_last_error();
+  };
+  refused(96, 64, "outside the weights file");         // runs past the end
+  refused(uint64_t{1} << 62, 64, "outside the weights file");  // no overflow
+  refused(64, uint64_t(-64), "outside the weights file");
+  refused(2, 64, "not 4-byte aligned");
+  refused(0, 32, "does not match its shape");          // 8 floats for a 4×4 weight
+  fs::remove_all(dir);
 }
 
 // This binary holds loom_portable but nothing of loom's engine (namespace loom::,

@@ -36,6 +36,10 @@ struct PortableOp {
   int64_t sliding_window = 0;
   bool gelu_tanh = false;
   std::vector<int64_t> sizes;
+  // rope "dynamic" (NTK): no tables, the runtime computes the frequencies per run
+  bool rope_dynamic = false;
+  double theta = 0;
+  int64_t max_position_embeddings = 0;
 };
 
 struct PortableKvLayer {
@@ -47,6 +51,7 @@ struct PortableProgram {
   std::string backend;  // set by prepare_for_<backend>: the kernels the runtime picks
   std::string model_type;
   int64_t vocab_size = 0, max_tokens = 0, max_positions = 0;
+  bool static_rows = false;  // every row count fixed to max_tokens (a static program)
   std::vector<PortableTensor> tensors;
   std::vector<std::pair<std::string, std::vector<float>>> weights;
   std::vector<PortableOp> ops;

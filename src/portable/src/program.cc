@@ -1,7 +1,14 @@
-// Loading, validating and running a portable program, and the C API. The file
-// is read once and used in place (weights are read straight from the
-// flatbuffer); the arena and the KV state are allocated once at load time.
+// Loading, validating and running a portable program, and the C API. The
+// program file and its sidecar weights file are mapped read-only and used in
+// place (no copy of the weights); the arena and the KV state are allocated
+// once at load time.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -12,15 +19,37 @@
 #include "kernels.h"
 #include "loom_portable.h"
 #include "loom_program_generated.h"
+#include "lpte_weights_file.h"
 
 namespace fb = loom::portable::fb;
 
+namespace lp {
+
+// A whole file mapped read-only (MAP_PRIVATE: nothing is ever written back).
+// The pages are the page cache's: several programs loading the same file share
+// them. A file truncated by someone else *after* the load faults (SIGBUS) on
+// access, as with any mapping; everything checkable at load time is checked.
+struct Mapping {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  Mapping() = default;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() {
+    if (data) ::munmap(const_cast<uint8_t*>(data), size);
+  }
+};
+
+}  // namespace lp
+
 struct lp_program {
-  std::vector<uint8_t> file;
+  lp::Mapping file, weights_file;
+  std::string weights_path;
   const fb::Program* p = nullptr;
   const lp::Kernels* k = nullptr;
-  std::vector<float> arena;  // arena_bytes / 4 floats (f32 and i32 share it)
-  std::vector<float> state;  // K and V of every layer
+  std::vector<const float*> weights;  // each WeightData's floats, in the program or the weights file
+  std::vector<float> arena;           // arena_bytes / 4 floats (f32 and i32 share it)
+  std::vector<float> state;           // K and V of every layer
   int ids = -1, positions = -1, indices = -1, logits = -1;
   std::string error;
 };
@@ -42,6 +71,7 @@ const char* op_name(fb::OpCode c) { return fb::EnumNameOpCode(c); }
 struct Run {
   lp_program* prog;
   int64_t tokens = 0, selected = 0;
+  int64_t seq_len = 0;  // start_pos + n of the lp_run call: what dynamic rope scales by
 
   const fb::Tensor* t(int id) const { return prog->p->tensors()->Get(static_cast<uint32_t>(id)); }
   int64_t rows(int id) const {
@@ -55,8 +85,7 @@ struct Run {
   int64_t cols(int id) const { return t(id)->cols(); }
   float* f(int id) const {
     const fb::Tensor* x = t(id);
-    if (x->kind() == fb::TensorKind_Weight)
-      return const_cast<float*>(prog->p->weights()->Get(static_cast<uint32_t>(x->weight()))->data()->data());
+    if (x->kind() == fb::TensorKind_Weight) return const_cast<float*>(prog->weights[static_cast<size_t>(x->weight())]);
     return prog->arena.data() + x->offset() / 4;
   }
   int32_t* i(int id) const { return reinterpret_cast<int32_t*>(f(id)); }
@@ -133,6 +162,43 @@ void run_attention(const Run& r, const fb::Op* op) {
 }
 
 double silu(double x) { return x / (1.0 + std::exp(-x)); }
+
+// NTK-dynamic rope, loom's semantics (runtime/cpu/rope_params.cc, Transformers'
+// _compute_dynamic_ntk_parameters): with len = max(seq_len, mpe),
+// base = theta · (factor · len / mpe − (factor − 1)) ^ (dim / (dim − 2)) in
+// double, inv_freq_i = 1 / f32(base) ^ (2i / dim) in f32, angles in f32. loom
+// takes seq_len = the step's largest position + 1; here it is start_pos + n of
+// the lp_run call, the same number for one call of a whole prompt or one token.
+void run_dynamic_rope(const Run& r, const fb::Op* op) {
+  const int x = in(op, 0);
+  const int32_t* pos = r.i(in(op, 1));
+  float* o = r.f(out(op, 0));
+  const int64_t rows = r.rows(x), stride = r.cols(x), dim = op->rotary_dim(), half = dim / 2, hd = op->head_dim();
+  if (o != r.f(x)) std::memcpy(o, r.f(x), static_cast<size_t>(rows * stride) * 4);
+  const double mpe = static_cast<double>(op->max_position_embeddings()), factor = op->factor();
+  const double len = std::max(static_cast<double>(r.seq_len), mpe);
+  const double base = op->theta() * std::pow(factor * len / mpe - (factor - 1), static_cast<double>(dim) / static_cast<double>(dim - 2));
+  const float b = static_cast<float>(base);
+  std::vector<float> inv(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    inv[static_cast<size_t>(i)] = 1.0f / std::pow(b, static_cast<float>(2 * i) / static_cast<float>(dim));
+  for (int64_t t = 0; t < rows; ++t) {
+    if (pos[t] < 0 || pos[t] >= r.prog->p->max_positions())
+      fail("rope: position " + std::to_string(pos[t]) + " is outside the program's [0, " +
+           std::to_string(r.prog->p->max_positions()) + ")");
+    const float p = static_cast<float>(pos[t]);
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = inv[static_cast<size_t>(i)] * p;
+      const float c = std::cos(angle), s = std::sin(angle);
+      for (int64_t h = 0; h < op->num_heads(); ++h) {
+        float* xh = o + t * stride + h * hd;
+        const float x1 = xh[i], x2 = xh[i + half];
+        xh[i] = x1 * c + (-x2) * s;
+        xh[i + half] = x2 * c + x1 * s;
+      }
+    }
+  }
+}
 
 void run_op(const Run& r, const fb::Op* op) {
   const Kernels& K = *r.prog->k;
@@ -231,6 +297,10 @@ void run_op(const Run& r, const fb::Op* op) {
       return;
     }
     case fb::OpCode_Rope: {
+      if (op->rope_dynamic()) {
+        run_dynamic_rope(r, op);
+        return;
+      }
       // x, positions, cos table, sin table ([max_positions, rotary_dim / 2], × attention scaling)
       const int32_t* pos = r.i(in(op, 1));
       const float *cs = r.f(in(op, 2)), *sn = r.f(in(op, 3));
@@ -351,6 +421,12 @@ void check_shapes(const fb::Program* p, const fb::Op* op, const std::string& whe
     case fb::OpCode_Rope:
       arena_f32(T(0));
       arena_i32(T(1));
+      if (op->rope_dynamic()) {
+        check(same_rows(T(0), y) && same_rows(T(0), T(1)) && y->cols() == T(0)->cols() &&
+                  T(0)->cols() == int64_t{op->num_heads()} * op->head_dim(),
+              where + ": shapes");
+        return;
+      }
       weight(2);
       weight(3);
       check(same_rows(T(0), y) && same_rows(T(0), T(1)) && y->cols() == T(0)->cols() &&
@@ -376,6 +452,30 @@ void validate(lp_program& prog) {
   check(p->max_tokens() >= 1 && p->max_positions() >= 1 && p->vocab_size() >= 1,
         "max_tokens, max_positions and vocab_size must be positive");
   const uint32_t nt = p->tensors()->size();
+  // Every weight's floats: inline in the flatbuffer (the verifier checked its
+  // bounds) or a range of the mapped weights file, checked here.
+  const uint64_t payload = prog.weights_file.size >= lpte::kWeightsHeaderBytes ? prog.weights_file.size - lpte::kWeightsHeaderBytes : 0;
+  prog.weights.assign(p->weights()->size(), nullptr);
+  for (uint32_t i = 0; i < p->weights()->size(); ++i) {
+    const fb::WeightData* w = p->weights()->Get(i);
+    const std::string name = "weight " + std::to_string(i) + (w->name() ? " (" + w->name()->str() + ")" : "");
+    if (w->external_bytes() == 0) {
+      check(w->data() != nullptr, name + ": no inline data and no external range");
+      prog.weights[i] = w->data()->data();
+      continue;
+    }
+    check(prog.weights_file.data != nullptr, name + ": stored in a weights file, but the program names none");
+    check(w->type() == fb::ElemType_F32, name + ": external weights must be f32");
+    check(w->data() == nullptr || w->data()->size() == 0, name + ": has both inline data and an external range");
+    check(w->external_offset() % 4 == 0, name + ": external offset " + std::to_string(w->external_offset()) + " is not 4-byte aligned");
+    check(w->external_offset() <= payload && w->external_bytes() <= payload - w->external_offset(),
+          name + ": bytes [" + std::to_string(w->external_offset()) + ", +" + std::to_string(w->external_bytes()) +
+              ") lie outside the weights file's " + std::to_string(payload) + " payload bytes (" + prog.weights_path + ")");
+    prog.weights[i] = reinterpret_cast<const float*>(prog.weights_file.data + lpte::kWeightsHeaderBytes + w->external_offset());
+  }
+  auto weight_floats = [&](const fb::WeightData* w) -> int64_t {
+    return w->external_bytes() ? static_cast<int64_t>(w->external_bytes() / 4) : static_cast<int64_t>(w->data()->size());
+  };
   auto tensor_bytes = [&](const fb::Tensor* t) {
     const int64_t rows = t->row_kind() == fb::RowKind_Fixed ? t->rows() : p->max_tokens();
     return rows * t->cols() * 4;
@@ -387,8 +487,10 @@ void validate(lp_program& prog) {
     if (t->kind() == fb::TensorKind_Weight) {
       check(t->weight() >= 0 && static_cast<uint32_t>(t->weight()) < p->weights()->size(), name + ": no such weight");
       const auto* w = p->weights()->Get(static_cast<uint32_t>(t->weight()));
-      check(w->data() && static_cast<int64_t>(w->data()->size()) == t->rows() * t->cols() && t->row_kind() == fb::RowKind_Fixed,
-            name + ": weight data does not match its shape");
+      check((w->external_bytes() == 0 || w->external_bytes() % 4 == 0) && weight_floats(w) == t->rows() * t->cols() &&
+                t->row_kind() == fb::RowKind_Fixed,
+            name + ": weight data (" + std::to_string(weight_floats(w)) + " floats) does not match its shape " +
+                std::to_string(t->rows()) + "×" + std::to_string(t->cols()));
     } else {
       check(t->offset() % 4 == 0 && t->offset() + static_cast<uint64_t>(tensor_bytes(t)) <= p->arena_bytes(),
             name + ": lies outside the arena of " + std::to_string(p->arena_bytes()) + " bytes");
@@ -407,7 +509,7 @@ void validate(lp_program& prog) {
       tid(op->outputs()->Get(j), false, where);
       check(p->tensors()->Get(static_cast<uint32_t>(op->outputs()->Get(j)))->kind() == fb::TensorKind_Arena, where + ": writes a weight");
     }
-    const uint32_t need = op->code() == fb::OpCode_Attention ? 4 : op->code() == fb::OpCode_Rope ? 4
+    const uint32_t need = op->code() == fb::OpCode_Attention ? 4 : op->code() == fb::OpCode_Rope ? (op->rope_dynamic() ? 2 : 4)
                           : (op->code() == fb::OpCode_Linear || op->code() == fb::OpCode_Embedding || op->code() == fb::OpCode_Add ||
                              op->code() == fb::OpCode_Mul || op->code() == fb::OpCode_RmsNorm || op->code() == fb::OpCode_LayerNorm ||
                              op->code() == fb::OpCode_GatherRows) ? 2 : 1;
@@ -424,7 +526,13 @@ void validate(lp_program& prog) {
                 l->v_offset() + l->kv_row() * p->max_positions() <= p->state_floats(),
             where + ": KV layer outside the state buffer");
     }
-    if (op->code() == fb::OpCode_Rope)
+    if (op->code() == fb::OpCode_Rope && op->rope_dynamic())
+      check(op->rotary_dim() >= 4 && op->rotary_dim() % 2 == 0 && op->rotary_dim() <= op->head_dim() && op->theta() > 0 &&
+                std::isfinite(op->theta()) && op->factor() > 0 && std::isfinite(op->factor()) &&
+                op->max_position_embeddings() >= 1,
+            where + ": dynamic rope needs an even rotary_dim in [4, head_dim], positive theta and factor, and "
+                    "max_position_embeddings");
+    else if (op->code() == fb::OpCode_Rope)
       check(op->rotary_dim() % 2 == 0 && op->rotary_dim() <= op->head_dim() &&
                 p->tensors()->Get(static_cast<uint32_t>(op->inputs()->Get(2)))->cols() == op->rotary_dim() / 2,
             where + ": rotary tables do not match rotary_dim");
@@ -441,9 +549,11 @@ void validate(lp_program& prog) {
   prog.positions = binding(p->inputs(), "positions");
   prog.indices = binding(p->inputs(), "logits_indices");
   prog.logits = binding(p->outputs(), "logits");
+  // A static program's bindings are all max_tokens rows (the runtime pads).
   auto io = [&](int id, fb::RowKind rows, fb::ElemType type, int64_t cols, const char* name) {
     const fb::Tensor* t = p->tensors()->Get(static_cast<uint32_t>(id));
-    check(t->kind() == fb::TensorKind_Arena && t->row_kind() == rows && t->type() == type && t->cols() == cols,
+    const bool rows_ok = p->static_rows() ? t->row_kind() == fb::RowKind_Fixed && t->rows() == p->max_tokens() : t->row_kind() == rows;
+    check(t->kind() == fb::TensorKind_Arena && rows_ok && t->type() == type && t->cols() == cols,
           std::string("binding '") + name + "' has the wrong kind, rows, type or width");
   };
   io(prog.ids, fb::RowKind_Tokens, fb::ElemType_I32, 1, "input_ids");
@@ -452,29 +562,73 @@ void validate(lp_program& prog) {
   io(prog.logits, fb::RowKind_Selected, fb::ElemType_F32, p->vocab_size(), "logits");
 }
 
+// Maps `path` read-only; `what` names the file in errors.
+void map_file(const std::string& path, const std::string& what, Mapping* m) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("cannot open " + what + " " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(what + " " + path + " is not a regular file");
+  }
+  if (st.st_size <= 0) {
+    ::close(fd);
+    fail(what + " " + path + " is empty");
+  }
+  void* data = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (data == MAP_FAILED) fail("cannot map " + what + " " + path + ": " + std::strerror(err));
+  m->data = static_cast<const uint8_t*>(data);
+  m->size = static_cast<size_t>(st.st_size);
+}
+
+// The sidecar named by the program: next to it, its header and size as the
+// program recorded them (the payload hash is compared, not recomputed).
+void map_weights(lp_program& prog, const std::string& program_path) {
+  const fb::WeightsFile* wf = prog.p->weights_file();
+  if (!wf) return;
+  const std::string name = wf->path() ? wf->path()->str() : "";
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+    fail("the program's weights file name '" + name + "' must be a plain file name (next to the program)");
+  const size_t slash = program_path.rfind('/');
+  prog.weights_path = (slash == std::string::npos ? std::string() : program_path.substr(0, slash + 1)) + name;
+  map_file(prog.weights_path, "weights file", &prog.weights_file);
+  const Mapping& m = prog.weights_file;
+  if (m.size != wf->bytes())
+    fail("weights file " + prog.weights_path + " has " + std::to_string(m.size) + " bytes, the program expects " +
+         std::to_string(wf->bytes()) + " (truncated, or from another export)");
+  if (m.size < lpte::kWeightsHeaderBytes) fail("weights file " + prog.weights_path + " is shorter than its header");
+  lpte::WeightsHeader h;
+  std::memcpy(&h, m.data, sizeof h);
+  if (std::memcmp(h.magic, lpte::kWeightsMagic, sizeof h.magic) != 0)
+    fail("weights file " + prog.weights_path + " is not a loom portable weights file (bad magic)");
+  if (h.payload_offset != lpte::kWeightsHeaderBytes || h.payload_bytes != m.size - lpte::kWeightsHeaderBytes)
+    fail("weights file " + prog.weights_path + ": its header's payload (offset " + std::to_string(h.payload_offset) + ", " +
+         std::to_string(h.payload_bytes) + " bytes) does not match the file");
+  if (h.payload_hash != wf->payload_hash())
+    fail("weights file " + prog.weights_path + " belongs to another export (payload hash differs from the program's)");
+}
+
 std::unique_ptr<lp_program> load(const char* path) {
   auto prog = std::make_unique<lp_program>();
   if (!path) fail("no path given");
-  FILE* f = std::fopen(path, "rb");
-  if (!f) fail(std::string("cannot open ") + path + ": " + std::strerror(errno));
-  std::fseek(f, 0, SEEK_END);
-  const long size = std::ftell(f);
-  std::fseek(f, 0, SEEK_SET);
-  prog->file.resize(size > 0 ? static_cast<size_t>(size) : 0);
-  const size_t got = size > 0 ? std::fread(prog->file.data(), 1, prog->file.size(), f) : 0;
-  std::fclose(f);
-  if (size <= 0 || got != prog->file.size()) fail(std::string(path) + ": cannot read the file");
-  if (!fb::ProgramBufferHasIdentifier(prog->file.data()))
+  map_file(path, "program", &prog->file);
+  const uint8_t* data = prog->file.data;
+  const size_t size = prog->file.size;
+  if (size < 8 || !fb::ProgramBufferHasIdentifier(data))
     fail(std::string(path) + ": not a loom portable program (file identifier is not LPTE)");
-  flatbuffers::Verifier v(prog->file.data(), prog->file.size(), 64, 100000000);
+  flatbuffers::Verifier v(data, size, 64, 100000000);
   if (!fb::VerifyProgramBuffer(v)) fail(std::string(path) + ": the flatbuffer is corrupt (verifier failed)");
-  prog->p = fb::GetProgram(prog->file.data());
-  if (prog->p->version() != 1) fail(std::string(path) + ": program version " + std::to_string(prog->p->version()) + " is not 1");
+  prog->p = fb::GetProgram(data);
+  if (prog->p->version() < 1 || prog->p->version() > 2)
+    fail(std::string(path) + ": program version " + std::to_string(prog->p->version()) + " is not 1 or 2");
   const std::string backend = prog->p->backend() ? prog->p->backend()->str() : "";
   if (backend == "reference") prog->k = &reference_kernels();
   else if (backend == "cpu_simd") prog->k = &simd_kernels();
   else fail(std::string(path) + ": unknown backend '" + backend + "' (reference, cpu_simd)");
   try {
+    map_weights(*prog, path);
     validate(*prog);
   } catch (const Fail& e) {
     fail(std::string(path) + ": " + e.what);
@@ -491,14 +645,28 @@ void run(lp_program* prog, const int32_t* tokens, int64_t n, int64_t start, floa
     fail("positions [" + std::to_string(start) + ", " + std::to_string(start + n) + ") exceed the program's " +
          std::to_string(prog->p->max_positions()) + " positions");
   const int64_t T = prog->p->max_tokens(), V = prog->p->vocab_size();
+  const bool fixed = prog->p->static_rows();
   for (int64_t done = 0; done < n; done += T) {
     Run r{prog};
-    r.tokens = std::min(T, n - done);
-    const bool last_chunk = done + r.tokens == n;
-    r.selected = all ? r.tokens : 1;
-    std::memcpy(r.i(prog->ids), tokens + done, static_cast<size_t>(r.tokens) * 4);
-    for (int64_t t = 0; t < r.tokens; ++t) r.i(prog->positions)[t] = static_cast<int32_t>(start + done + t);
-    for (int64_t t = 0; t < r.selected; ++t) r.i(prog->indices)[t] = static_cast<int32_t>(all ? t : r.tokens - 1);
+    r.seq_len = start + n;
+    const int64_t real = std::min(T, n - done);
+    const bool last_chunk = done + real == n;
+    // A static program always runs T rows: the pad rows repeat the chunk's last
+    // token at its position, so they compute (and write to the KV cache) exactly
+    // what that token does; the logits rows beyond the wanted ones repeat the
+    // last wanted row.
+    r.tokens = fixed ? T : real;
+    const int64_t wanted = all ? real : 1;
+    r.selected = fixed ? T : wanted;
+    int32_t* ids = r.i(prog->ids);
+    int32_t* pos = r.i(prog->positions);
+    int32_t* idx = r.i(prog->indices);
+    for (int64_t t = 0; t < r.tokens; ++t) {
+      const int64_t src = std::min(t, real - 1);
+      ids[t] = tokens[done + src];
+      pos[t] = static_cast<int32_t>(start + done + src);
+    }
+    for (int64_t t = 0; t < r.selected; ++t) idx[t] = static_cast<int32_t>(all ? std::min(t, real - 1) : real - 1);
     for (uint32_t i = 0; i < prog->p->ops()->size(); ++i) {
       const fb::Op* op = prog->p->ops()->Get(i);
       try {
@@ -508,7 +676,7 @@ void run(lp_program* prog, const int32_t* tokens, int64_t n, int64_t start, floa
              "): " + e.what);
       }
     }
-    if (all) std::memcpy(logits + done * V, r.f(prog->logits), static_cast<size_t>(r.tokens * V) * 4);
+    if (all) std::memcpy(logits + done * V, r.f(prog->logits), static_cast<size_t>(real * V) * 4);
     else if (last_chunk) std::memcpy(logits, r.f(prog->logits), static_cast<size_t>(V) * 4);
   }
 }
@@ -555,7 +723,21 @@ int lp_run_all(lp_program* p, const int32_t* tokens, int64_t n, int64_t start_po
 }
 
 const char* lp_error(const lp_program* p) { return p ? p->error.c_str() : "no program"; }
-size_t lp_program_size(const lp_program* p) { return p ? p->file.size() : 0; }
+size_t lp_program_size(const lp_program* p) { return p ? p->file.size : 0; }
+size_t lp_program_weights_file_size(const lp_program* p) { return p ? p->weights_file.size : 0; }
+int lp_program_is_static(const lp_program* p) { return p && p->p->static_rows() ? 1 : 0; }
+
+int lp_program_verify_weights(lp_program* p) {
+  if (!p) return -1;
+  p->error.clear();
+  const fb::WeightsFile* wf = p->p->weights_file();
+  if (!wf) return 0;
+  lpte::PayloadHash h;
+  h.update(p->weights_file.data + lpte::kWeightsHeaderBytes, p->weights_file.size - lpte::kWeightsHeaderBytes);
+  if (h.digest() == wf->payload_hash()) return 0;
+  p->error = "weights file " + p->weights_path + " is damaged: its payload hash differs from the one recorded at export";
+  return -1;
+}
 size_t lp_program_arena_bytes(const lp_program* p) { return p ? p->p->arena_bytes() : 0; }
 size_t lp_program_unplanned_bytes(const lp_program* p) { return p ? p->p->unplanned_bytes() : 0; }
 size_t lp_program_state_bytes(const lp_program* p) { return p ? p->p->state_floats() * 4 : 0; }
