@@ -61,9 +61,26 @@ Status lower_rope(OnnxLowering& L, const graph::Node& n) {
 }
 
 // seqlens_k [B] = T − 1 and total_sequence_length = T, int32, from attention_mask [B, T].
+// A static file gets them as constants, which also lets ONNX Runtime's shape
+// inference of present_* (max(past, total_sequence_length)) agree with the declared dims.
 void gqa_lengths(OnnxLowering& L) {
   if (!L.gqa_seqlens_k.empty()) return;
   const std::string h = "group_query_attention.lengths";
+  if (L.static_batch > 0) {
+    const auto t = static_cast<int32_t>(L.static_past + L.static_sequence);
+    auto i32 = [&](const std::string& name, const std::vector<int64_t>& dims, int64_t n, int32_t v) {
+      onnx::TensorProto* c = L.b.graph().add_initializer();
+      const std::string id = L.b.fresh(h + "/" + name);
+      c->set_name(id);
+      c->set_data_type(onnx::TensorProto::INT32);
+      for (int64_t d : dims) c->add_dims(d);
+      for (int64_t i = 0; i < n; ++i) c->add_int32_data(v);
+      return id;
+    };
+    L.gqa_total_length = i32("total_sequence_length", {}, 1, t);
+    L.gqa_seqlens_k = i32("seqlens_k", {L.static_batch}, L.static_batch, t - 1);
+    return;
+  }
   auto cast32 = [&](const std::string& x) {
     onnx::NodeProto& c = L.b.node("Cast", {x}, 1, h);
     set_attr(c, "to", static_cast<int64_t>(onnx::TensorProto::INT32));
