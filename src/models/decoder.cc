@@ -1,5 +1,7 @@
 #include "loom/models/decoder.h"
 
+#include "loom/models/patch_points.h"
+
 namespace loom::models {
 
 UnaryModule* DecoderPart::make_norm(const std::string& path, const DecoderSettings& s) {
@@ -25,19 +27,23 @@ DecoderLayer::DecoderLayer(const std::string& path, const DecoderSettings& s, co
   else
     mlp_ = add_child<MLP>(join_path(path, "mlp"), s.class_prefix + "MLP", s.hidden_size, s.intermediate_size, s.mlp_bias,
                           s.hidden_act);
+  for (const UnaryModule* m : {input_layernorm_, post_attention_layernorm_, mlp_, pre_feedforward_layernorm_,
+                               post_feedforward_layernorm_})
+    if (m) declare_patch_point(*m);
+  declare_patch_point(*self_attn_);
 }
 
 ValueId DecoderLayer::forward(GraphBuilder& b, ValueId x, ValueId positions) const {
-  ValueId h = self_attn_->forward(b, input_layernorm_->forward(b, x), positions);
+  ValueId h = call_forward(*self_attn_, b, call_forward(*input_layernorm_, b, x), positions);
   if (pre_feedforward_layernorm_) {
-    h = post_attention_layernorm_->forward(b, h);
+    h = call_forward(*post_attention_layernorm_, b, h);
     ValueId residual;
     {
       GraphBuilder::Scope scope(b, path());
       residual = b.op("add", {x, h});
     }
-    ValueId m = mlp_->forward(b, pre_feedforward_layernorm_->forward(b, residual));
-    m = post_feedforward_layernorm_->forward(b, m);
+    ValueId m = call_forward(*mlp_, b, call_forward(*pre_feedforward_layernorm_, b, residual));
+    m = call_forward(*post_feedforward_layernorm_, b, m);
     GraphBuilder::Scope scope(b, path());
     return b.op("add", {residual, m});
   }
@@ -46,7 +52,7 @@ ValueId DecoderLayer::forward(GraphBuilder& b, ValueId x, ValueId positions) con
     GraphBuilder::Scope scope(b, path());
     residual = b.op("add", {x, h});
   }
-  ValueId m = mlp_->forward(b, post_attention_layernorm_->forward(b, residual));
+  ValueId m = call_forward(*mlp_, b, call_forward(*post_attention_layernorm_, b, residual));
   GraphBuilder::Scope scope(b, path());
   return b.op("add", {residual, m});
 }
@@ -60,6 +66,8 @@ DecoderModel::DecoderModel(const std::string& path, const DecoderSettings& s)
     layers_.push_back(add_child<DecoderLayer>(join_path(path, "layers." + std::to_string(i)), s, s.layers[i]));
   norm_ = make_norm(join_path(path, "norm"), s);
   embedding_scale_ = s.embedding_scale;
+  for (const DecoderLayer* layer : layers_) declare_patch_point(*layer);
+  declare_patch_point(*norm_);
 }
 
 ValueId DecoderModel::forward(GraphBuilder& b, ValueId ids, ValueId positions) const {
@@ -73,8 +81,8 @@ ValueId DecoderModel::forward(GraphBuilder& b, ValueId ids, ValueId positions) c
     GraphBuilder::Scope scope(b, path());
     x = b.op("add", {x, pos});
   }
-  for (const DecoderLayer* layer : layers_) x = layer->forward(b, x, positions);
-  return norm_->forward(b, x);
+  for (const DecoderLayer* layer : layers_) x = call_forward(*layer, b, x, positions);
+  return call_forward(*norm_, b, x);
 }
 
 CausalLM::CausalLM(const DecoderSettings& s)

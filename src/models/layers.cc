@@ -5,6 +5,7 @@
 #include "loom/core/status.h"
 #include "loom/graph/external_call_abi.h"
 #include "loom/graph/external_functions.h"
+#include "loom/models/patch_points.h"
 
 namespace loom::models {
 
@@ -261,8 +262,8 @@ ValueId SelfAttention::forward(GraphBuilder& b, ValueId x, ValueId positions) co
     v = v_->forward(b, x);
   }
   if (q_norm_) {
-    q = q_norm_->forward(b, q);
-    k = k_norm_->forward(b, k);
+    q = call_forward(*q_norm_, b, q);
+    k = call_forward(*k_norm_, b, k);
   }
   ValueId attn;
   {
