@@ -228,10 +228,10 @@ OnnxExportOptions ort_ops() {
 // 1 as Optimum writes them) followed by one decode step, run by `prefill_file`
 // then `decode_file` (the same file for a dynamic export), against loom's packed
 // run of the same sequences; returns the largest |Δlogits| over every real row.
-double batch_prefill_and_decode(const models::Model& model, std::shared_ptr<const models::Model> shared,
-                                const fs::path& prefill_file, const fs::path& decode_file,
-                                const std::vector<std::vector<int32_t>>& seqs, json* signature = nullptr) {
-  auto runner = batching::ModelRunner::create(shared).value();
+double batch_prefill_and_decode(std::shared_ptr<const models::Model> model, const fs::path& prefill_file,
+                                const fs::path& decode_file, const std::vector<std::vector<int32_t>>& seqs,
+                                json* signature = nullptr) {
+  auto runner = batching::ModelRunner::create(std::move(model)).value();
   size_t longest = 0;
   for (const auto& q : seqs) longest = std::max(longest, q.size());
   const auto L = static_cast<int64_t>(longest);
@@ -272,7 +272,6 @@ double batch_prefill_and_decode(const models::Model& model, std::shared_ptr<cons
     d = std::max(d, max_diff(want[i], ans["steps"][0], static_cast<int64_t>(i), L - past[i]));
     d = std::max(d, max_diff(want_dec[i], ans["steps"][1], static_cast<int64_t>(i), 0));
   }
-  (void)model;
   return d;
 }
 
@@ -300,20 +299,20 @@ TEST(OnnxExporter, OlderAndNewerOpsetsMatchLoom) {
 
 // 16 greedy tokens driven by the file with its own KV cache equal loom's.
 void check_greedy(const std::string& fixture, const OnnxExportOptions& o, int prompt_len = 6) {
-    SCOPED_TRACE(fixture + " ops " + o.ops);
-    auto model = load(fixture);
-    const fs::path file = scratch("greedy_" + fixture + "_" + o.ops) / "model.onnx";
-    const Status s = export_onnx(*model, file.string(), o);
-    ASSERT_TRUE(s.ok()) << s.to_string();
-    const std::vector<int32_t> prompt = random_tokens(*model, prompt_len, 7);
-    auto runner = batching::ModelRunner::create(model).value();
-    batching::GenerateOptions go;
-    go.max_new_tokens = 16;
-    const batching::GenerateResult want = batching::generate(*runner, prompt, go).value();
-    ASSERT_EQ(want.generated_ids.size(), 16u);
-    const json ans = run_ort({{"model", file.string()}, {"op", "greedy"}, {"prompt", prompt}, {"new_tokens", 16}});
-    ASSERT_TRUE(ans.contains("tokens"));
-    EXPECT_EQ(ans["tokens"].get<std::vector<int32_t>>(), want.generated_ids);
+  SCOPED_TRACE(fixture + " ops " + o.ops);
+  auto model = load(fixture);
+  const fs::path file = scratch("greedy_" + fixture + "_" + o.ops) / "model.onnx";
+  const Status s = export_onnx(*model, file.string(), o);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  const std::vector<int32_t> prompt = random_tokens(*model, prompt_len, 7);
+  auto runner = batching::ModelRunner::create(model).value();
+  batching::GenerateOptions go;
+  go.max_new_tokens = 16;
+  const batching::GenerateResult want = batching::generate(*runner, prompt, go).value();
+  ASSERT_EQ(want.generated_ids.size(), 16u);
+  const json ans = run_ort({{"model", file.string()}, {"op", "greedy"}, {"prompt", prompt}, {"new_tokens", 16}});
+  ASSERT_TRUE(ans.contains("tokens"));
+  EXPECT_EQ(ans["tokens"].get<std::vector<int32_t>>(), want.generated_ids);
 }
 
 TEST(OnnxExporter, GreedyGenerationWithItsOwnKvCacheEqualsLoom) {
@@ -398,7 +397,7 @@ TEST(OnnxExporter, StaticPrefillAndDecodeFilesHaveFixedDimsAndMatchLoom) {
         expect_checker_accepts(dir / "decode.onnx");
       }
       json sig;
-      const double d = batch_prefill_and_decode(*model, model, dir / "prefill.onnx", dir / "decode.onnx",
+      const double d = batch_prefill_and_decode(model, dir / "prefill.onnx", dir / "decode.onnx",
                                                 {random_tokens(*model, n, 1), random_tokens(*model, n - 3, 2)}, &sig);
       EXPECT_LE(d, kTol);
       const auto& layer = model->module().settings().layers[0];
@@ -469,7 +468,7 @@ TEST(OnnxExporter, DynamicFileRunsAtSeveralBatchSizesAndSequenceLengths) {
     for (const auto& lens : shapes) {
       std::vector<std::vector<int32_t>> seqs;
       for (int n : lens) seqs.push_back(random_tokens(*model, n, ++seed));
-      const double d = batch_prefill_and_decode(*model, model, file, file, seqs, &sig);
+      const double d = batch_prefill_and_decode(model, file, file, seqs, &sig);
       EXPECT_LE(d, kTol) << "batch " << lens.size() << ", first length " << lens[0];
     }
     EXPECT_EQ(sig["input_ids"], json({"batch_size", "sequence_length"}));
@@ -497,7 +496,7 @@ TEST(OnnxExporter, DynamicRopeMatchesLoomBelowAndAboveMaxPositionEmbeddings) {
     for (const auto& lens : std::vector<std::vector<int>>{{9}, {20, 12}, {31}, {32}, {40}, {45, 20}, {33, 38}}) {
       std::vector<std::vector<int32_t>> seqs;
       for (int n : lens) seqs.push_back(random_tokens(*model, n, static_cast<uint32_t>(n)));
-      const double d = batch_prefill_and_decode(*model, model, file, file, seqs);
+      const double d = batch_prefill_and_decode(model, file, file, seqs);
       EXPECT_LE(d, kTol) << "lengths " << lens[0] << (lens.size() > 1 ? "+" + std::to_string(lens[1]) : "");
       std::printf("[ onnx ] rope dynamic %s lengths %d%s max |Δlogits| %.2e\n", ops, lens[0],
                   lens.size() > 1 ? ("," + std::to_string(lens[1])).c_str() : "", d);
