@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "onnx_lowering_moe.h"
 #include "onnx_rope_tables.h"
 
 namespace loom::exporting {
@@ -355,6 +356,7 @@ const std::map<std::string, OnnxLowerFn>& onnx_lowering_table() {
       {"silu", lower_silu},           {"gelu", lower_gelu},       {"scale", lower_scale},
       {"softcap", lower_softcap},     {"rope", lower_rope},       {"attention", lower_attention},
       {"silu_and_mul", lower_silu_and_mul}, {"split_columns", lower_split_columns},
+      {"moe", onnx_lower_moe},  // onnx_lowering_moe.cc: dense (every expert, weighted by the routing)
   };
   return table;
 }
