@@ -36,6 +36,7 @@ struct ExportArgs {
   std::vector<std::string> plugin_dirs, trusted_plugin_dirs;
   int64_t max_positions = 0;          // portable: KV cache length (0: the model's, at most 4096)
   bool seq_len_given = false, external_threshold_given = false;  // portable: static chunks; its own default threshold
+  bool f32_weights = false;                                       // portable: no bf16 weights
 };
 
 // The model as every format captures it: with the kernels of --kernel-config, if any.
@@ -87,6 +88,7 @@ void run_portable_export(const ExportArgs& a) {
     o.max_tokens = a.seq_len;
   }
   if (a.external_threshold_given) o.external_weights_threshold = a.external_threshold;
+  o.keep_bf16 = !a.f32_weights;
   exporting::PortableExportReport report;
   const Status s = exporting::export_portable(*model, a.out, o, &report);
   if (!s.ok()) throw Error(s);
@@ -136,6 +138,8 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("--format,-f", a->format, "program, onnx or portable");
   cmd->add_option("--backend", a->backend, "Portable: the backend preparation (reference or cpu_simd)");
   cmd->add_option("--max-positions", a->max_positions, "Portable: KV cache length (default the model's, at most 4096)");
+  cmd->add_flag("--f32-weights", a->f32_weights,
+                "Portable: store every weight in f32 (default: a bf16 checkpoint's matrices stay bf16, read exactly)");
   cmd->add_option("--opset", a->opset, "ONNX: opset version (default 17, the newest Debian's onnx checker accepts)");
   cmd->add_option("--onnx-ops", a->onnx_ops,
                   "ONNX: standard (plain ONNX ops) or ort (ONNX Runtime contrib ops where they apply: GroupQueryAttention, "

@@ -36,6 +36,7 @@ struct Lowering {
   PortableProgram& p;
   int tokens_sym, sequences_sym;
   bool static_rows;
+  std::set<graph::ValueId> bf16_ok = {};  // bf16 weights read only by kernels that widen them
   std::map<graph::ValueId, int> tensor_of = {};
   std::map<std::string, int> weight_by_name = {};
   std::map<std::string, std::pair<int, int>> rope_tables_by_key = {};  // attrs → (cos, sin) tensors
@@ -55,15 +56,17 @@ struct Lowering {
                        "' is neither tokens nor sequences");
   }
 
-  int add_weight(const std::string& name, std::vector<float> data, int64_t rows, int64_t cols) {
+  int add_weight(const std::string& name, std::vector<float> data, int64_t rows, int64_t cols,
+                 std::vector<uint16_t> bf16 = {}) {
     if (auto it = weight_by_name.find(name); it != weight_by_name.end()) return it->second;
     PortableTensor t;
     t.name = name;
     t.is_weight = true;
+    t.is_bf16 = !bf16.empty();
     t.rows = rows;
     t.cols = cols;
     t.weight = static_cast<int>(p.weights.size());
-    p.weights.emplace_back(name, std::move(data));
+    p.weights.push_back({name, std::move(data), std::move(bf16)});
     p.tensors.push_back(t);
     return weight_by_name[name] = static_cast<int>(p.tensors.size()) - 1;
   }
@@ -77,7 +80,12 @@ struct Lowering {
       if (!w.defined() || w.rank() < 1 || w.rank() > 2 || !dtype_is_float(w.dtype()))
         return unsupported("portable export: weight '" + val.name + "' must be a float tensor of rank 1 or 2");
       const int64_t rows = w.rank() == 2 ? w.dim(0) : 1, cols = w.rank() == 2 ? w.dim(1) : w.dim(0);
-      return tensor_of[v] = add_weight(val.name.empty() ? "const." + std::to_string(v) : val.name, w.to_f32_vector(), rows, cols);
+      const std::string name = val.name.empty() ? "const." + std::to_string(v) : val.name;
+      if (w.dtype() == DType::kBF16 && w.rank() == 2 && bf16_ok.count(v)) {
+        const uint16_t* d = w.data_as<uint16_t>();
+        return tensor_of[v] = add_weight(name, {}, rows, cols, std::vector<uint16_t>(d, d + w.numel()));
+      }
+      return tensor_of[v] = add_weight(name, w.to_f32_vector(), rows, cols);
     }
     PortableTensor t;
     t.name = val.name.empty() ? "v" + std::to_string(v) : val.name;
@@ -175,6 +183,18 @@ Result<PortableProgram> lower_portable(const models::Model& model, const Portabl
 
   // ── Stage 3: lowering — ops over numbered tensors, f32 weights, rotary tables, KV state ──
   Lowering L{g, p, g.symbol(models::step_io::kTokens), g.symbol(models::step_io::kSequences), p.static_rows};
+  if (o.keep_bf16) {
+    // A weight may stay bf16 when every reader widens it itself: a linear's
+    // weight (input 1) or an embedding's table (input 0); any other use (norm
+    // weights, biases, …) keeps it f32.
+    std::set<graph::ValueId> other_use;
+    for (const graph::Node& n : g.nodes())
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        const bool widened = (n.op == "linear" && i == 1) || (n.op == "embedding" && i == 0);
+        (widened ? L.bf16_ok : other_use).insert(n.inputs[i]);
+      }
+    for (graph::ValueId v : other_use) L.bf16_ok.erase(v);
+  }
   for (graph::ValueId v : g.inputs()) {
     LOOM_ASSIGN_OR_RETURN(int t, L.tensor(v));
     p.inputs[g.value(v).name] = t;
@@ -279,7 +299,7 @@ Result<PortableProgram> lower_portable(const models::Model& model, const Portabl
   r.unplanned_bytes = p.unplanned_bytes;
   r.state_bytes = p.state_floats * 4;
   r.weight_bytes = 0;
-  for (const auto& [name, w] : p.weights) r.weight_bytes += w.size() * 4;
+  for (const auto& w : p.weights) r.weight_bytes += w.bytes();
   return p;
 }
 
@@ -300,25 +320,28 @@ Result<std::vector<uint8_t>> build_flatbuffer(const PortableProgram& p, const st
                                               const WeightsFileInfo* file) {
   size_t inline_bytes = 0;
   for (size_t i = 0; i < p.weights.size(); ++i)
-    if (placed[i].bytes == 0) inline_bytes += p.weights[i].second.size() * 4;
+    if (placed[i].bytes == 0) inline_bytes += p.weights[i].bytes();
   if (inline_bytes > (size_t{1} << 31) - (size_t{64} << 20))
     return unsupported("portable export: " + std::to_string(inline_bytes) +
-                       " bytes of inline f32 weights exceed what one flatbuffer holds (2 GiB); store them in the "
+                       " bytes of inline weights exceed what one flatbuffer holds (2 GiB); store them in the "
                        "weights file (external_weights_threshold ≥ 0, --external-data-threshold)");
   flatbuffers::FlatBufferBuilder b(inline_bytes + (1 << 20));
   std::vector<flatbuffers::Offset<fb::WeightData>> weights;
   for (size_t i = 0; i < p.weights.size(); ++i) {
-    const auto& [name, w] = p.weights[i];
-    const auto n = b.CreateString(name);
-    if (placed[i].bytes == 0)
-      weights.push_back(fb::CreateWeightData(b, n, b.CreateVector(w)));
+    const PortableProgram::Weight& w = p.weights[i];
+    const auto n = b.CreateString(w.name);
+    const fb::ElemType type = w.bf16.empty() ? fb::ElemType_F32 : fb::ElemType_BF16;
+    if (placed[i].bytes == 0 && w.bf16.empty())
+      weights.push_back(fb::CreateWeightData(b, n, b.CreateVector(w.f32)));
+    else if (placed[i].bytes == 0)
+      weights.push_back(fb::CreateWeightData(b, n, 0, 0, 0, type, b.CreateVector(w.bf16)));
     else
-      weights.push_back(fb::CreateWeightData(b, n, 0, placed[i].offset, placed[i].bytes, fb::ElemType_F32));
+      weights.push_back(fb::CreateWeightData(b, n, 0, placed[i].offset, placed[i].bytes, type));
   }
   std::vector<flatbuffers::Offset<fb::Tensor>> tensors;
   for (const PortableTensor& t : p.tensors)
     tensors.push_back(fb::CreateTensor(b, b.CreateString(t.name), t.is_weight ? fb::TensorKind_Weight : fb::TensorKind_Arena,
-                                       t.is_i32 ? fb::ElemType_I32 : fb::ElemType_F32, static_cast<fb::RowKind>(t.row_kind),
+                                       t.is_i32 ? fb::ElemType_I32 : t.is_bf16 ? fb::ElemType_BF16 : fb::ElemType_F32, static_cast<fb::RowKind>(t.row_kind),
                                        t.rows, t.cols, t.offset, t.weight));
   std::vector<flatbuffers::Offset<fb::Op>> ops;
   for (const PortableOp& op : p.ops) {
@@ -361,7 +384,7 @@ Status write_portable(const PortableProgram& p, const std::string& path, int64_t
   std::vector<WeightPlacement> placed(p.weights.size());
   uint64_t payload = 0;
   for (size_t i = 0; i < p.weights.size(); ++i) {
-    const uint64_t bytes = p.weights[i].second.size() * 4;
+    const uint64_t bytes = p.weights[i].bytes();
     if (threshold < 0 || bytes == 0 || bytes < static_cast<uint64_t>(threshold)) continue;
     placed[i] = {payload, bytes};
     payload = (payload + bytes + lpte::kWeightsAlignment - 1) / lpte::kWeightsAlignment * lpte::kWeightsAlignment;
@@ -382,7 +405,8 @@ Status write_portable(const PortableProgram& p, const std::string& path, int64_t
     uint64_t at = 0;
     for (size_t i = 0; i < p.weights.size(); ++i) {
       if (placed[i].bytes == 0) continue;
-      const char* data = reinterpret_cast<const char*>(p.weights[i].second.data());
+      const PortableProgram::Weight& w = p.weights[i];
+      const char* data = w.bf16.empty() ? reinterpret_cast<const char*>(w.f32.data()) : reinterpret_cast<const char*>(w.bf16.data());
       f.write(data, static_cast<std::streamsize>(placed[i].bytes));
       hash.update(data, placed[i].bytes);
       at += placed[i].bytes;

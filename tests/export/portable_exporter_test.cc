@@ -259,13 +259,16 @@ void check_variant(const std::string& fixture, const std::shared_ptr<const model
   lp_free(p);
 }
 
-// Every f32 fixture variant (GPT-2's layer_norm/gelu, biases, sliding windows,
-// linear/llama3/yarn/dynamic rope, phi3's fused projections, gemma2 …), static
-// and dynamic, on both backends, weights inline and in the sidecar file — or,
-// for an architecture on the portable skip list, refused with its reason.
-TEST(PortableExporter, EveryF32VariantStaticAndDynamicMatchesLoomOrIsOnTheSkipList) {
-  const auto variants = fixture_variants("f32");
+// Every fixture variant (GPT-2's layer_norm/gelu, biases, sliding windows,
+// linear/llama3/yarn/dynamic rope, phi3's fused projections, …), f32 and bf16
+// checkpoints (the program holds the bf16 weights converted to f32, exactly;
+// loom computes in f32 too, so the same 1e-4 holds), static and dynamic, on
+// both backends, weights inline and in the sidecar file — or, for an
+// architecture on the portable skip list, refused with its reason.
+TEST(PortableExporter, EveryVariantStaticAndDynamicMatchesLoomOrIsOnTheSkipList) {
+  auto variants = fixture_variants("f32");
   ASSERT_GE(variants.size(), 10u) << "fixtures missing in " << export_test::fixtures_dir();
+  for (const std::string& v : fixture_variants("bf16")) variants.push_back(v);
   const fs::path dir = fs::temp_directory_path() / ("loom_portable_sweep_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   for (const std::string& name : variants) {
@@ -346,6 +349,49 @@ TEST(PortableExporter, DynamicRopeMatchesLoomBelowAndAboveMaxPositionEmbeddings)
                   backend.c_str(), dynamic ? "dynamic" : "static", below, above, decode);
       lp_free(p);
     }
+  fs::remove_all(dir);
+}
+
+// A bf16 checkpoint's matrices stay bf16 (keep_bf16, the default): half the
+// bytes, and the same logits as a program holding f32 copies (the kernels
+// widen each value exactly): bit for bit with the reference kernels, to f32
+// rounding with the vector ones; norm weights stay f32.
+TEST(PortableExporter, Bf16WeightsGiveTheSameLogitsAsF32CopiesAtHalfTheBytes) {
+  auto model = load("llama-bf16");
+  const fs::path dir = fs::temp_directory_path() / ("loom_portable_bf16_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::vector<int32_t> prompt = random_tokens(*model, 13, 8);
+  std::map<std::string, std::vector<float>> logits;
+  size_t bytes[2] = {};
+  for (const bool keep : {true, false})
+    for (const std::string backend : {"reference", "cpu_simd"}) {
+      SCOPED_TRACE(backend + (keep ? " bf16" : " f32"));
+      PortableExportOptions o;
+      o.backend = backend;
+      o.keep_bf16 = keep;
+      o.max_tokens = 4;
+      o.max_positions = 32;
+      o.external_weights_threshold = backend == "reference" ? -1 : 0;
+      PortableExportReport report;
+      const fs::path file = dir / (backend + (keep ? "-bf16" : "-f32") + ".lpte");
+      ASSERT_TRUE(export_portable(*model, file.string(), o, &report).ok());
+      auto lowered = lower_portable(*model, o).value();
+      int bf16 = 0;
+      for (const auto& t : lowered.tensors) bf16 += t.is_bf16;
+      EXPECT_EQ(bf16 > 0, keep);
+      for (const auto& op : lowered.ops)
+        if (op.op == "rms_norm") EXPECT_FALSE(lowered.tensors[static_cast<size_t>(op.inputs[1])].is_bf16) << op.scope;
+      lp_program* p = lp_program_load(file.string().c_str());
+      ASSERT_NE(p, nullptr) << lp_last_error();
+      std::vector<float> out(static_cast<size_t>(13 * lp_program_vocab_size(p)));
+      ASSERT_EQ(lp_run_all(p, prompt.data(), 13, 0, out.data()), 0) << lp_error(p);
+      lp_free(p);
+      logits[backend + (keep ? "-bf16" : "-f32")] = out;
+      bytes[keep ? 0 : 1] = report.weight_bytes;
+    }
+  EXPECT_EQ(logits["reference-bf16"], logits["reference-f32"]);
+  EXPECT_LE(max_diff(logits["cpu_simd-bf16"], logits["cpu_simd-f32"]), 1e-5);
+  EXPECT_LT(bytes[0], bytes[1] * 6 / 10) << "bf16 matrices should halve the weights";
   fs::remove_all(dir);
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -43,6 +44,38 @@ TEST(PortableKernels, LinearSimdMatchesReferenceIncludingTails) {
       double acc = bias ? b[1] : 0.0;
       for (int64_t i = 0; i < k; ++i) acc += static_cast<double>(x[static_cast<size_t>(2 * k + i)]) * w[static_cast<size_t>(k + i)];
       EXPECT_NEAR(y1[2 * 5 + 1], acc, 1e-5);
+    }
+}
+
+// bf16 weights: both flavours widen each value exactly, so they equal the f32
+// kernels run on the widened copy — bitwise for the reference (same double
+// sums); the vector clones may contract multiply-adds differently, so f32 rounding.
+TEST(PortableKernels, LinearBf16MatchesF32KernelsOnTheWidenedWeights) {
+  for (int64_t k : kSizes)
+    for (bool bias : {false, true}) {
+      SCOPED_TRACE("k=" + std::to_string(k) + (bias ? " with bias" : ""));
+      const int64_t m = 3, n = 5;
+      const auto x = random_vec(static_cast<size_t>(m * k), 4), wf = random_vec(static_cast<size_t>(n * k), 5), b = random_vec(5, 6);
+      std::vector<uint16_t> w16(wf.size());
+      std::vector<float> widened(wf.size());
+      for (size_t i = 0; i < wf.size(); ++i) {
+        uint32_t u;
+        std::memcpy(&u, &wf[i], 4);
+        w16[i] = static_cast<uint16_t>(u >> 16);  // truncation: any bf16 value will do
+        const uint32_t back = static_cast<uint32_t>(w16[i]) << 16;
+        std::memcpy(&widened[i], &back, 4);
+      }
+      for (const lp::Kernels* kern : {&lp::reference_kernels(), &lp::simd_kernels()}) {
+        std::vector<float> y16(static_cast<size_t>(m * n)), y32(y16.size());
+        kern->linear_bf16(x.data(), m, k, w16.data(), bias ? b.data() : nullptr, n, y16.data());
+        kern->linear(x.data(), m, k, widened.data(), bias ? b.data() : nullptr, n, y32.data());
+        if (kern == &lp::reference_kernels()) EXPECT_EQ(y16, y32);
+        else EXPECT_LE(max_rel(y16, y32), 1e-6);
+      }
+      std::vector<float> yr(static_cast<size_t>(m * n)), ys(yr.size());
+      lp::reference_kernels().linear_bf16(x.data(), m, k, w16.data(), bias ? b.data() : nullptr, n, yr.data());
+      lp::simd_kernels().linear_bf16(x.data(), m, k, w16.data(), bias ? b.data() : nullptr, n, ys.data());
+      EXPECT_LE(max_rel(yr, ys), 1e-5);
     }
 }
 

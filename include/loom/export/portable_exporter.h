@@ -25,10 +25,14 @@ struct PortableExportOptions {
   // to max_tokens in the file (the runtime pads a shorter chunk by repeating its
   // last token at its position, which rewrites the same K/V).
   bool dynamic = true;
-  // Weights of at least this many bytes (f32) go to the sidecar <out>.weights,
+  // Weights of at least this many bytes go to the sidecar <out>.weights,
   // which the runtime maps read-only; 0: every weight; negative: none (then the
   // program must fit one flatbuffer, 2 GiB).
   int64_t external_weights_threshold = int64_t{1} << 20;
+  // Linear weights and embedding tables a checkpoint holds in bf16 stay bf16
+  // (exact: the kernels widen each value as they read it, so the logits are
+  // the same as with f32 copies, at half the bytes); false: every weight f32.
+  bool keep_bf16 = true;
   bool strict = false;
 };
 

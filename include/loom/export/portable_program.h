@@ -21,6 +21,7 @@ struct PortableTensor {
   std::string name;
   bool is_weight = false;
   bool is_i32 = false;
+  bool is_bf16 = false;  // a weight stored in bf16 (linear weights, embedding tables)
   PortableRows row_kind = PortableRows::kFixed;
   int64_t rows = 1, cols = 1;  // rows: for kFixed; otherwise at most max_tokens
   uint64_t offset = 0;         // arena byte offset (set by memory planning)
@@ -53,7 +54,13 @@ struct PortableProgram {
   int64_t vocab_size = 0, max_tokens = 0, max_positions = 0;
   bool static_rows = false;  // every row count fixed to max_tokens (a static program)
   std::vector<PortableTensor> tensors;
-  std::vector<std::pair<std::string, std::vector<float>>> weights;
+  struct Weight {
+    std::string name;
+    std::vector<float> f32;        // the values, unless stored in bf16:
+    std::vector<uint16_t> bf16;    // exactly the checkpoint's bf16 values
+    uint64_t bytes() const { return f32.size() * 4 + bf16.size() * 2; }
+  };
+  std::vector<Weight> weights;
   std::vector<PortableOp> ops;
   std::vector<PortableKvLayer> kv_layers;
   std::map<std::string, int> inputs, outputs;  // name → tensor

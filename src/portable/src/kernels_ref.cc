@@ -16,6 +16,16 @@ void linear(const float* x, int64_t m, int64_t k, const float* w, const float* b
     }
 }
 
+void linear_bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, const float* b, int64_t n, float* y) {
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0.0;
+      for (int64_t i = 0; i < k; ++i) acc += static_cast<double>(x[r * k + i]) * bf16_to_f32(w[j * k + i]);
+      if (b) acc += b[j];
+      y[r * n + j] = static_cast<float>(acc);
+    }
+}
+
 void rms_norm(const float* x, int64_t groups, int64_t n, const float* w, float eps, float offset, float* out) {
   for (int64_t r = 0; r < groups; ++r) {
     const float* xr = x + r * n;
@@ -56,7 +66,7 @@ void axpy(float w, const float* v, int64_t d, float* acc) {
 }  // namespace
 
 const Kernels& reference_kernels() {
-  static const Kernels k{linear, rms_norm, layer_norm, dot, axpy};
+  static const Kernels k{linear, linear_bf16, rms_norm, layer_norm, dot, axpy};
   return k;
 }
 

@@ -29,9 +29,27 @@ LP_VECTOR_CLONES float dot(const float* a, const float* b, int64_t d) {
   return s;
 }
 
+// Weight rows outer, input rows inner: one weight row is read once per chunk
+// (from memory) and reused from cache by every row of the chunk.
 LP_VECTOR_CLONES void linear(const float* x, int64_t m, int64_t k, const float* w, const float* b, int64_t n, float* y) {
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t j = 0; j < n; ++j) y[r * n + j] = dot(x + r * k, w + j * k, k) + (b ? b[j] : 0.0f);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t r = 0; r < m; ++r) y[r * n + j] = dot(x + r * k, w + j * k, k) + (b ? b[j] : 0.0f);
+}
+
+LP_VECTOR_CLONES float dot_bf16(const float* a, const uint16_t* b, int64_t d) {
+  float part[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= d; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) part[l] += a[i + l] * bf16_to_f32(b[i + l]);
+  float s = 0;
+  for (; i < d; ++i) s += a[i] * bf16_to_f32(b[i]);  // the tail
+  for (int l = 0; l < kLanes; ++l) s += part[l];
+  return s;
+}
+
+LP_VECTOR_CLONES void linear_bf16(const float* x, int64_t m, int64_t k, const uint16_t* w, const float* b, int64_t n, float* y) {
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t r = 0; r < m; ++r) y[r * n + j] = dot_bf16(x + r * k, w + j * k, k) + (b ? b[j] : 0.0f);
 }
 
 void rms_norm(const float* x, int64_t groups, int64_t n, const float* w, float eps, float offset, float* out) {
@@ -69,7 +87,7 @@ LP_VECTOR_CLONES void axpy(float wt, const float* v, int64_t d, float* acc) {
 }  // namespace
 
 const Kernels& simd_kernels() {
-  static const Kernels k{linear, rms_norm, layer_norm, dot, axpy};
+  static const Kernels k{linear, linear_bf16, rms_norm, layer_norm, dot, axpy};
   return k;
 }
 

@@ -47,7 +47,7 @@ struct lp_program {
   std::string weights_path;
   const fb::Program* p = nullptr;
   const lp::Kernels* k = nullptr;
-  std::vector<const float*> weights;  // each WeightData's floats, in the program or the weights file
+  std::vector<const void*> weights;   // each WeightData's values (f32 or bf16), in the program or the weights file
   std::vector<float> arena;           // arena_bytes / 4 floats (f32 and i32 share it)
   std::vector<float> state;           // K and V of every layer
   int ids = -1, positions = -1, indices = -1, logits = -1;
@@ -85,10 +85,12 @@ struct Run {
   int64_t cols(int id) const { return t(id)->cols(); }
   float* f(int id) const {
     const fb::Tensor* x = t(id);
-    if (x->kind() == fb::TensorKind_Weight) return const_cast<float*>(prog->weights[static_cast<size_t>(x->weight())]);
+    if (x->kind() == fb::TensorKind_Weight) return static_cast<float*>(const_cast<void*>(prog->weights[static_cast<size_t>(x->weight())]));
     return prog->arena.data() + x->offset() / 4;
   }
   int32_t* i(int id) const { return reinterpret_cast<int32_t*>(f(id)); }
+  bool bf16(int id) const { return t(id)->type() == fb::ElemType_BF16; }
+  const uint16_t* w16(int id) const { return reinterpret_cast<const uint16_t*>(f(id)); }
 };
 
 int in(const fb::Op* op, uint32_t i) { return i < op->inputs()->size() ? op->inputs()->Get(i) : -1; }
@@ -215,13 +217,21 @@ void run_op(const Run& r, const fb::Op* op) {
         if (id < 0 || id >= vocab)
           fail("token id " + std::to_string(id) + " at row " + std::to_string(t) + " is outside the embedding table [0, " +
                std::to_string(vocab) + ")");
-        std::memcpy(o + t * h, a + id * h, static_cast<size_t>(h) * 4);
+        if (r.bf16(x)) {
+          const uint16_t* row = r.w16(x) + id * h;
+          for (int64_t j = 0; j < h; ++j) o[t * h + j] = bf16_to_f32(row[j]);
+        } else {
+          std::memcpy(o + t * h, a + id * h, static_cast<size_t>(h) * 4);
+        }
       }
       return;
     }
     case fb::OpCode_Linear: {
       const int w = in(op, 1), b = in(op, 2);
-      K.linear(a, r.rows(x), r.cols(x), r.f(w), b >= 0 ? r.f(b) : nullptr, r.t(w)->rows(), o);
+      if (r.bf16(w))
+        K.linear_bf16(a, r.rows(x), r.cols(x), r.w16(w), b >= 0 ? r.f(b) : nullptr, r.t(w)->rows(), o);
+      else
+        K.linear(a, r.rows(x), r.cols(x), r.f(w), b >= 0 ? r.f(b) : nullptr, r.t(w)->rows(), o);
       return;
     }
     case fb::OpCode_RmsNorm: {
@@ -344,7 +354,12 @@ void check_shapes(const fb::Program* p, const fb::Op* op, const std::string& whe
   auto same_rows = [](const fb::Tensor* a, const fb::Tensor* b) {
     return a->row_kind() == b->row_kind() && (a->row_kind() != fb::RowKind_Fixed || a->rows() == b->rows());
   };
-  auto weight = [&](uint32_t i) { check(T(i)->kind() == fb::TensorKind_Weight, where + ": input " + std::to_string(i) + " must be a weight"); };
+  // a weight input; bf16 only where the kernel widens it (a linear's weight, an embedding table)
+  auto weight = [&](uint32_t i, bool bf16_ok = false) {
+    check(T(i)->kind() == fb::TensorKind_Weight, where + ": input " + std::to_string(i) + " must be a weight");
+    check(T(i)->type() == fb::ElemType_F32 || (bf16_ok && T(i)->type() == fb::ElemType_BF16),
+          where + ": input " + std::to_string(i) + " must be an f32 weight");
+  };
   auto arena_f32 = [&](const fb::Tensor* t) { check(t->kind() == fb::TensorKind_Arena && t->type() == fb::ElemType_F32, where + ": expects an f32 activation"); };
   auto arena_i32 = [&](const fb::Tensor* t) { check(t->kind() == fb::TensorKind_Arena && t->type() == fb::ElemType_I32, where + ": expects i32 indices"); };
   const fb::Tensor* y = T(0, true);
@@ -352,13 +367,13 @@ void check_shapes(const fb::Program* p, const fb::Op* op, const std::string& whe
   check(op->outputs()->size() == (op->code() == fb::OpCode_SplitColumns ? 3u : 1u), where + ": wrong number of outputs");
   switch (op->code()) {
     case fb::OpCode_Embedding:
-      weight(0);
+      weight(0, true);
       arena_i32(T(1));
       check(same_rows(T(1), y) && y->cols() == T(0)->cols(), where + ": output shape");
       return;
     case fb::OpCode_Linear:
       arena_f32(T(0));
-      weight(1);
+      weight(1, true);
       check(T(0)->cols() == T(1)->cols() && y->cols() == T(1)->rows() && same_rows(T(0), y), where + ": shapes do not match the weight");
       if (has(2)) {
         weight(2);
@@ -459,22 +474,26 @@ void validate(lp_program& prog) {
   for (uint32_t i = 0; i < p->weights()->size(); ++i) {
     const fb::WeightData* w = p->weights()->Get(i);
     const std::string name = "weight " + std::to_string(i) + (w->name() ? " (" + w->name()->str() + ")" : "");
+    check(w->type() == fb::ElemType_F32 || w->type() == fb::ElemType_BF16, name + ": weights are f32 or bf16");
+    const bool bf16 = w->type() == fb::ElemType_BF16;
     if (w->external_bytes() == 0) {
-      check(w->data() != nullptr, name + ": no inline data and no external range");
-      prog.weights[i] = w->data()->data();
+      check(bf16 ? w->data_bf16() != nullptr : w->data() != nullptr, name + ": no inline data and no external range");
+      prog.weights[i] = bf16 ? static_cast<const void*>(w->data_bf16()->data()) : static_cast<const void*>(w->data()->data());
       continue;
     }
     check(prog.weights_file.data != nullptr, name + ": stored in a weights file, but the program names none");
-    check(w->type() == fb::ElemType_F32, name + ": external weights must be f32");
-    check(w->data() == nullptr || w->data()->size() == 0, name + ": has both inline data and an external range");
+    check((w->data() == nullptr || w->data()->size() == 0) && (w->data_bf16() == nullptr || w->data_bf16()->size() == 0),
+          name + ": has both inline data and an external range");
     check(w->external_offset() % 4 == 0, name + ": external offset " + std::to_string(w->external_offset()) + " is not 4-byte aligned");
     check(w->external_offset() <= payload && w->external_bytes() <= payload - w->external_offset(),
           name + ": bytes [" + std::to_string(w->external_offset()) + ", +" + std::to_string(w->external_bytes()) +
               ") lie outside the weights file's " + std::to_string(payload) + " payload bytes (" + prog.weights_path + ")");
     prog.weights[i] = reinterpret_cast<const float*>(prog.weights_file.data + lpte::kWeightsHeaderBytes + w->external_offset());
   }
-  auto weight_floats = [&](const fb::WeightData* w) -> int64_t {
-    return w->external_bytes() ? static_cast<int64_t>(w->external_bytes() / 4) : static_cast<int64_t>(w->data()->size());
+  auto elem_bytes = [](const fb::WeightData* w) -> uint64_t { return w->type() == fb::ElemType_BF16 ? 2 : 4; };
+  auto weight_elems = [&](const fb::WeightData* w) -> int64_t {
+    if (w->external_bytes()) return static_cast<int64_t>(w->external_bytes() / elem_bytes(w));
+    return w->type() == fb::ElemType_BF16 ? static_cast<int64_t>(w->data_bf16()->size()) : static_cast<int64_t>(w->data()->size());
   };
   auto tensor_bytes = [&](const fb::Tensor* t) {
     const int64_t rows = t->row_kind() == fb::RowKind_Fixed ? t->rows() : p->max_tokens();
@@ -487,9 +506,10 @@ void validate(lp_program& prog) {
     if (t->kind() == fb::TensorKind_Weight) {
       check(t->weight() >= 0 && static_cast<uint32_t>(t->weight()) < p->weights()->size(), name + ": no such weight");
       const auto* w = p->weights()->Get(static_cast<uint32_t>(t->weight()));
-      check((w->external_bytes() == 0 || w->external_bytes() % 4 == 0) && weight_floats(w) == t->rows() * t->cols() &&
+      check(t->type() == w->type(), name + ": its type differs from its weight data's");
+      check(w->external_bytes() % elem_bytes(w) == 0 && weight_elems(w) == t->rows() * t->cols() &&
                 t->row_kind() == fb::RowKind_Fixed,
-            name + ": weight data (" + std::to_string(weight_floats(w)) + " floats) does not match its shape " +
+            name + ": weight data (" + std::to_string(weight_elems(w)) + " values) does not match its shape " +
                 std::to_string(t->rows()) + "×" + std::to_string(t->cols()));
     } else {
       check(t->offset() % 4 == 0 && t->offset() + static_cast<uint64_t>(tensor_bytes(t)) <= p->arena_bytes(),
