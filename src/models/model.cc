@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "loom/core/logging.h"
 #include "loom/models/architecture.h"
@@ -88,6 +89,7 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   const std::string& what = arch->class_name;
 
   ExpectedParams expected = expected_parameters(*m->module_);
+  std::optional<ExpectedParams> with_kernels;  // the parameters once the layouts apply
   if (!options.kernel_config.empty()) {
     LOOM_ASSIGN_OR_RETURN(graph::Graph plain, record_plain_graph(*m->module_, expected));
     const kernels::ModuleView view = module_view(*m->module_, &plain);
@@ -103,14 +105,25 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     // The layouts' parameters and rules belong to this instance only.
     auto with_layouts = m->kernel_plan_->apply_layouts(expected);
     if (!with_layouts.ok()) return with_layouts.status().with_context(dir + ": kernel layouts");
-    expected = std::move(with_layouts).value();
-    for (auto& rule : m->kernel_plan_->weight_rules()) m->rules_.push_back(std::move(rule));
+    with_kernels = std::move(with_layouts).value();
   }
 
-  // Everything below up to plan.load() looks at headers only.
-  auto plan = ConversionPlan::compile(m->rules_, SourceIndex::from_checkpoint(ckpt), expected);
+  // Everything below up to plan.load() looks at headers only. The layouts'
+  // rules read the module tree's parameter names, so they are a second stage on
+  // the architecture's plan (weights/conversion_plan.h); rules_ lists both.
+  CompileOptions arch_options;
+  arch_options.rules_name = "architecture rule";
+  auto plan = ConversionPlan::compile(m->rules_, SourceIndex::from_checkpoint(ckpt), expected, arch_options);
+  if (plan.ok() && with_kernels) {
+    CompileOptions layout_options;
+    layout_options.rules_name = "layout rule";
+    WeightRules layout_rules = m->kernel_plan_->weight_rules();
+    plan = ConversionPlan::compose(std::move(plan).value(), layout_rules, *with_kernels, layout_options);
+    for (auto& rule : layout_rules) m->rules_.push_back(std::move(rule));
+  }
   if (!plan.ok())
-    return plan.status().with_context(ckpt.source() + ": " + what + " with this config.json");
+    return plan.status().with_context(ckpt.source() + ": " + what + " with this config.json" +
+                                      (with_kernels ? " and kernel config" : ""));
   m->plan_ = std::make_unique<ConversionPlan>(std::move(plan).value());
   for (const ConversionGroup& g : m->plan_->groups())
     for (const auto& slot : g.sources)
