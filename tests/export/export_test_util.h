@@ -4,10 +4,13 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "loom/models/model.h"
 
@@ -19,6 +22,16 @@ inline std::filesystem::path fixtures_dir() {
 }
 
 inline std::filesystem::path fixture(const std::string& name) { return fixtures_dir() / name; }
+
+// Every variant in fixtures/index.json (empty when the fixtures were not made).
+inline std::vector<std::string> variant_names() {
+  std::ifstream in(fixtures_dir() / "index.json");
+  std::vector<std::string> names;
+  if (!in) return names;
+  const nlohmann::json index = nlohmann::json::parse(in);
+  for (const auto& v : index["variants"]) names.push_back(v["name"].get<std::string>());
+  return names;
+}
 
 inline std::shared_ptr<const models::Model> load(const std::string& name, const models::LoadOptions& options = {}) {
   return models::Model::load(fixture(name).string(), options).value();

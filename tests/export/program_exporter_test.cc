@@ -21,9 +21,15 @@ namespace {
 namespace fs = std::filesystem;
 using export_test::load;
 
-// Logits of `seqs` sequences of `len` tokens (prefill), then one decode step each.
-Result<std::vector<float>> run(std::shared_ptr<const graph::Graph> g, const models::Model& m, int seqs, int len) {
-  LOOM_ASSIGN_OR_RETURN(auto exec, runtime::Executor::create(std::move(g), runtime::cpu_backend()));
+// Logits of `seqs` sequences of `len` tokens (prefill, by `g`), then one
+// decode step each (by `decode_g`, or `g` when null).
+Result<std::vector<float>> run(std::shared_ptr<const graph::Graph> g, const models::Model& m, int seqs, int len,
+                               std::shared_ptr<const graph::Graph> decode_g = nullptr) {
+  LOOM_ASSIGN_OR_RETURN(auto prefill_exec, runtime::Executor::create(g, runtime::cpu_backend()));
+  std::unique_ptr<runtime::Executor> decode_exec;
+  if (decode_g) {
+    LOOM_ASSIGN_OR_RETURN(decode_exec, runtime::Executor::create(std::move(decode_g), runtime::cpu_backend()));
+  }
   runtime::KvLayout l;
   l.num_layers = m.num_layers();
   l.num_kv_heads = m.num_kv_heads();
@@ -46,6 +52,7 @@ Result<std::vector<float>> run(std::shared_ptr<const graph::Graph> g, const mode
     ctx.kv = &cache;
     const int64_t n = static_cast<int64_t>(ids.size());
     std::vector<Tensor> out;
+    runtime::Executor* exec = step == 1 && decode_exec ? decode_exec.get() : prefill_exec.get();
     LOOM_RETURN_IF_ERROR(exec->run({{"input_ids", Tensor::wrap(ids.data(), DType::kI32, {n})},
                                     {"positions", Tensor::wrap(ctx.positions.data(), DType::kI32, {n})},
                                     {"logits_indices", Tensor::wrap(rows.data(), DType::kI32, {seqs})}},
@@ -56,8 +63,15 @@ Result<std::vector<float>> run(std::shared_ptr<const graph::Graph> g, const mode
   return all;
 }
 
-TEST(ProgramExporter, DynamicProgramMatchesTheModelAtSeveralSizesForEveryFixtureFamily) {
-  for (const char* name : {"llama-f32", "qwen2_sliding-f32", "qwen3-f32", "mistral_sliding-bf16"}) {
+// Every fixture variant (each architecture, f32 and bf16).
+std::vector<std::string> variants() {
+  std::vector<std::string> names = export_test::variant_names();
+  if (names.empty()) ADD_FAILURE() << "no fixtures in " << export_test::fixtures_dir() << ": run scripts/make-fixtures";
+  return names;
+}
+
+TEST(ProgramExporter, DynamicProgramMatchesTheModelAtSeveralSizesForEveryVariant) {
+  for (const std::string& name : variants()) {
     SCOPED_TRACE(name);
     auto model = load(name);
     ExportSummary summary;
@@ -76,6 +90,28 @@ TEST(ProgramExporter, DynamicProgramMatchesTheModelAtSeveralSizesForEveryFixture
       const std::vector<float> want = run(model->step_graph(), *model, seqs, len).value();
       EXPECT_EQ(run(loaded, *model, seqs, len).value(), want) << seqs << " × " << len;
     }
+  }
+}
+
+// Static programs have no symbolic dims: one for the prefill (2 sequences × 5
+// tokens) and one for the decode step (2 × 1), run in turn over one cache.
+TEST(ProgramExporter, StaticProgramsMatchTheModelOnPrefillAndDecodeForEveryVariant) {
+  for (const std::string& name : variants()) {
+    SCOPED_TRACE(name);
+    auto model = load(name);
+    ProgramExportOptions prefill, decode;
+    prefill.dynamic = decode.dynamic = false;
+    prefill.static_sizes = {{"tokens", 10}, {"sequences", 2}};
+    decode.static_sizes = {{"tokens", 2}, {"sequences", 2}};
+    auto pp = export_program(*model, prefill);
+    auto dp = export_program(*model, decode);
+    ASSERT_TRUE(pp.ok()) << pp.status().message();
+    ASSERT_TRUE(dp.ok()) << dp.status().message();
+    const std::vector<float> want = run(model->step_graph(), *model, 2, 5).value();
+    auto got = run(std::make_shared<graph::Graph>(pp.value().graph), *model, 2, 5,
+                   std::make_shared<graph::Graph>(dp.value().graph));
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_EQ(got.value(), want);
   }
 }
 
