@@ -37,6 +37,11 @@ Status adapt_gemma2_json(nlohmann::json& j) {
   fill("tie_word_embeddings", true);
   fill("rope_theta", 10000.0);
   fill("sliding_window", 4096);  // an explicit null stays null: no window
+  // Gemma2MLP reads hidden_activation; a hidden_act in the file is ignored, as
+  // upstream. ModelConfig::hidden_act carries it from here on.
+  if (absent(j, "hidden_activation")) j["hidden_act"] = "gelu_pytorch_tanh";
+  else if (!j.at("hidden_activation").is_string()) return parse_error("config.json: hidden_activation must be a string");
+  else j["hidden_act"] = j.at("hidden_activation");
   // Gemma2Config.__post_init__: a missing or null layer_types slides the even layers.
   if (absent(j, "layer_types")) {
     if (!j.at("num_hidden_layers").is_number_integer())
@@ -60,12 +65,7 @@ Result<std::optional<double>> optional_number(const ModelConfig& c, const char* 
 
 Result<std::unique_ptr<CausalLM>> build_gemma2(const ModelConfig& c) {
   const nlohmann::json& raw = c.raw;
-  // Gemma2MLP reads hidden_activation; a hidden_act field is ignored, as upstream.
-  std::string act = "gelu_pytorch_tanh";
-  if (!absent(raw, "hidden_activation")) {
-    if (!raw.at("hidden_activation").is_string()) return parse_error(c.source + ": hidden_activation must be a string");
-    act = raw.at("hidden_activation").get<std::string>();
-  }
+  const std::string& act = c.hidden_act;  // hidden_activation (adapt_gemma2_json)
   if (act != "gelu_pytorch_tanh" && act != "gelu_new" && act != "gelu" && act != "silu")
     return unsupported(c.source + ": hidden_activation '" + act +
                        "' is not supported for Gemma2 (gelu_pytorch_tanh, gelu_new, gelu, silu)");
