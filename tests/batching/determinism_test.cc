@@ -169,6 +169,17 @@ TEST(Determinism, AllSlidingLayersMatchRunningAlone) {
   run_condition(runner, w, expected, {"mistral tiny", 4, 10, 16, true, 0.0, "fifo", false}, false);
 }
 
+TEST(Determinism, Gemma2SoftCappedAlternatingWindowsMatchRunningAlone) {
+  // gemma2: layers 0 and 2 slide over 16 tokens, 1 and 3 are full; attention
+  // logits soft-capped inside the paged kernel, final logits by a softcap op.
+  auto model = load_fixture("gemma2-f32");
+  auto runner = make_runner(model);
+  const Workload w = make_workload(12, 80, 16, model->vocab_size(), 7);
+  const auto expected = run_alone(*runner, w);
+  run_condition(runner, w, expected, {"gemma2 page8 mbt32", 8, 300, 32, true, 0.0, "fifo", true}, false);
+  run_condition(runner, w, expected, {"gemma2 page4 prefill_first", 4, 600, 16, false, 0.0, "prefill_first", false}, false);
+}
+
 // The optimized backend's attention tiles a step per sequence, so decode steps
 // (one token per sequence) are row-invariant: requests with one-token prompts
 // batched 20 at a time, over small pages and swap preemption, must match.
