@@ -105,6 +105,7 @@ class Config:
         self.gemma2 = model_type == "gemma2"
         # Gemma2 only: attention scores and final logits become cap * tanh(x / cap) (None = off).
         self.attn_softcap = self.final_softcap = None
+        self.moe = None  # Mixtral, Qwen2-MoE: which layers are sparse and how they route (set below)
         if self.gpt2:
             self._init_gpt2(c)
             return
@@ -152,7 +153,6 @@ class Config:
             self.qkv_bias, self.o_bias, self.mlp_bias = ab, ab, bool(c["mlp_bias"])
         self.qk_norm = model_type == "qwen3"
         self.fused = model_type == "phi3"  # qkv_proj and gate_up_proj stored (and applied) fused
-        self.moe = None  # Mixtral, Qwen2-MoE: which layers are sparse and how they route
         if model_type in ("mixtral", "qwen2_moe"):
             self.moe = reference_moe.MoeConfig(model_type, c, self.num_hidden_layers, self.intermediate_size)
 

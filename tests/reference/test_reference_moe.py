@@ -72,6 +72,13 @@ class MoeTest(unittest.TestCase):
         c = dict(c, mlp_only_layers=None, decoder_sparse_step=2)
         self.assertEqual(reference_moe.MoeConfig("qwen2_moe", c, 4, 8).sparse, [False, True, False, True])
 
+    def test_dense_architectures_have_no_moe(self):
+        # make_fixtures reads cfg.moe for every variant, GPT-2's own config path included.
+        for arch in ("gpt2", "llama", "gemma2"):
+            with tempfile.TemporaryDirectory() as tmp:
+                make_checkpoint.make_checkpoint(tmp, arch=arch, seed=3)
+                self.assertIsNone(rm.Model(tmp).cfg.moe, arch)
+
     def test_one_expert_mixtral_equals_mistral_twin(self):
         """One expert, chosen with weight 1: Mixtral is Mistral with that expert as its MLP."""
         with tempfile.TemporaryDirectory() as tmp:
