@@ -152,6 +152,31 @@ Result<LoadStats> ConversionPlan::load_composed(const Checkpoint& checkpoint, co
   std::map<size_t, Waiting> waiting;
   LoadStats stats;
   uint64_t buffered = 0;
+  // A stage-1 Chunk whose pieces one stage-2 Concatenate joins again, in the
+  // same order along the same dimension with the same sizes (Phi3's qkv_proj
+  // under FusedQKV): the pair is the identity, so the checkpoint's tensor is
+  // handed on as a view instead of being split and copied back together.
+  const auto round_trip_of = [&](const ConversionGroup& g) -> const ConversionGroup* {
+    if (g.ops.size() != 1 || g.ops[0].kind != ConversionOpKind::kChunk || g.sources.size() != 1 ||
+        g.sources[0].size() != 1)
+      return nullptr;
+    const ConversionGroup* g2 = nullptr;
+    for (size_t j = 0; j < g.targets.size(); ++j) {
+      if (g.targets[j].size() != 1 || g.targets[j][0].dtype != g.target_model_dtypes[j][0]) return nullptr;
+      auto r = route.find(g.targets[j][0].name);
+      if (r == route.end() || r->second.slot != j || r->second.item != 0) return nullptr;
+      const ConversionGroup* here = &two.groups_[r->second.group];
+      if (g2 && here != g2) return nullptr;
+      g2 = here;
+    }
+    if (!g2 || g2->sources.size() != g.targets.size() || g2->ops.size() != 1 ||
+        g2->ops[0].kind != ConversionOpKind::kConcatenate || g2->ops[0].sizes != g.ops[0].sizes ||
+        g2->targets.size() != 1 || g2->targets[0].size() != 1)
+      return nullptr;
+    const int rank = static_cast<int>(g.sources[0][0].shape.size());
+    const auto norm = [rank](int d) { return d < 0 ? d + rank : d; };
+    return norm(g.ops[0].dim) == norm(g2->ops[0].dim) ? g2 : nullptr;
+  };
   const auto note = [&stats](uint64_t bytes, const ConversionGroup& g) {
     if (bytes > stats.peak_group_bytes) {
       stats.peak_group_bytes = bytes;
@@ -160,6 +185,20 @@ Result<LoadStats> ConversionPlan::load_composed(const Checkpoint& checkpoint, co
   };
   for (const ConversionGroup& g : groups_) {
     LOOM_ASSIGN_OR_RETURN(TensorBundle in, read_sources(g, checkpoint));
+    if (const ConversionGroup* g2 = round_trip_of(g)) {
+      Tensor t = std::move(in[0][0]);
+      uint64_t bytes = 0;
+      if (t.dtype() != g2->target_model_dtypes[0][0]) {
+        t = t.to(g2->target_model_dtypes[0][0]);
+        bytes = t.nbytes();
+      }
+      stats.groups += 2;
+      stats.materialized_bytes += bytes;
+      note(buffered + bytes, *g2);
+      ++(bytes == 0 ? stats.zero_copy_params : stats.materialized_params);
+      LOOM_RETURN_IF_ERROR(sink(g2->targets[0][0].name, std::move(t)));
+      continue;
+    }
     uint64_t bytes = 0;
     LOOM_ASSIGN_OR_RETURN(TensorBundle out, run_group(g, std::move(in), &bytes));
     ++stats.groups;

@@ -131,6 +131,8 @@ TEST_P(LayoutComposition, Phi3WithLayoutsMatchesPhi3WithoutKernels) {
       const Tensor want = ck.get(p + theirs).value();
       ASSERT_EQ(it->second.shape(), want.shape()) << p + mine;
       EXPECT_EQ(std::memcmp(it->second.data(), want.data(), want.nbytes()), 0) << p + mine;
+      // Split by Phi3 and joined again by the layout: a view of the mapping, not a copy.
+      EXPECT_EQ(it->second.data(), want.data()) << p + mine;
     }
   }
   EXPECT_NE(fused->step_graph()->to_string(), plain->step_graph()->to_string()) << c.label;
@@ -193,18 +195,12 @@ INSTANTIATE_TEST_SUITE_P(Phi3, LayoutComposition,
                            return s;
                          });
 
-// Streaming a composed plan: Phi3's chunks are views into the mapping, so no
-// stage-1 output is ever buffered in memory, and the largest group is the
-// largest tensor a layout fuses again.
-TEST(LayoutCompositionLoad, PeakMemoryIsTheLargestReFusedTensor) {
+// Streaming a composed plan: Phi3 splits qkv_proj and gate_up_proj, the
+// layouts join the pieces again; load recognizes the pair as the identity, so
+// every parameter is a view into the mapping and nothing is buffered.
+TEST(LayoutCompositionLoad, PhiWithBothLayoutsLoadsWithoutCopies) {
   for (const std::string name : {"phi3-f32", "phi3-bf16"}) {
     auto fused = load_with(name, kBoth);
-    const ModelConfig& cfg = fused->config();
-    const int64_t head_dim = cfg.hidden_size / cfg.num_attention_heads;
-    const int64_t qkv_rows = (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * head_dim;
-    const uint64_t elem = name.find("-f32") != std::string::npos ? 4 : 2;
-    const uint64_t qkv = static_cast<uint64_t>(qkv_rows * cfg.hidden_size) * elem;
-    const uint64_t gate_up = static_cast<uint64_t>(2 * cfg.intermediate_size * cfg.hidden_size) * elem;
     size_t delivered = 0;
     auto stats = fused->weight_plan().load(fused->checkpoint(), [&](const std::string& n, Tensor t) {
       ++delivered;
@@ -214,13 +210,13 @@ TEST(LayoutCompositionLoad, PeakMemoryIsTheLargestReFusedTensor) {
     });
     ASSERT_TRUE(stats.ok()) << stats.status().to_string();
     EXPECT_EQ(delivered, fused->parameters().size());
+    EXPECT_EQ(stats->zero_copy_params, fused->parameters().size()) << name;
     EXPECT_EQ(stats->peak_buffered_bytes, 0u) << name;
-    EXPECT_EQ(stats->peak_group_bytes, std::max(qkv, gate_up)) << name << ": " << stats->peak_group;
-    EXPECT_EQ(stats->materialized_bytes, static_cast<uint64_t>(cfg.num_hidden_layers) * (qkv + gate_up)) << name;
-    std::printf("[composition] %s: %zu groups, %zu zero-copy, %zu materialized params, peak group %llu bytes (%s), "
+    EXPECT_EQ(stats->peak_group_bytes, 0u) << name << ": " << stats->peak_group;
+    std::printf("[composition] %s: %zu groups, %zu zero-copy, %zu materialized params, peak group %llu bytes, "
                 "peak buffered %llu bytes\n",
                 name.c_str(), stats->groups, stats->zero_copy_params, stats->materialized_params,
-                static_cast<unsigned long long>(stats->peak_group_bytes), stats->peak_group.c_str(),
+                static_cast<unsigned long long>(stats->peak_group_bytes),
                 static_cast<unsigned long long>(stats->peak_buffered_bytes));
   }
 }

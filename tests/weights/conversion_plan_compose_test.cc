@@ -222,16 +222,39 @@ TEST_F(ComposeRoundTrip, SplitByTheArchitectureFusedAgainByTheLayouts) {
   const Tensor& k1 = params.at("model.layers.1.self_attn.k_proj.weight");
   for (int64_t i = 0; i < k1.numel(); ++i) ASSERT_EQ(at(k1, i), 1000 + kQ * H + i);
 
-  // Chunks are views; each re-fused tensor is allocated once, and nothing waits
-  // in a buffer (the Chunk outputs are views into the mapping).
-  const uint64_t bf16 = 2;
+  // A Chunk undone by a Concatenate is the identity: the re-fused tensors are
+  // the checkpoint's own bytes in the mapping, and nothing is allocated.
+  EXPECT_EQ(params.at("model.layers.0.self_attn.qkv_proj.weight").data(),
+            ckpt_->get("model.layers.0.self_attn.qkv_proj.weight").value().data());
+  EXPECT_EQ(params.at("model.layers.1.post_attention_layernorm.gate_up_proj.weight").data(),
+            ckpt_->get("model.layers.1.mlp.gate_up_proj.weight").value().data());
   EXPECT_EQ(stats_.peak_buffered_bytes, 0u);
-  EXPECT_EQ(stats_.peak_group_bytes, (kQ + 2 * kKV) * H * bf16);  // qkv_proj (16 rows) > gate_up_proj (12)
-  EXPECT_EQ(stats_.materialized_bytes, ((kQ + 2 * kKV) * H + L * 2 * I * H) * bf16);
-  EXPECT_EQ(stats_.materialized_params, 1u + L);
-  EXPECT_EQ(stats_.zero_copy_params, lay.expected.size() - 1 - L);
-  EXPECT_MENTIONS(stats_.peak_group, "FusedQKV at layer 0");
+  EXPECT_EQ(stats_.peak_group_bytes, 0u);
+  EXPECT_EQ(stats_.materialized_bytes, 0u);
+  EXPECT_EQ(stats_.zero_copy_params, lay.expected.size());
 
+  expect_round_trip(params);
+}
+
+TEST_F(ComposeRoundTrip, AConcatenationInAnotherOrderIsNotTakenForTheIdentity) {
+  const NamedTensors ckpt = phi3_checkpoint(DType::kF32);
+  ExpectedParams fin = model_params();
+  const std::string p = layer(0) + "self_attn.";
+  for (const char* n : {"q_proj.weight", "k_proj.weight", "v_proj.weight"}) fin.erase(p + n);
+  fin[p + "vkq.weight"] = {{kQ + 2 * kKV, H}};
+  WeightRules second{WeightConverter{{anchored(p + "v_proj.weight"), anchored(p + "k_proj.weight"), anchored(p + "q_proj.weight")},
+                                     {anchored(p + "vkq.weight")},
+                                     {Concatenate(0)},
+                                     false,
+                                     "v, k, q"}};
+  auto params = load(ckpt, phi3_rules(), model_params(), second, fin);
+  const Tensor& vkq = params.at(p + "vkq.weight");
+  // Rows: v (checkpoint rows 12..15), k (8..11), q (0..7).
+  for (int64_t r = 0; r < kQ + 2 * kKV; ++r) {
+    const int64_t from = r < kKV ? kQ + kKV + r : r < 2 * kKV ? kQ + (r - kKV) : r - 2 * kKV;
+    for (int64_t c = 0; c < H; ++c) ASSERT_EQ(at(vkq, r * H + c), from * H + c) << r;
+  }
+  EXPECT_EQ(stats_.materialized_bytes, static_cast<uint64_t>((kQ + 2 * kKV) * H * 4));
   expect_round_trip(params);
 }
 

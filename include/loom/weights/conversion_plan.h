@@ -53,11 +53,12 @@
 // stage-2 group still waits are held, and views into the mmap cost nothing, so
 // extra memory is bounded by what is buffered plus one group: peak_group_bytes
 // then counts the buffered bytes at that moment too (peak_buffered_bytes alone).
-// Identity chains in both stages keep zero-copy views. Saving runs stage 2
+// Identity chains in both stages keep zero-copy views, and so does a stage-1
+// Chunk whose pieces exactly one stage-2 Concatenate joins again (same order,
+// dimension and sizes: Phi3's qkv_proj and gate_up_proj under FusedQKV and
+// RMSNormMLP), which load treats as the identity it is. Other chains are not
+// fused across stages; they run one after the other. Saving runs stage 2
 // reversed (final parameters → module parameters), then stage 1 reversed.
-// The op chains are not fused across stages: a Phi3 qkv_proj is chunked into
-// views and concatenated again, so FusedQKV on Phi3 materializes qkv_proj once,
-// as it does on Llama.
 #pragma once
 
 #include <cstdint>
