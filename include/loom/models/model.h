@@ -48,7 +48,7 @@ class Model {
   static Result<std::shared_ptr<Model>> load(const std::string& dir);
   // With a KernelConfig: builds the module tree, records the plain graph,
   // resolves the config against it (kernels/kernel_plan.h), loads the weights
-  // with the layouts' rules appended to the architecture's, then records the
+  // with the layouts' rules as a second stage over the architecture's (weights/conversion_plan.h), then records the
   // step graph with the chosen kernels. Errors also name the config entry.
   static Result<std::shared_ptr<Model>> load(const std::string& dir, const LoadOptions& options);
 
