@@ -20,6 +20,7 @@
 #include "loom_portable.h"
 #include "loom_program_generated.h"
 #include "lpte_weights_file.h"
+#include "moe.h"
 
 namespace fb = loom::portable::fb;
 
@@ -164,6 +165,29 @@ void run_attention(const Run& r, const fb::Op* op) {
 }
 
 double silu(double x) { return x / (1.0 + std::exp(-x)); }
+
+// x, router [E, H], gate_up [E·2I, H], down [E·H, I] (+ shared [T, H], shared_gate [1, H]); shapes checked at load.
+void run_moe(const Run& r, const fb::Op* op) {
+  const int x = in(op, 0), router = in(op, 1), gate_up = in(op, 2), down = in(op, 3), shared = in(op, 4), gate = in(op, 5);
+  auto matrix = [&](int id) { return r.bf16(id) ? Matrix{nullptr, r.w16(id)} : Matrix{r.f(id), nullptr}; };
+  MoeWeights w;
+  w.experts = r.t(router)->rows();
+  w.hidden = r.cols(x);
+  w.inter = r.t(gate_up)->rows() / (2 * w.experts);
+  w.router = matrix(router);
+  w.gate_up = matrix(gate_up);
+  w.down = matrix(down);
+  w.shared_gate = shared >= 0 ? r.f(gate) : nullptr;
+  MoeParams p;
+  p.top_k = op->top_k();
+  p.norm_topk_prob = op->norm_topk_prob();
+  p.act = op->activation() == fb::Activation_GeluErf    ? Activation::kGeluErf
+          : op->activation() == fb::Activation_GeluTanh ? Activation::kGeluTanh
+                                                        : Activation::kSilu;
+  const float* sh = shared >= 0 ? r.f(shared) : nullptr;
+  if (r.prog->k == &reference_kernels()) moe_reference(r.f(x), r.rows(x), w, p, sh, r.f(out(op, 0)));
+  else moe_grouped(*r.prog->k, r.f(x), r.rows(x), w, p, sh, r.f(out(op, 0)));
+}
 
 // NTK-dynamic rope, loom's semantics (runtime/cpu/rope_params.cc, Transformers'
 // _compute_dynamic_ntk_parameters): with len = max(seq_len, mpe),
@@ -335,6 +359,9 @@ void run_op(const Run& r, const fb::Op* op) {
     case fb::OpCode_Attention:
       run_attention(r, op);
       return;
+    case fb::OpCode_Moe:
+      run_moe(r, op);
+      return;
   }
   fail(std::string("unknown op code ") + std::to_string(static_cast<int>(op->code())));
 }
@@ -354,7 +381,7 @@ void check_shapes(const fb::Program* p, const fb::Op* op, const std::string& whe
   auto same_rows = [](const fb::Tensor* a, const fb::Tensor* b) {
     return a->row_kind() == b->row_kind() && (a->row_kind() != fb::RowKind_Fixed || a->rows() == b->rows());
   };
-  // a weight input; bf16 only where the kernel widens it (a linear's weight, an embedding table)
+  // a weight input; bf16 only where the kernel widens it (a linear's weight, an embedding table, a moe's matrices)
   auto weight = [&](uint32_t i, bool bf16_ok = false) {
     check(T(i)->kind() == fb::TensorKind_Weight, where + ": input " + std::to_string(i) + " must be a weight");
     check(T(i)->type() == fb::ElemType_F32 || (bf16_ok && T(i)->type() == fb::ElemType_BF16),
@@ -457,6 +484,26 @@ void check_shapes(const fb::Program* p, const fb::Op* op, const std::string& whe
                 same_rows(T(0), T(1)) && same_rows(T(0), T(2)) && same_rows(T(0), T(3)) && same_rows(T(0), y),
             where + ": shapes");
       return;
+    case fb::OpCode_Moe: {
+      arena_f32(T(0));
+      for (uint32_t j = 1; j <= 3; ++j) weight(j, true);
+      const int64_t h = T(0)->cols(), e = T(1)->rows();
+      check(T(1)->cols() == h && e >= 1 && T(2)->cols() == h && T(2)->rows() % (2 * e) == 0 && T(2)->rows() >= 2 * e,
+            where + ": router must be [E, H] and gate_up [E·2I, H] with H the input width");
+      const int64_t i = T(2)->rows() / (2 * e);
+      check(T(3)->rows() == e * h && T(3)->cols() == i, where + ": down must be [E·H, I] matching gate_up");
+      check(op->top_k() >= 1 && op->top_k() <= e, where + ": top_k " + std::to_string(op->top_k()) + " outside [1, " + std::to_string(e) + "]");
+      check(op->activation() <= fb::Activation_MAX, where + ": unknown activation");
+      check(same_rows(T(0), y) && y->cols() == h, where + ": output shape");
+      check(has(4) == has(5), where + ": shared and shared_gate come together");
+      if (has(4)) {
+        arena_f32(T(4));
+        check(same_rows(T(0), T(4)) && T(4)->cols() == h, where + ": shared must be shaped like x");
+        weight(5);
+        check(T(5)->rows() == 1 && T(5)->cols() == h, where + ": shared_gate must be [1, H]");
+      }
+      return;
+    }
   }
 }
 
@@ -529,7 +576,8 @@ void validate(lp_program& prog) {
       tid(op->outputs()->Get(j), false, where);
       check(p->tensors()->Get(static_cast<uint32_t>(op->outputs()->Get(j)))->kind() == fb::TensorKind_Arena, where + ": writes a weight");
     }
-    const uint32_t need = op->code() == fb::OpCode_Attention ? 4 : op->code() == fb::OpCode_Rope ? (op->rope_dynamic() ? 2 : 4)
+    const uint32_t need = op->code() == fb::OpCode_Attention || op->code() == fb::OpCode_Moe ? 4
+                          : op->code() == fb::OpCode_Rope ? (op->rope_dynamic() ? 2 : 4)
                           : (op->code() == fb::OpCode_Linear || op->code() == fb::OpCode_Embedding || op->code() == fb::OpCode_Add ||
                              op->code() == fb::OpCode_Mul || op->code() == fb::OpCode_RmsNorm || op->code() == fb::OpCode_LayerNorm ||
                              op->code() == fb::OpCode_GatherRows) ? 2 : 1;
