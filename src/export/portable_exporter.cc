@@ -26,7 +26,7 @@ const std::map<std::string, fb::OpCode>& op_codes() {
       {"silu", fb::OpCode_Silu},           {"gelu", fb::OpCode_GeluErf},          {"scale", fb::OpCode_Scale},
       {"softcap", fb::OpCode_Softcap},     {"rope", fb::OpCode_Rope},             {"attention", fb::OpCode_Attention},
       {"gather_rows", fb::OpCode_GatherRows}, {"silu_and_mul", fb::OpCode_SiluAndMul},
-      {"split_columns", fb::OpCode_SplitColumns}};
+      {"split_columns", fb::OpCode_SplitColumns}, {"moe", fb::OpCode_Moe}};
   return m;
 }
 
@@ -77,11 +77,13 @@ struct Lowering {
     const graph::Value& val = g.value(v);
     if (val.kind == graph::ValueKind::kParameter || val.kind == graph::ValueKind::kConstant) {
       const Tensor& w = val.tensor;
-      if (!w.defined() || w.rank() < 1 || w.rank() > 2 || !dtype_is_float(w.dtype()))
-        return unsupported("portable export: weight '" + val.name + "' must be a float tensor of rank 1 or 2");
-      const int64_t rows = w.rank() == 2 ? w.dim(0) : 1, cols = w.rank() == 2 ? w.dim(1) : w.dim(0);
+      if (!w.defined() || w.rank() < 1 || w.rank() > 3 || !dtype_is_float(w.dtype()))
+        return unsupported("portable export: weight '" + val.name + "' must be a float tensor of rank 1, 2 or 3");
+      // Rank 3 (a moe's stacked experts [E, R, C]) is stored as [E·R, C]; the
+      // op reads expert e at rows e·R.
+      const int64_t cols = w.dim(w.rank() - 1), rows = w.numel() / std::max<int64_t>(cols, 1);
       const std::string name = val.name.empty() ? "const." + std::to_string(v) : val.name;
-      if (w.dtype() == DType::kBF16 && w.rank() == 2 && bf16_ok.count(v)) {
+      if (w.dtype() == DType::kBF16 && w.rank() >= 2 && bf16_ok.count(v)) {
         const uint16_t* d = w.data_as<uint16_t>();
         return tensor_of[v] = add_weight(name, {}, rows, cols, std::vector<uint16_t>(d, d + w.numel()));
       }
@@ -185,12 +187,14 @@ Result<PortableProgram> lower_portable(const models::Model& model, const Portabl
   Lowering L{g, p, g.symbol(models::step_io::kTokens), g.symbol(models::step_io::kSequences), p.static_rows};
   if (o.keep_bf16) {
     // A weight may stay bf16 when every reader widens it itself: a linear's
-    // weight (input 1) or an embedding's table (input 0); any other use (norm
-    // weights, biases, …) keeps it f32.
+    // weight (input 1), an embedding's table (input 0), a moe's router and
+    // expert matrices (inputs 1-3); any other use (norm weights, biases, the
+    // shared expert's gate vector, …) keeps it f32.
     std::set<graph::ValueId> other_use;
     for (const graph::Node& n : g.nodes())
       for (size_t i = 0; i < n.inputs.size(); ++i) {
-        const bool widened = (n.op == "linear" && i == 1) || (n.op == "embedding" && i == 0);
+        const bool widened = (n.op == "linear" && i == 1) || (n.op == "embedding" && i == 0) ||
+                             (n.op == "moe" && i >= 1 && i <= 3);
         (widened ? L.bf16_ok : other_use).insert(n.inputs[i]);
       }
     for (graph::ValueId v : other_use) L.bf16_ok.erase(v);
@@ -267,6 +271,23 @@ Result<PortableProgram> lower_portable(const models::Model& model, const Portabl
       if (auto it = kv_rows.find(op.layer); it != kv_rows.end() && it->second != row)
         return unsupported("portable export: two attention ops share layer " + std::to_string(op.layer) + " with different K/V rows");
       kv_rows[op.layer] = row;
+    } else if (n.op == "moe") {
+      // loom's attributes as its kernel reads them (runtime/moe_kernel.cc).
+      op.top_k = n.attr_int("top_k");
+      op.norm_topk_prob = n.attr_int("norm_topk_prob") != 0;
+      const std::string act = n.attr_str("activation", "silu");
+      if (act == "silu" || act == "swish") op.activation = "silu";
+      else if (act == "gelu") op.activation = "gelu";
+      else if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast") op.activation = "gelu_tanh";
+      else
+        return unsupported("portable export: moe activation '" + act + "' (" + n.scope +
+                           ") has no portable kernel (silu, swish, gelu, gelu_new, gelu_pytorch_tanh, gelu_fast)");
+      const int64_t experts = g.value(n.inputs[1]).shape[0].value;
+      if (op.top_k < 1 || op.top_k > experts)
+        return invalid_argument("portable export: moe top_k " + std::to_string(op.top_k) + " outside [1, " +
+                                std::to_string(experts) + "] (" + n.scope + ")");
+      if (op.inputs.size() > 4 && (op.inputs.size() != 6 || (op.inputs[4] < 0) != (op.inputs[5] < 0)))
+        return invalid_argument("portable export: moe (" + n.scope + ") has a shared expert without its gate, or the reverse");
     }
     ++r.lowered[n.op];
     p.ops.push_back(std::move(op));
@@ -347,11 +368,14 @@ Result<std::vector<uint8_t>> build_flatbuffer(const PortableProgram& p, const st
   for (const PortableOp& op : p.ops) {
     fb::OpCode code = op_codes().at(op.op);
     if (op.op == "gelu" && op.gelu_tanh) code = fb::OpCode_GeluTanh;
+    const fb::Activation act = op.activation == "gelu" ? fb::Activation_GeluErf
+                               : op.activation == "gelu_tanh" ? fb::Activation_GeluTanh
+                                                              : fb::Activation_Silu;
     ops.push_back(fb::CreateOp(b, code, b.CreateVector(op.inputs), b.CreateVector(op.outputs), b.CreateString(op.scope), op.eps,
                                op.weight_offset, op.factor, op.cap, op.scale, op.softcap, op.layer, op.num_heads,
                                op.num_kv_heads, op.head_dim, op.rotary_dim, op.sliding_window,
                                op.sizes.empty() ? 0 : b.CreateVector(op.sizes), op.rope_dynamic, op.theta,
-                               op.max_position_embeddings));
+                               op.max_position_embeddings, static_cast<int32_t>(op.top_k), op.norm_topk_prob, act));
   }
   std::vector<flatbuffers::Offset<fb::KvLayer>> kv;
   for (const PortableKvLayer& l : p.kv_layers) kv.push_back(fb::CreateKvLayer(b, l.kv_row, l.k_offset, l.v_offset));

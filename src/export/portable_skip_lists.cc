@@ -3,24 +3,53 @@
 // onnx_skip_lists.cc. Every entry says why and should go away with its reason.
 // export_portable refuses a listed architecture with the reason, and
 // tests/export/portable_exporter_test.cc exports every fixture variant not
-// listed and expects the listed ones to be refused with their reason.
+// listed, expects the listed ones to be refused with their reason, and checks
+// the refusal itself through ScopedPortableSkip.
+#include <mutex>
+
 #include "loom/export/portable_exporter.h"
 
 namespace loom::exporting {
+namespace {
 
-const std::map<std::string, std::string>& portable_export_skips() {
-  // model_type → reason.
-  static const std::map<std::string, std::string> list = {
-      {"mixtral", "the routed-experts op 'moe' has no loom_portable kernel yet (top-k routing over per-expert weights)"},
-      {"qwen2_moe", "the routed-experts op 'moe' has no loom_portable kernel yet (top-k routing, shared expert)"},
-  };
-  return list;
+std::mutex& mu() {
+  static std::mutex m;
+  return m;
+}
+
+// model_type → reason. Empty: every architecture loom runs has portable
+// kernels (mixtral and qwen2_moe left with the runtime's moe kernel).
+std::map<std::string, std::string>& list() {
+  static std::map<std::string, std::string> l = {};
+  return l;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> portable_export_skips() {
+  std::lock_guard<std::mutex> lock(mu());
+  return list();
 }
 
 std::string portable_export_skip_reason(const std::string& model_type) {
-  const auto& list = portable_export_skips();
-  auto it = list.find(model_type);
-  return it == list.end() ? "" : it->second;
+  std::lock_guard<std::mutex> lock(mu());
+  auto it = list().find(model_type);
+  return it == list().end() ? "" : it->second;
+}
+
+ScopedPortableSkip::ScopedPortableSkip(std::string model_type, std::string reason) : model_type_(std::move(model_type)) {
+  std::lock_guard<std::mutex> lock(mu());
+  if (auto it = list().find(model_type_); it != list().end()) {
+    had_previous_ = true;
+    previous_ = it->second;
+  }
+  list()[model_type_] = std::move(reason);
+}
+
+ScopedPortableSkip::~ScopedPortableSkip() {
+  std::lock_guard<std::mutex> lock(mu());
+  if (had_previous_) list()[model_type_] = previous_;
+  else list().erase(model_type_);
 }
 
 }  // namespace loom::exporting

@@ -106,8 +106,13 @@ TEST_P(PortableRuntime, BackendsAndChunkingsAgree) {
   EXPECT_EQ(std::vector<float>(all.end() - V, all.end()), a) << "lp_run_all's last row";
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, PortableRuntime, ::testing::Values("llama-f32", "qwen3-f32"),
-                         [](const auto& info) { return info.param == "llama-f32" ? std::string("llama") : std::string("qwen3"); });
+// llama and qwen3, and the routed experts of mixtral and qwen2_moe (the moe op).
+INSTANTIATE_TEST_SUITE_P(Fixtures, PortableRuntime, ::testing::Values("llama-f32", "qwen3-f32", "mixtral-f32", "qwen2_moe-f32"),
+                         [](const auto& info) {
+                           std::string name = info.param.substr(0, info.param.find('-'));
+                           name.erase(std::remove(name.begin(), name.end(), '_'), name.end());
+                           return name;
+                         });
 
 // examples/portable_generate.c prints the same greedy tokens as loom.
 TEST(PortableExample, GeneratesLoomsGreedyTokens) {
@@ -313,6 +318,97 @@ TEST(PortableRuntimeErrors, ExternalWeightRangesAreCheckedAgainstTheFile) {
   refused(64, uint64_t(-64), "outside the weights file");
   refused(2, 64, "not 4-byte aligned");
   refused(0, 32, "does not match its shape");          // 8 floats for a 4×4 weight
+  fs::remove_all(dir);
+}
+
+// A hand-made moe program: logits = moe(embedding(id)) with 2 experts, H = 2,
+// I = 1; its knobs damage one thing at a time.
+struct MoeKnobs {
+  std::string backend = "reference";
+  int64_t down_rows = 4;  // E·H
+  int top_k = 1;
+  bool shared_without_gate = false;
+};
+
+std::string moe_program(const fs::path& dir, const MoeKnobs& k) {
+  flatbuffers::FlatBufferBuilder b;
+  auto T = [&](const char* name, fb::TensorKind kind, fb::ElemType t, fb::RowKind r, int64_t rows, int64_t cols, uint64_t off,
+               int w) { return fb::CreateTensor(b, b.CreateString(name), kind, t, r, rows, cols, off, w); };
+  const auto W = fb::TensorKind_Weight, A = fb::TensorKind_Arena;
+  const auto F = fb::ElemType_F32, I = fb::ElemType_I32;
+  std::vector<flatbuffers::Offset<fb::Tensor>> tensors = {
+      T("emb", W, F, fb::RowKind_Fixed, 2, 2, 0, 0),
+      T("input_ids", A, I, fb::RowKind_Tokens, 0, 1, 0, -1),
+      T("positions", A, I, fb::RowKind_Tokens, 0, 1, 64, -1),
+      T("logits_indices", A, I, fb::RowKind_Selected, 0, 1, 128, -1),
+      T("x", A, F, fb::RowKind_Tokens, 0, 2, 192, -1),
+      T("router", W, F, fb::RowKind_Fixed, 2, 2, 0, 1),
+      T("gate_up", W, F, fb::RowKind_Fixed, 4, 2, 0, 2),
+      T("down", W, F, fb::RowKind_Fixed, k.down_rows, 1, 0, 3),
+      T("y", A, F, fb::RowKind_Tokens, 0, 2, 256, -1),
+      T("logits", A, F, fb::RowKind_Selected, 0, 2, 320, -1)};
+  // expert 0: gate [1, 0], up [1, 0], down [3; 4]; expert 1: zeros. x = [1, 0]
+  // routes to expert 0 (logits 2 > 1).
+  const std::vector<std::vector<float>> data = {
+      {1, 0, 0, 1}, {2, 0, 1, 0}, {1, 0, 1, 0, 0, 0, 0, 0}, std::vector<float>(static_cast<size_t>(k.down_rows), 0.0f)};
+  std::vector<float> down = data[3];
+  if (down.size() >= 2) down[0] = 3, down[1] = 4;
+  std::vector<flatbuffers::Offset<fb::WeightData>> weights;
+  const char* names[] = {"emb", "router", "gate_up", "down"};
+  for (size_t i = 0; i < 4; ++i) weights.push_back(fb::CreateWeightData(b, b.CreateString(names[i]), b.CreateVector(i == 3 ? down : data[i])));
+  std::vector<int> moe_in = {4, 5, 6, 7};
+  if (k.shared_without_gate) moe_in.insert(moe_in.end(), {4, -1});
+  std::vector<flatbuffers::Offset<fb::Op>> ops = {
+      fb::CreateOp(b, fb::OpCode_Embedding, b.CreateVector(std::vector<int>{0, 1}), b.CreateVector(std::vector<int>{4})),
+      fb::CreateOp(b, fb::OpCode_Moe, b.CreateVector(moe_in), b.CreateVector(std::vector<int>{8}), b.CreateString("moe"), 0, 0, 0,
+                   0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, 0, 0, k.top_k, true, fb::Activation_Silu),
+      fb::CreateOp(b, fb::OpCode_GatherRows, b.CreateVector(std::vector<int>{8, 3}), b.CreateVector(std::vector<int>{9}))};
+  std::vector<flatbuffers::Offset<fb::Binding>> inputs = {fb::CreateBinding(b, b.CreateString("input_ids"), 1),
+                                                          fb::CreateBinding(b, b.CreateString("positions"), 2),
+                                                          fb::CreateBinding(b, b.CreateString("logits_indices"), 3)};
+  std::vector<flatbuffers::Offset<fb::Binding>> outputs = {fb::CreateBinding(b, b.CreateString("logits"), 9)};
+  const auto root = fb::CreateProgram(b, 2, b.CreateString(k.backend), b.CreateString("tiny_moe"), 2, 2, 8, 384, 384, 0,
+                                      b.CreateVector(tensors), b.CreateVector(weights), b.CreateVector(ops),
+                                      b.CreateVector(std::vector<flatbuffers::Offset<fb::KvLayer>>{}), b.CreateVector(inputs),
+                                      b.CreateVector(outputs), 0, 0, false);
+  fb::FinishProgramBuffer(b, root);
+  const fs::path f = dir / "moe.lpte";
+  write_file(f, std::string(reinterpret_cast<const char*>(b.GetBufferPointer()), b.GetSize()));
+  return f.string();
+}
+
+// The moe op runs on both backends (silu(1) · [3, 4] for token 0, which routes
+// to expert 0); shapes and attributes that do not fit are refused at load.
+TEST(PortableRuntimeErrors, MoeRunsAndItsShapesAreCheckedAtLoad) {
+  const fs::path dir = scratch("moe");
+  const double silu1 = 1 / (1 + std::exp(-1.0));
+  for (const std::string backend : {"reference", "cpu_simd"}) {
+    MoeKnobs k;
+    k.backend = backend;
+    Program prog{fs::path(moe_program(dir, k))};
+    ASSERT_NE(prog.p, nullptr) << lp_last_error();
+    std::vector<float> logits(2);
+    const int32_t id = 0;
+    ASSERT_EQ(lp_run(prog.p, &id, 1, 0, logits.data()), 0) << lp_error(prog.p);
+    EXPECT_NEAR(logits[0], 3 * silu1, 1e-6) << backend;
+    EXPECT_NEAR(logits[1], 4 * silu1, 1e-6) << backend;
+  }
+  auto refused = [&](const MoeKnobs& k, const std::string& why) {
+    const std::string f = moe_program(dir, k);
+    EXPECT_EQ(lp_program_load(f.c_str()), nullptr);
+    EXPECT_NE(std::string(lp_last_error()).find(why), std::string::npos) << lp_last_error();
+  };
+  MoeKnobs bad;
+  bad.down_rows = 3;
+  refused(bad, "down must be [E·H, I]");
+  bad = {};
+  bad.top_k = 3;
+  refused(bad, "top_k 3 outside [1, 2]");
+  bad.top_k = 0;
+  refused(bad, "top_k 0 outside [1, 2]");
+  bad = {};
+  bad.shared_without_gate = true;
+  refused(bad, "shared and shared_gate come together");
   fs::remove_all(dir);
 }
 

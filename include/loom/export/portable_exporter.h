@@ -56,8 +56,23 @@ Result<std::vector<uint8_t>> serialize_portable(const PortableProgram& program);
 Status write_portable(const PortableProgram& program, const std::string& path, int64_t external_weights_threshold,
                       PortableExportReport* report = nullptr);
 // The skip list (portable_skip_lists.cc): model_type → why it is not exported.
-const std::map<std::string, std::string>& portable_export_skips();
+std::map<std::string, std::string> portable_export_skips();
 std::string portable_export_skip_reason(const std::string& model_type);  // "" when not listed
+
+// Adds model_type → reason to the skip list while it lives (an embedder that
+// must refuse an architecture; the test of the refusal path now that the list
+// is empty). Restores the previous entry, or its absence, on destruction.
+class ScopedPortableSkip {
+ public:
+  ScopedPortableSkip(std::string model_type, std::string reason);
+  ~ScopedPortableSkip();
+  ScopedPortableSkip(const ScopedPortableSkip&) = delete;
+  ScopedPortableSkip& operator=(const ScopedPortableSkip&) = delete;
+
+ private:
+  std::string model_type_, previous_;
+  bool had_previous_ = false;
+};
 
 Status export_portable(const models::Model& model, const std::string& path, const PortableExportOptions& options,
                        PortableExportReport* report = nullptr);

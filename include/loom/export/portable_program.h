@@ -41,6 +41,10 @@ struct PortableOp {
   bool rope_dynamic = false;
   double theta = 0;
   int64_t max_position_embeddings = 0;
+  // moe: routing and the experts' activation ("silu", "gelu" (erf) or "gelu_tanh")
+  int64_t top_k = 0;
+  bool norm_topk_prob = false;
+  std::string activation;
 };
 
 struct PortableKvLayer {
