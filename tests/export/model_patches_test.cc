@@ -80,6 +80,35 @@ TEST(ModelPatches, AnExportThatThrowsInsideAPatchRestoresIt) {
   EXPECT_EQ(count_ops(plain.value().graph, "scale"), 0);
 }
 
+// Op-level: "ops.silu" wraps every recorded silu (Llama's gated MLP records one
+// per layer) with a scale; the wrapper records through `original`, which does
+// not re-enter the patch.
+TEST(ModelPatches, AnOpBuilderPatchRewritesEveryUseOfTheOpInThatExportOnly) {
+  auto model = export_test::load("llama-f32");
+  const int silus = count_ops(*model->step_graph(), "silu");
+  ASSERT_EQ(silus, model->num_layers());
+  Backend b("test_op_patch");
+  register_patch<graph::OpBuilderSig>(b.name, "scaled_silu", {graph::op_patch_path("silu")},
+                                      [](std::function<graph::OpBuilderSig> orig) {
+                                        return std::function<graph::OpBuilderSig>(
+                                            [orig](graph::GraphBuilder& gb, std::vector<graph::ValueId> in,
+                                                   std::map<std::string, graph::AttrValue> attrs) {
+                                              const graph::ValueId y = orig(gb, std::move(in), std::move(attrs));
+                                              return gb.op("scale", {y}, {{"factor", 0.5}});
+                                            });
+                                      });
+  ProgramExportOptions o;
+  o.backend = b.name;
+  o.strict = true;
+  auto patched = export_program(*model, o, nullptr);
+  ASSERT_TRUE(patched.ok()) << patched.status().message();
+  EXPECT_EQ(count_ops(patched.value().graph, "silu"), silus);
+  EXPECT_EQ(count_ops(patched.value().graph, "scale"), silus);
+  auto plain = export_program(*model, ProgramExportOptions{}, nullptr);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(count_ops(plain.value().graph, "scale"), 0);
+}
+
 TEST(ModelPatches, AClassNoLoadedModelHasIsSkippedOrFailsInStrictMode) {
   auto model = export_test::load("llama-f32");
   Backend b("test_model_patch_missing");

@@ -11,6 +11,14 @@
 
 namespace loom::graph {
 
+class GraphBuilder;
+
+// The op builders' patch points, one per op schema, path "ops.<op>" (e.g.
+// "ops.softcap", "ops.where"): what upstream's exporters patch as torch.where
+// or F.scaled_dot_product_attention. Created with the first recorded op.
+using OpBuilderSig = ValueId(GraphBuilder&, std::vector<ValueId>, std::map<std::string, AttrValue>);
+std::string op_patch_path(const std::string& op);
+
 class GraphBuilder {
  public:
   using ParameterSource = std::function<Tensor(const std::string& name)>;
@@ -21,7 +29,12 @@ class GraphBuilder {
 
   // The parameter value for a checkpoint key, added on first use.
   ValueId param(const std::string& name);
+  // Records one node of `op` through the op's patch point "ops.<op>" (see
+  // OpBuilderSig below), so an export's op-level patch can replace it.
   ValueId op(const std::string& op, std::vector<ValueId> inputs, std::map<std::string, AttrValue> attrs = {});
+  // Records the node itself, past any patch: what an op's original does, and
+  // what a replacement calls to record the same op without re-entering itself.
+  ValueId record(const std::string& op, std::vector<ValueId> inputs, std::map<std::string, AttrValue> attrs = {});
 
   // RAII scope: nodes recorded inside carry this module path.
   class Scope {
