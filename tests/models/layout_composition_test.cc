@@ -23,7 +23,7 @@
 #include "loom/models/model.h"
 #include "loom/models/save_pretrained.h"
 #include "loom/runtime/kv_cache_contiguous.h"
-#include "models/models_test_util.h"
+#include "models/model_run_util.h"
 
 namespace loom {
 namespace {
@@ -31,18 +31,10 @@ namespace {
 namespace fs = std::filesystem;
 using kernels::ModuleKernelKind;
 using models_test::fixtures_dir;
-
-fs::path fixture(const std::string& name) {
-  const fs::path p = fixtures_dir() / name;
-  if (!fs::exists(p / "config.json"))
-    throw Error(not_found("missing fixture " + p.string() + ": run scripts/make-fixtures " + fixtures_dir().string()));
-  return p;
-}
-
-std::vector<int32_t> prompt_of(const std::string& name) {
-  std::ifstream in(fixture(name) / "reference.json");
-  return nlohmann::json::parse(in)["prompt_ids"].get<std::vector<int32_t>>();
-}
+using models_test::greedy_of;
+using models_test::logits_of;
+using models_test::prompt_of;
+const auto fixture = models_test::existing_fixture;
 
 Result<std::shared_ptr<models::Model>> try_load(const std::string& name, const std::string& config_json,
                                                 std::vector<kernels::KernelSpec> extra = {}) {
@@ -56,27 +48,6 @@ std::shared_ptr<models::Model> load_with(const std::string& name, const std::str
   auto m = try_load(name, config_json);
   if (!m.ok()) throw Error(m.status());
   return m.value();
-}
-
-// Every token's logits for the prompt (prefill), then those of 3 decode steps.
-std::vector<float> logits_of(const std::shared_ptr<models::Model>& model, const std::vector<int32_t>& prompt) {
-  auto runner = batching::ModelRunner::create(model, "cpu").value();
-  runtime::ContiguousKvCache cache(runner->kv_layout(), 1, static_cast<int64_t>(prompt.size()) + 8);
-  const int64_t n = static_cast<int64_t>(prompt.size()) - 3;
-  std::vector<float> out =
-      runner->step({{prompt.data(), n, 0}}, cache, batching::LogitsRows::kAllTokens).value().to_f32_vector();
-  for (int64_t i = n; i < n + 3; ++i) {
-    const std::vector<float> l = runner->step({{prompt.data() + i, 1, i}}, cache).value().to_f32_vector();
-    out.insert(out.end(), l.begin(), l.end());
-  }
-  return out;
-}
-
-std::vector<int32_t> greedy_of(const std::shared_ptr<models::Model>& model, const std::vector<int32_t>& prompt) {
-  auto runner = batching::ModelRunner::create(model, "cpu").value();
-  batching::GenerateOptions o;
-  o.max_new_tokens = 16;
-  return batching::generate(*runner, prompt, o).value().generated_ids;
 }
 
 std::string read_bytes(const fs::path& p) {

@@ -13,18 +13,16 @@
 #include "loom/graph/external_call_abi.h"
 #include "loom/models/model.h"
 #include "loom/runtime/kv_cache_contiguous.h"
-#include "models/models_test_util.h"
+#include "models/model_run_util.h"
 
 namespace loom {
 namespace {
 
-const std::string kPluginDir = std::string(LOOM_BINARY_DIR) + "/kernel_plugins";
+using models_test::greedy_of;
+using models_test::logits_of;
+using models_test::prompt_of;
 
-std::vector<int32_t> prompt_of(const std::string& name) {
-  std::ifstream in(models_test::fixture(name) / "reference.json");
-  if (!in) throw Error(not_found("missing fixture " + models_test::fixture(name).string()));
-  return nlohmann::json::parse(in)["prompt_ids"].get<std::vector<int32_t>>();
-}
+const std::string kPluginDir = std::string(LOOM_BINARY_DIR) + "/kernel_plugins";
 
 Result<std::shared_ptr<models::Model>> load_with_plugins(const std::string& name, const std::string& config,
                                                          bool trusted) {
@@ -32,27 +30,6 @@ Result<std::shared_ptr<models::Model>> load_with_plugins(const std::string& name
   LOOM_ASSIGN_OR_RETURN(o.kernel_config, kernels::KernelConfig::parse(config));
   (trusted ? o.trusted_plugin_dirs : o.plugin_dirs).push_back(kPluginDir);
   return models::Model::load(models_test::fixture(name).string(), o);
-}
-
-// Prefill logits of every prompt token but the last three, then three decode steps.
-std::vector<float> logits_of(const std::shared_ptr<models::Model>& model, const std::vector<int32_t>& prompt) {
-  auto runner = batching::ModelRunner::create(model, "cpu").value();
-  runtime::ContiguousKvCache cache(runner->kv_layout(), 1, static_cast<int64_t>(prompt.size()) + 4);
-  const int64_t n = static_cast<int64_t>(prompt.size()) - 3;
-  std::vector<float> out =
-      runner->step({{prompt.data(), n, 0}}, cache, batching::LogitsRows::kAllTokens).value().to_f32_vector();
-  for (int64_t i = n; i < n + 3; ++i) {
-    const std::vector<float> l = runner->step({{prompt.data() + i, 1, i}}, cache).value().to_f32_vector();
-    out.insert(out.end(), l.begin(), l.end());
-  }
-  return out;
-}
-
-std::vector<int32_t> greedy_of(const std::shared_ptr<models::Model>& model, const std::vector<int32_t>& prompt) {
-  auto runner = batching::ModelRunner::create(model, "cpu").value();
-  batching::GenerateOptions o;
-  o.max_new_tokens = 16;
-  return batching::generate(*runner, prompt, o).value().generated_ids;
 }
 
 constexpr const char* kConfig =
