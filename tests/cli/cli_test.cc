@@ -212,7 +212,10 @@ TEST(Cli, ExportWritesAProgramAndReportsItsStages) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_TRUE(fs::exists(dir / "m.lpte"));
   EXPECT_NE(r.out.find("memory plan: arena"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("backend cpu_simd, 8 tokens per chunk"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("backend cpu_simd, at most 8 tokens per chunk"), std::string::npos) << r.out;
+  r = loom("export --model " + fixture("llama-f32") + " --out " + (dir / "s.lpte").string() + " --format portable --seq-len 4");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("static, 4 tokens per chunk"), std::string::npos) << r.out;
   r = loom("export --model " + fixture("llama-f32") + " --out " + (dir / "n.lpte").string() +
            " --format portable --backend no_such_backend");
   EXPECT_EQ(r.exit_code, 2) << r.out;
