@@ -2,36 +2,20 @@
 // by ctest), loading one (optionally with a KernelConfig), and random prompts.
 #pragma once
 
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "loom/models/model.h"
+#include "models/models_test_util.h"
 
 namespace loom::export_test {
 
-inline std::filesystem::path fixtures_dir() {
-  if (const char* env = std::getenv("LOOM_FIXTURES_DIR")) return env;
-  return std::filesystem::path(LOOM_BINARY_DIR) / "fixtures";
-}
-
-inline std::filesystem::path fixture(const std::string& name) { return fixtures_dir() / name; }
-
-// Every variant in fixtures/index.json (empty when the fixtures were not made).
-inline std::vector<std::string> variant_names() {
-  std::ifstream in(fixtures_dir() / "index.json");
-  std::vector<std::string> names;
-  if (!in) return names;
-  const nlohmann::json index = nlohmann::json::parse(in);
-  for (const auto& v : index["variants"]) names.push_back(v["name"].get<std::string>());
-  return names;
-}
+// Where the parity fixtures are and which variants they hold: the models tests' helpers.
+using models_test::fixture;
+using models_test::fixtures_dir;
+using models_test::variant_names;
 
 inline std::shared_ptr<const models::Model> load(const std::string& name, const models::LoadOptions& options = {}) {
   return models::Model::load(fixture(name).string(), options).value();

@@ -112,14 +112,9 @@ TEST_P(LayoutComposition, Phi3WithLayoutsMatchesPhi3WithoutKernels) {
   const std::vector<float> want = logits_of(plain, prompt);
   const std::vector<float> got = logits_of(fused, prompt);
   ASSERT_EQ(got.size(), want.size());
-  double max_abs = 0, err = 0, energy = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    max_abs = std::max(max_abs, std::fabs(d));
-    err += d * d;
-    energy += static_cast<double>(want[i]) * want[i];
-  }
-  const double nmse = err / energy;
+  const models_test::LogitsDiff diff = models_test::logits_diff(got, want);
+  const double max_abs = diff.max_abs;
+  const double nmse = diff.nmse;
   if (name.find("-f32") != std::string::npos)
     EXPECT_LE(max_abs, 1e-5) << name << " " << c.label << ": max |fused - plain| over all logits";
   else

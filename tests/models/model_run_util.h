@@ -3,6 +3,8 @@
 // decode steps, and its greedy continuation.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -53,6 +55,26 @@ inline std::vector<int32_t> greedy_of(const std::shared_ptr<models::Model>& mode
   batching::GenerateOptions o;
   o.max_new_tokens = new_tokens;
   return batching::generate(*runner, prompt, o).value().generated_ids;
+}
+
+// How far `got` is from `want`: the largest absolute difference and the
+// normalised squared error (Σ(got − want)² / Σ want²).
+struct LogitsDiff {
+  double max_abs = 0;
+  double nmse = 0;
+};
+
+inline LogitsDiff logits_diff(const std::vector<float>& got, const std::vector<float>& want) {
+  LogitsDiff r;
+  double err = 0, energy = 0;
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    r.max_abs = std::max(r.max_abs, std::fabs(d));
+    err += d * d;
+    energy += static_cast<double>(want[i]) * want[i];
+  }
+  r.nmse = energy > 0 ? err / energy : err;
+  return r;
 }
 
 }  // namespace loom::models_test
