@@ -8,23 +8,12 @@
 #include <vector>
 
 #include "portable/src/kernels.h"
+#include "portable/portable_test_util.h"
 
 namespace {
 
-std::vector<float> random_vec(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
-double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]) / std::max(1.0, std::fabs(static_cast<double>(a[i]))));
-  return d;
-}
+using portable_test::max_rel;
+using portable_test::random_vec;
 
 const int64_t kSizes[] = {1, 2, 15, 16, 17, 31, 33, 64, 100, 257};
 

@@ -11,23 +11,12 @@
 #include <vector>
 
 #include "portable/src/moe.h"
+#include "portable/portable_test_util.h"
 
 namespace {
 
-std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
-double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]) / std::max(1.0, std::fabs(static_cast<double>(a[i]))));
-  return d;
-}
+using portable_test::max_rel;
+using portable_test::random_vec;
 
 // bf16 by truncation (any bf16 value will do) and its exact f32 widening.
 void to_bf16(const std::vector<float>& f, std::vector<uint16_t>* b, std::vector<float>* widened) {

@@ -8,6 +8,7 @@
 
 #include "io/io_test_util.h"
 #include "loom/io/safetensors_writer.h"
+#include "weights/plan_file_fixture.h"
 #include "weights/weights_test_util.h"
 
 namespace loom {
@@ -141,44 +142,14 @@ TEST(PlanValidation, MissingParamsAndUnusedSources) {
 
 // ---------------------------------------------------------------- load / save
 
-class PlanRoundTrip : public ::testing::Test {
+class PlanRoundTrip : public testing::PlanFileFixture {
  protected:
   // Returns the loaded parameters; the plan and checkpoint stay in members.
   std::map<std::string, Tensor> load(const NamedTensors& tensors, const WeightRules& rules,
                                      const ExpectedParams& expected) {
-    path_ = dir_.file("model.safetensors");
-    auto st = write_safetensors(path_, tensors, {{"format", "pt"}}, SafetensorsOrder::kLikePython);
-    EXPECT_TRUE(st.ok()) << st.to_string();
-    auto ck = Checkpoint::open(path_);
-    EXPECT_TRUE(ck.ok()) << ck.status().to_string();
-    ckpt_.emplace(std::move(ck).value());
-    auto plan = ConversionPlan::compile(rules, SourceIndex::from_checkpoint(*ckpt_), expected);
-    EXPECT_TRUE(plan.ok()) << plan.status().to_string();
-    plan_.emplace(std::move(plan).value());
-    std::map<std::string, Tensor> params;
-    auto stats = plan_->load(*ckpt_, [&](const std::string& name, Tensor t) {
-      EXPECT_TRUE(params.emplace(name, std::move(t)).second) << name << " delivered twice";
-      return Status::Ok();
-    });
-    EXPECT_TRUE(stats.ok()) << stats.status().to_string();
-    stats_ = stats.ok() ? stats.value() : LoadStats{};
-    return params;
+    const SourceIndex src = write_checkpoint(tensors, SafetensorsOrder::kLikePython);
+    return load_with(ConversionPlan::compile(rules, src, expected));
   }
-  // Saves the parameters back and checks the file equals the original.
-  void expect_round_trip(const std::map<std::string, Tensor>& params) {
-    const std::string out = dir_.file("saved.safetensors");
-    auto st = plan_->save(params_from(params), out);
-    ASSERT_TRUE(st.ok()) << st.to_string();
-    const std::string a = read_file(path_), b = read_file(out);
-    ASSERT_EQ(a.size(), b.size());
-    EXPECT_TRUE(a == b) << "saved file differs from the original";
-  }
-
-  TempDir dir_;
-  std::string path_;
-  std::optional<Checkpoint> ckpt_;
-  std::optional<ConversionPlan> plan_;
-  LoadStats stats_;
 };
 
 TEST_F(PlanRoundTrip, Phi3FusedQkvAndGateUpSplitUnevenly) {
