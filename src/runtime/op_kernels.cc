@@ -359,7 +359,10 @@ OpKernel attention_kernel() {
         if (page >= t.num_pages || !t.k_pages[page] || !t.v_pages[page])
           return out_of_range("attention layer " + std::to_string(layer) + ": sequence " + std::to_string(s) +
                               " has no KV page for position " + std::to_string(pos));
-        std::memcpy(t.k_pages[page] + off * kv_row, k_new.data_as<float>() + row * kv_row, static_cast<size_t>(kv_row) * 4);
+        const float* k_src = k_new.data_as<float>() + row * kv_row;
+        for (int64_t kvh = 0; kvh < p.num_kv_heads; ++kvh)
+          for (int64_t d = 0; d < p.head_dim; ++d)
+            t.k_pages[page][cpu::k_page_index(off, kvh, d, t.page_size, p.head_dim)] = k_src[kvh * p.head_dim + d];
         std::memcpy(t.v_pages[page] + off * kv_row, v_new.data_as<float>() + row * kv_row, static_cast<size_t>(kv_row) * 4);
       }
       cpu::AttentionSequence as;

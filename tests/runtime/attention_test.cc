@@ -40,10 +40,11 @@ struct PagedKv {
       auto k = std::make_unique<std::vector<float>>(page_elems, std::numeric_limits<float>::quiet_NaN());
       auto v = std::make_unique<std::vector<float>>(page_elems, std::numeric_limits<float>::quiet_NaN());
       for (int64_t slot = 0; slot < ps && p * ps + slot < tokens; ++slot)
-        for (int64_t i = 0; i < kv_heads * d; ++i) {
-          (*k)[slot * kv_heads * d + i] = nd(rng);
-          (*v)[slot * kv_heads * d + i] = nd(rng);
-        }
+        for (int64_t h = 0; h < kv_heads; ++h)
+          for (int64_t j = 0; j < d; ++j) {
+            (*k)[static_cast<size_t>(k_page_index(slot, h, j, ps, d))] = nd(rng);
+            (*v)[static_cast<size_t>(v_page_index(slot, h, j, kv_heads, d))] = nd(rng);
+          }
       k_ptrs.push_back(k->data());
       v_ptrs.push_back(v->data());
       k_store.push_back(std::move(k));
@@ -57,7 +58,8 @@ struct PagedKv {
   float at(bool key, int64_t pos, int64_t h, int64_t d) const {
     const float* page = (key ? k_ptrs : v_ptrs)[static_cast<size_t>(pos / page_size)];
     if (page == nullptr) return std::numeric_limits<float>::quiet_NaN();
-    return page[((pos % page_size) * num_kv_heads + h) * head_dim + d];
+    return key ? page[k_page_index(pos % page_size, h, d, page_size, head_dim)]
+               : page[v_page_index(pos % page_size, h, d, num_kv_heads, head_dim)];
   }
 };
 
@@ -334,6 +336,44 @@ TEST(PagedAttention, NestedInsideAParallelRegion) {
                       c.out_stride, pool);
   });
   for (const auto& g : got) expect_close(g, want, c.out_stride, 8 * 64, c.total_q, 2e-5, 2e-5, "nested");
+}
+
+TEST(PagedAttention, RowResultDoesNotDependOnItsTileOrChunk) {
+  // The batching contract: a query row gives the same bits whether it is decoded alone, part
+  // of a whole prefill, or of a prefill chunk cut anywhere, on every target and thread count.
+  for (const HeadConfig& h : kHeads)
+    for (int64_t page_size : {16, 7}) {
+      const int64_t n = 150;
+      const Case whole = make_case("whole", h.hq, h.hkv, h.d, page_size, {{n, range_positions(0, n)}});
+      const int64_t row = h.hq * h.d;
+      for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+        hwy::SetSupportedTargetsForTest(target);
+        SCOPED_TRACE(std::string(hwy::TargetName(target)) + " " + head_name(h) + " ps" + std::to_string(page_size));
+        ThreadPool two(2);
+        std::vector<float> all(whole.q.size() + 3 * static_cast<size_t>(n));
+        paged_attention(whole.q.data(), whole.q_stride, whole.seqs.data(), 1, whole.p, all.data(), whole.out_stride,
+                        two);
+        // The same queries in chunks [t0, t1), over the same K/V, one at a time and as one batch.
+        for (int64_t chunk : {int64_t{1}, int64_t{5}, int64_t{64}}) {
+          std::vector<std::vector<int32_t>> pos;
+          std::vector<AttentionSequence> seqs;
+          for (int64_t t0 = 0; t0 < n; t0 += chunk) pos.push_back(range_positions(t0, std::min(chunk, n - t0)));
+          for (size_t i = 0; i < pos.size(); ++i) {
+            const int64_t t0 = pos[i].front();
+            seqs.push_back({t0, static_cast<int64_t>(pos[i].size()), pos[i].data(), whole.kvs[0]->view()});
+          }
+          std::vector<float> got(all.size());
+          ThreadPool one(1);
+          paged_attention(whole.q.data(), whole.q_stride, seqs.data(), static_cast<int64_t>(seqs.size()), whole.p,
+                          got.data(), whole.out_stride, chunk == 5 ? one : two);
+          for (int64_t r = 0; r < n; ++r)
+            for (int64_t i = 0; i < row; ++i)
+              ASSERT_EQ(got[static_cast<size_t>(r * whole.out_stride + i)], all[static_cast<size_t>(r * whole.out_stride + i)])
+                  << "chunk " << chunk << " row " << r << " elem " << i;
+        }
+      }
+      hwy::SetSupportedTargetsForTest(0);
+    }
 }
 
 TEST(PagedAttention, BadArgumentsThrowNamedErrors) {

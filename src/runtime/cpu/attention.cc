@@ -3,12 +3,9 @@
 // Work is cut into tiles: (sequence, kv head, a block of query tokens, a group of the q heads
 // sharing that kv head). A tile walks its kv positions page by page in chunks, keeping a running
 // max / sum / accumulator per query row (online softmax), so K and V of a kv head are read once
-// per tile whatever the GQA ratio. Two tile bodies:
-//  - rows in lanes: when a tile has at least one vector of query rows (prefill, chunked prefill,
-//    large GQA groups). Scores of all rows for one kv position form one vector, so q·k and p·V are
-//    broadcast-FMAs with no horizontal reductions, and the softmax bookkeeping is vectorized.
-//  - head_dim in lanes: for decode-like tiles with fewer rows than lanes. q·k is a SIMD dot
-//    product over head_dim, p·V an axpy over head_dim.
+// per tile whatever the GQA ratio. Scores put positions in lanes (K pages are stored transposed,
+// see KvPages), p·V puts head dims in lanes: both are broadcast multiply-adds with no horizontal
+// reductions, for a decode row as for a prefill block.
 // Tiles are handed out longest-first through an atomic counter, so a causal prefill (whose last
 // blocks cost most) and a batch of decodes of different lengths both keep every thread busy.
 #include <algorithm>
@@ -78,14 +75,37 @@ struct Job {
   int64_t out_stride;
 };
 
+// Up to one vector of consecutive positions of a chunk that lie in one page: their K^T rows
+// start at kt (head dim k at kt + k * stride), their scores at column i of the score rows.
+struct Segment {
+  const float* kt;  // null: page not held (before a sliding window); its scores are masked
+  int64_t stride;
+  int64_t i, n;
+};
+
 // Grows-only per-thread buffers, so steady-state decode steps do not allocate.
 struct Scratch {
   std::vector<float> a, b, c, m, l;
   std::vector<int32_t> lo, hi;
-  std::vector<const float*> kp, vp;
+  std::vector<const float*> vp;
+  std::vector<Segment> seg;
 };
 
-// Fills K/V row pointers for kv positions [c0, c0 + n) of kv head kvh.
+// Cuts chunk positions [c0, c0 + cn) of kv head kvh into segments of at most `lanes`.
+inline int64_t plan_segments(const KvPages& kv, int64_t kvh, int64_t head_dim, int64_t c0, int64_t cn, int64_t lanes,
+                             Segment* out) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < cn;) {
+    const int64_t pos = c0 + i, page = pos / kv.page_size, off = pos % kv.page_size;
+    const int64_t n = std::min({lanes, kv.page_size - off, cn - i});
+    const bool present = page < kv.num_pages && kv.k_pages[page] && kv.v_pages[page];
+    out[count++] = {present ? kv.k_pages[page] + k_page_index(off, kvh, 0, kv.page_size, head_dim) : nullptr,
+                    kv.page_size, i, n};
+    i += n;
+  }
+  return count;
+}
+
 // Rows of a null page (before a sliding window) read as zeros: chunks start at
 // absolute multiples of the chunk size, so their first rows may lie before every
 // query's window; they are masked, but must point at readable memory.
@@ -95,14 +115,13 @@ inline const float* zero_row(int64_t head_dim) {
   return zeros.data();
 }
 
-inline void kv_rows(const KvPages& kv, int64_t num_kv_heads, int64_t head_dim, int64_t kvh, int64_t c0, int64_t n,
-                    const float** kp, const float** vp) {
+// Fills V row pointers for kv positions [c0, c0 + n) of kv head kvh.
+inline void v_rows(const KvPages& kv, int64_t num_kv_heads, int64_t head_dim, int64_t kvh, int64_t c0, int64_t n,
+                   const float** vp) {
   int64_t page = c0 / kv.page_size, off = c0 % kv.page_size;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t at = (off * num_kv_heads + kvh) * head_dim;
     const bool present = page < kv.num_pages && kv.k_pages[page] && kv.v_pages[page];
-    kp[i] = present ? kv.k_pages[page] + at : zero_row(head_dim);
-    vp[i] = present ? kv.v_pages[page] + at : zero_row(head_dim);
+    vp[i] = present ? kv.v_pages[page] + v_page_index(off, kvh, 0, num_kv_heads, head_dim) : zero_row(head_dim);
     if (++off == kv.page_size) {
       off = 0;
       ++page;
@@ -110,8 +129,7 @@ inline void kv_rows(const KvPages& kv, int64_t num_kv_heads, int64_t head_dim, i
   }
 }
 
-constexpr int64_t kChunkRowsInLanes = 32;  // kv positions per online-softmax step
-constexpr int64_t kChunkDimsInLanes = 64;
+constexpr int64_t kChunk = 64;  // kv positions per online-softmax step
 // Below this many multiply-adds a call runs on the calling thread: waking a worker costs more.
 constexpr int64_t kMinParallelFlops = 1 << 16;
 
@@ -125,255 +143,82 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using attention_detail::Job;
 using attention_detail::Scratch;
+using attention_detail::Segment;
 using attention_detail::Tile;
 
 using DF = hn::ScalableTag<float>;
 using DI = hn::RebindToSigned<DF>;
 using VF = hn::Vec<DF>;
 
-// --- rows in lanes -------------------------------------------------------------------------
-// Buffers (Rp = NV lanes-vectors of rows): a = q^T [D][Rp] (pre-scaled), b = acc^T [D][Rp],
-// c = scores/probabilities [chunk][Rp].
-template <int NV>
-void TileRowsInLanes(const Job& job, const Tile& tile, Scratch& s) {
-  const DF d;
-  const DI di;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t Rp = NV * N;
-  const AttentionParams& p = job.p;
-  const int64_t D = p.head_dim, group = p.num_q_heads / p.num_kv_heads;
-  const AttentionSequence& seq = job.seqs[tile.seq];
-  const int64_t ng = tile.g1 - tile.g0;
-  const int64_t R = (tile.t1 - tile.t0) * ng;
-  constexpr int64_t C = attention_detail::kChunkRowsInLanes;
+// --- tile body -------------------------------------------------------------------------------
+// Buffers: a = q rows [R][D] (pre-scaled), b = acc rows [R][D], c = scores/probabilities [R][C].
+//
+// Every query row goes through the same arithmetic whatever tile, chunk of a prefill or batch
+// it lands in, so a request's output does not depend on its batch mates or on chunking:
+//  - a score is one chain of multiply-adds over head dims 0..D-1 in order (positions in lanes,
+//    read from the transposed K pages);
+//  - chunks of C positions start at absolute multiples of C (the online-softmax steps);
+//  - p·V is one chain of multiply-adds per head dim over the chunk's positions in order.
 
-  s.a.resize(static_cast<size_t>(D * Rp));
-  s.b.assign(static_cast<size_t>(D * Rp), 0.0f);
-  s.c.resize(static_cast<size_t>(C * Rp));
-  s.m.assign(static_cast<size_t>(Rp), -std::numeric_limits<float>::infinity());
-  s.l.assign(static_cast<size_t>(Rp), 0.0f);
-  s.lo.resize(static_cast<size_t>(Rp));
-  s.hi.resize(static_cast<size_t>(Rp));
-  s.kp.resize(C);
-  s.vp.resize(C);
-  float* qt = s.a.data();
-  float* acc = s.b.data();
-  float* sc = s.c.data();
-  int32_t* lo = s.lo.data();
-  int32_t* hi = s.hi.data();
-
-  // Rows every chunk position is visible to; chunks inside [full_lo, full_hi] skip masking.
-  int64_t full_lo = 0, full_hi = std::numeric_limits<int64_t>::max();
-  for (int64_t r = 0; r < Rp; ++r) {
-    if (r < R) {
-      const int64_t t = tile.t0 + r / ng, h = tile.kv_head * group + tile.g0 + r % ng;
-      const float* qr = job.q + (seq.q_begin + t) * job.q_stride + h * D;
-      for (int64_t k = 0; k < D; ++k) qt[k * Rp + r] = qr[k] * p.scale;
-      const int64_t pos = seq.positions[t];
-      lo[r] = static_cast<int32_t>(attention_detail::window_lo(pos, p.sliding_window));
-      hi[r] = static_cast<int32_t>(pos);
-      full_lo = std::max<int64_t>(full_lo, lo[r]);
-      full_hi = std::min<int64_t>(full_hi, pos);
-    } else {  // padding lanes: never valid, never written out
-      for (int64_t k = 0; k < D; ++k) qt[k * Rp + r] = 0.0f;
-      lo[r] = std::numeric_limits<int32_t>::max();
-      hi[r] = -1;
-    }
-  }
-
-  const VF neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
-  const VF one = hn::Set(d, 1.0f);
-  const bool softcap = p.softcap > 0.0f;
-  const VF cap = hn::Set(d, p.softcap);
-  const VF inv_cap = hn::Set(d, softcap ? 1.0f / p.softcap : 0.0f);
-
-  for (int64_t c0 = tile.span_lo; c0 <= tile.span_hi; c0 += C) {
-    const int64_t cn = std::min(C, tile.span_hi - c0 + 1);
-    attention_detail::kv_rows(seq.kv, p.num_kv_heads, D, tile.kv_head, c0, cn, s.kp.data(), s.vp.data());
-    const float* const* kp = s.kp.data();
-    const float* const* vp = s.vp.data();
-
-    // Scores: sc[i][rows] = sum_k qt[k][rows] * K_i[k].
-    int64_t i = 0;
-    for (; i + 4 <= cn; i += 4) {
-      VF a0[NV], a1[NV], a2[NV], a3[NV];
-      for (int v = 0; v < NV; ++v) a0[v] = a1[v] = a2[v] = a3[v] = hn::Zero(d);
-      const float *k0 = kp[i], *k1 = kp[i + 1], *k2 = kp[i + 2], *k3 = kp[i + 3];
-      for (int64_t k = 0; k < D; ++k) {
-        const float* qk = qt + k * Rp;
-        const VF b0 = hn::Set(d, k0[k]), b1 = hn::Set(d, k1[k]), b2 = hn::Set(d, k2[k]), b3 = hn::Set(d, k3[k]);
-        for (int v = 0; v < NV; ++v) {
-          const VF qv = hn::LoadU(d, qk + v * N);
-          a0[v] = hn::MulAdd(qv, b0, a0[v]);
-          a1[v] = hn::MulAdd(qv, b1, a1[v]);
-          a2[v] = hn::MulAdd(qv, b2, a2[v]);
-          a3[v] = hn::MulAdd(qv, b3, a3[v]);
-        }
-      }
-      for (int v = 0; v < NV; ++v) {
-        hn::StoreU(a0[v], d, sc + (i + 0) * Rp + v * N);
-        hn::StoreU(a1[v], d, sc + (i + 1) * Rp + v * N);
-        hn::StoreU(a2[v], d, sc + (i + 2) * Rp + v * N);
-        hn::StoreU(a3[v], d, sc + (i + 3) * Rp + v * N);
-      }
-    }
-    for (; i < cn; ++i) {
-      VF a[NV];
-      for (int v = 0; v < NV; ++v) a[v] = hn::Zero(d);
-      const float* kr = kp[i];
-      for (int64_t k = 0; k < D; ++k) {
-        const VF b = hn::Set(d, kr[k]);
-        for (int v = 0; v < NV; ++v) a[v] = hn::MulAdd(hn::LoadU(d, qt + k * Rp + v * N), b, a[v]);
-      }
-      for (int v = 0; v < NV; ++v) hn::StoreU(a[v], d, sc + i * Rp + v * N);
-    }
-
-    // Softcap, mask, online softmax update, rescale of the accumulator.
-    const bool need_mask = !(c0 >= full_lo && c0 + cn - 1 <= full_hi);
-    bool rescale = false;
-    VF alpha[NV];
-    for (int v = 0; v < NV; ++v) {
-      const auto lo_v = hn::LoadU(di, lo + v * N);
-      const auto hi_v = hn::LoadU(di, hi + v * N);
-      VF mx = neg_inf;
-      for (int64_t j = 0; j < cn; ++j) {
-        float* sp = sc + j * Rp + v * N;
-        VF sv = hn::LoadU(d, sp);
-        if (softcap) sv = hn::Mul(cap, hn::Tanh(d, hn::Mul(sv, inv_cap)));
-        if (need_mask) {
-          const auto pos = hn::Set(di, static_cast<int32_t>(c0 + j));
-          const auto invalid = hn::RebindMask(d, hn::Or(hn::Gt(lo_v, pos), hn::Gt(pos, hi_v)));
-          sv = hn::IfThenElse(invalid, neg_inf, sv);
-        }
-        hn::StoreU(sv, d, sp);
-        mx = hn::Max(mx, sv);
-      }
-      const VF m_old = hn::LoadU(d, s.m.data() + v * N);
-      const VF m_new = hn::Max(m_old, mx);
-      // Rows with nothing visible yet keep m = -inf; subtracting 0 keeps their exp() at 0.
-      const VF safe = hn::IfThenElse(hn::Eq(m_new, neg_inf), hn::Zero(d), m_new);
-      alpha[v] = hn::Exp(d, hn::Sub(m_old, safe));
-      VF sum = hn::Zero(d);
-      for (int64_t j = 0; j < cn; ++j) {
-        float* sp = sc + j * Rp + v * N;
-        const VF pj = hn::Exp(d, hn::Sub(hn::LoadU(d, sp), safe));
-        hn::StoreU(pj, d, sp);
-        sum = hn::Add(sum, pj);
-      }
-      hn::StoreU(m_new, d, s.m.data() + v * N);
-      hn::StoreU(hn::MulAdd(hn::LoadU(d, s.l.data() + v * N), alpha[v], sum), d, s.l.data() + v * N);
-      if (!hn::AllTrue(d, hn::Eq(alpha[v], one))) rescale = true;
-    }
-    if (rescale) {
-      for (int64_t k = 0; k < D; ++k)
-        for (int v = 0; v < NV; ++v) {
-          float* ap = acc + k * Rp + v * N;
-          hn::StoreU(hn::Mul(hn::LoadU(d, ap), alpha[v]), d, ap);
-        }
-    }
-
-    // acc^T[k][rows] += sum_i p[i][rows] * V_i[k], four head dims at a time.
-    int64_t k = 0;
-    for (; k + 4 <= D; k += 4) {
-      VF a0[NV], a1[NV], a2[NV], a3[NV];
-      for (int v = 0; v < NV; ++v) {
-        a0[v] = hn::LoadU(d, acc + (k + 0) * Rp + v * N);
-        a1[v] = hn::LoadU(d, acc + (k + 1) * Rp + v * N);
-        a2[v] = hn::LoadU(d, acc + (k + 2) * Rp + v * N);
-        a3[v] = hn::LoadU(d, acc + (k + 3) * Rp + v * N);
-      }
-      for (int64_t j = 0; j < cn; ++j) {
-        const float* vr = vp[j] + k;
-        const VF b0 = hn::Set(d, vr[0]), b1 = hn::Set(d, vr[1]), b2 = hn::Set(d, vr[2]), b3 = hn::Set(d, vr[3]);
-        for (int v = 0; v < NV; ++v) {
-          const VF pv = hn::LoadU(d, sc + j * Rp + v * N);
-          a0[v] = hn::MulAdd(pv, b0, a0[v]);
-          a1[v] = hn::MulAdd(pv, b1, a1[v]);
-          a2[v] = hn::MulAdd(pv, b2, a2[v]);
-          a3[v] = hn::MulAdd(pv, b3, a3[v]);
-        }
-      }
-      for (int v = 0; v < NV; ++v) {
-        hn::StoreU(a0[v], d, acc + (k + 0) * Rp + v * N);
-        hn::StoreU(a1[v], d, acc + (k + 1) * Rp + v * N);
-        hn::StoreU(a2[v], d, acc + (k + 2) * Rp + v * N);
-        hn::StoreU(a3[v], d, acc + (k + 3) * Rp + v * N);
-      }
-    }
-    for (; k < D; ++k) {
-      VF a[NV];
-      for (int v = 0; v < NV; ++v) a[v] = hn::LoadU(d, acc + k * Rp + v * N);
-      for (int64_t j = 0; j < cn; ++j) {
-        const VF b = hn::Set(d, vp[j][k]);
-        for (int v = 0; v < NV; ++v) a[v] = hn::MulAdd(hn::LoadU(d, sc + j * Rp + v * N), b, a[v]);
-      }
-      for (int v = 0; v < NV; ++v) hn::StoreU(a[v], d, acc + k * Rp + v * N);
-    }
-  }
-
-  for (int64_t r = 0; r < R; ++r) {
-    const int64_t t = tile.t0 + r / ng, h = tile.kv_head * group + tile.g0 + r % ng;
-    float* o = job.out + (seq.q_begin + t) * job.out_stride + h * D;
-    const float inv_l = 1.0f / s.l[static_cast<size_t>(r)];
-    for (int64_t k = 0; k < D; ++k) o[k] = acc[k * Rp + r] * inv_l;
-  }
-}
-
-// --- head_dim in lanes -----------------------------------------------------------------------
-// Buffers: a = q rows [R][D] (pre-scaled), b = acc rows [R][D], c = scores/probabilities [R][chunk].
-
-// Horizontal sums of four vectors, written to out[0..3]. Interleaving pairs within 128-bit
-// blocks, then folding blocks, costs about a third of four separate reductions.
-HWY_INLINE void Sum4(DF d, VF a0, VF a1, VF a2, VF a3, float* out) {
-#if HWY_TARGET == HWY_SCALAR || !HWY_HAVE_FLOAT64
-  out[0] = hn::GetLane(hn::SumOfLanes(d, a0));
-  out[1] = hn::GetLane(hn::SumOfLanes(d, a1));
-  out[2] = hn::GetLane(hn::SumOfLanes(d, a2));
-  out[3] = hn::GetLane(hn::SumOfLanes(d, a3));
+// The first n lanes at p (zeros above), and their store, never touching memory past p + n: a
+// segment at the end of a page may end at the end of its allocation. AVX2 and AVX-512 masked
+// loads and stores do not fault on masked-off lanes; older targets go through a buffer.
+HWY_INLINE VF LoadLanes(DF d, hn::Mask<DF> m, const float* p, int64_t n) {
+#if HWY_TARGET <= HWY_AVX2
+  (void)n;
+  return hn::MaskedLoad(m, d, p);
 #else
-  // Per block: s01 = [a0 0+2, a1 0+2, a0 1+3, a1 1+3], s23 likewise for a2, a3.
-  const VF s01 = hn::Add(hn::InterleaveLower(d, a0, a1), hn::InterleaveUpper(d, a0, a1));
-  const VF s23 = hn::Add(hn::InterleaveLower(d, a2, a3), hn::InterleaveUpper(d, a2, a3));
-  // 64-bit interleave: per block [a0, a1, a2, a3] partial sums.
-  const hn::Repartition<double, DF> dd;
-  const auto w01 = hn::BitCast(dd, s01), w23 = hn::BitCast(dd, s23);
-  const VF s = hn::Add(hn::BitCast(d, hn::InterleaveLower(dd, w01, w23)),
-                       hn::BitCast(d, hn::InterleaveUpper(dd, w01, w23)));
-  HWY_ALIGN float buf[HWY_MAX_BYTES / sizeof(float)];
-  hn::Store(s, d, buf);
-  const size_t N = hn::Lanes(d);
-  float r0 = buf[0], r1 = buf[1], r2 = buf[2], r3 = buf[3];
-  for (size_t b = 4; b < N; b += 4) {
-    r0 += buf[b];
-    r1 += buf[b + 1];
-    r2 += buf[b + 2];
-    r3 += buf[b + 3];
-  }
-  out[0] = r0;
-  out[1] = r1;
-  out[2] = r2;
-  out[3] = r3;
+  if (n == static_cast<int64_t>(hn::Lanes(d))) return hn::LoadU(d, p);
+  HWY_ALIGN float buf[HWY_MAX_BYTES / sizeof(float)] = {};
+  std::copy_n(p, n, buf);
+  return hn::IfThenElseZero(m, hn::Load(d, buf));
 #endif
 }
 
-// Scores of NR rows against K row kr.
-template <int NR>
-HWY_INLINE void DotRows(const float* const* qr, const float* kr, int64_t D, int64_t D_vec, float* out) {
+HWY_INLINE void StoreLanes(DF d, hn::Mask<DF> m, VF v, float* p, int64_t n) {
+#if HWY_TARGET <= HWY_AVX2
+  (void)n;
+  hn::BlendedStore(v, m, d, p);
+#else
+  (void)m;
+  if (n == static_cast<int64_t>(hn::Lanes(d))) return hn::StoreU(v, d, p);
+  HWY_ALIGN float buf[HWY_MAX_BYTES / sizeof(float)];
+  hn::Store(v, d, buf);
+  std::copy_n(buf, n, p);
+#endif
+}
+
+// Scores of NR rows against NS segments: sc[r][seg.i + j] = sum_k q_r[k] * K^T[k][j].
+template <int NR, int NS>
+HWY_INLINE void ScoreBlock(const float* const* qr, const Segment* seg, int64_t D, float* const* sc) {
   const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  VF a[NR];
-  for (int j = 0; j < NR; ++j) a[j] = hn::Zero(d);
-  for (int64_t k = 0; k < D_vec; k += N) {
-    const VF kv = hn::LoadU(d, kr + k);
-    for (int j = 0; j < NR; ++j) a[j] = hn::MulAdd(hn::LoadU(d, qr[j] + k), kv, a[j]);
+  VF acc[NR][NS];
+  hn::Mask<DF> mask[NS];
+  for (int g = 0; g < NS; ++g) mask[g] = hn::FirstN(d, static_cast<size_t>(seg[g].n));
+  for (int r = 0; r < NR; ++r)
+    for (int g = 0; g < NS; ++g) acc[r][g] = hn::Zero(d);
+  for (int64_t k = 0; k < D; ++k) {
+    VF kv[NS];
+    for (int g = 0; g < NS; ++g) kv[g] = LoadLanes(d, mask[g], seg[g].kt + k * seg[g].stride, seg[g].n);
+    for (int r = 0; r < NR; ++r) {
+      const VF q = hn::Set(d, qr[r][k]);
+      for (int g = 0; g < NS; ++g) acc[r][g] = hn::MulAdd(q, kv[g], acc[r][g]);
+    }
   }
-  if constexpr (NR == 4) {
-    Sum4(d, a[0], a[1], a[2], a[3], out);
-  } else {
-    for (int j = 0; j < NR; ++j) out[j] = hn::GetLane(hn::SumOfLanes(d, a[j]));
+  for (int r = 0; r < NR; ++r)
+    for (int g = 0; g < NS; ++g) StoreLanes(d, mask[g], acc[r][g], sc[r] + seg[g].i, seg[g].n);
+}
+
+template <int NR>
+HWY_INLINE void ScoreRows(const float* const* qr, const Segment* seg, int64_t num_seg, int64_t D, float* const* sc) {
+  int64_t g = 0;
+  for (; g + 4 <= num_seg; g += 4) ScoreBlock<NR, 4>(qr, seg + g, D, sc);
+  switch (num_seg - g) {
+    case 3: ScoreBlock<NR, 3>(qr, seg + g, D, sc); break;
+    case 2: ScoreBlock<NR, 2>(qr, seg + g, D, sc); break;
+    case 1: ScoreBlock<NR, 1>(qr, seg + g, D, sc); break;
+    default: break;
   }
-  for (int64_t k = D_vec; k < D; ++k)
-    for (int j = 0; j < NR; ++j) out[j] += qr[j][k] * kr[k];
 }
 
 // acc rows += p[row][i] * V_i over the chunk, for NR rows, KB vectors of head_dim at a time
@@ -409,12 +254,12 @@ HWY_INLINE void AxpyRows(float* const* acc, const float* const* pr, const float*
   for (k = D_vec; k < D; ++k)
     for (int j = 0; j < NR; ++j) {
       float sum = acc[j][k];
-      for (int64_t i = 0; i < cn; ++i) sum += pr[j][i] * vp[i][k];
+      for (int64_t i = 0; i < cn; ++i) sum = std::fma(pr[j][i], vp[i][k], sum);
       acc[j][k] = sum;
     }
 }
 
-void TileDimsInLanes(const Job& job, const Tile& tile, Scratch& s) {
+void TileBody(const Job& job, const Tile& tile, Scratch& s) {
   const DF d;
   const DI di;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -422,10 +267,11 @@ void TileDimsInLanes(const Job& job, const Tile& tile, Scratch& s) {
   const int64_t D = p.head_dim, group = p.num_q_heads / p.num_kv_heads;
   const int64_t D_vec = D / N * N;
   const AttentionSequence& seq = job.seqs[tile.seq];
+  const KvPages& kv = seq.kv;
   const int64_t ng = tile.g1 - tile.g0;
   const int64_t R = (tile.t1 - tile.t0) * ng;
   // Score rows are read in whole vectors: the chunk must be a multiple of the lane count.
-  const int64_t C = std::max<int64_t>(attention_detail::kChunkDimsInLanes, N);
+  const int64_t C = std::max<int64_t>(attention_detail::kChunk, N);
 
   s.a.resize(static_cast<size_t>(R * D));
   s.b.assign(static_cast<size_t>(R * D), 0.0f);
@@ -434,15 +280,15 @@ void TileDimsInLanes(const Job& job, const Tile& tile, Scratch& s) {
   s.l.assign(static_cast<size_t>(R), 0.0f);
   s.lo.resize(static_cast<size_t>(R));
   s.hi.resize(static_cast<size_t>(R));
-  // Row pointers of the current chunk and of the next one, whose rows are prefetched while
-  // the current chunk computes: a kv head's rows are num_kv_heads * head_dim floats apart,
-  // a stride the hardware prefetcher follows poorly across 4 KiB pages.
-  s.kp.resize(2 * C);
-  s.vp.resize(2 * C);
-  const float** kp = s.kp.data();
+  s.seg.resize(static_cast<size_t>(2 * C));
+  // V row pointers of the current chunk and of the next one, whose V rows and K^T lines are
+  // prefetched while the current chunk computes: a kv head's V rows are num_kv_heads * head_dim
+  // floats apart, a stride the hardware prefetcher follows poorly across 4 KiB pages.
+  s.vp.resize(static_cast<size_t>(2 * C));
   const float** vp = s.vp.data();
-  const float** kp_next = kp + C;
   const float** vp_next = vp + C;
+  Segment* seg = s.seg.data();
+  Segment* seg_next = seg + C;
   const int64_t row_bytes = D * static_cast<int64_t>(sizeof(float));
   for (int64_t r = 0; r < R; ++r) {
     const int64_t t = tile.t0 + r / ng, h = tile.kv_head * group + tile.g0 + r % ng;
@@ -458,40 +304,50 @@ void TileDimsInLanes(const Job& job, const Tile& tile, Scratch& s) {
   const VF cap = hn::Set(d, p.softcap);
   const VF inv_cap = hn::Set(d, softcap ? 1.0f / p.softcap : 0.0f);
   const float* q_rows[4];
+  float* sc_rows[4];
   float* acc_rows[4];
   const float* p_rows[4];
-  float dots[4];
 
-  // Chunks start at absolute multiples of C, not at the tile's first position, so a
-  // query row goes through the same online-softmax steps whatever rows share its
-  // tile: a request's output does not depend on its batch mates or on chunking.
   const int64_t first = tile.span_lo - tile.span_lo % C;
-  attention_detail::kv_rows(seq.kv, p.num_kv_heads, D, tile.kv_head, first,
-                            std::min(C, tile.span_hi - first + 1), kp, vp);
+  int64_t num_seg =
+      attention_detail::plan_segments(kv, tile.kv_head, D, first, std::min(C, tile.span_hi - first + 1), N, seg);
+  attention_detail::v_rows(kv, p.num_kv_heads, D, tile.kv_head, first, std::min(C, tile.span_hi - first + 1), vp);
   for (int64_t c0 = first; c0 <= tile.span_hi; c0 += C) {
     const int64_t cn = std::min(C, tile.span_hi - c0 + 1);
     const int64_t next_cn = std::min(C, tile.span_hi - (c0 + C) + 1);
-    if (next_cn > 0)
-      attention_detail::kv_rows(seq.kv, p.num_kv_heads, D, tile.kv_head, c0 + C, next_cn, kp_next, vp_next);
-
-    for (int64_t i = 0; i < cn; ++i) {
-      const float* kr = kp[i];
-      if (i < next_cn) {
-        for (int64_t b = 0; b < row_bytes; b += 64) {
-          hwy::Prefetch(reinterpret_cast<const char*>(kp_next[i]) + b);
-          hwy::Prefetch(reinterpret_cast<const char*>(vp_next[i]) + b);
-        }
+    int64_t next_seg = 0;
+    if (next_cn > 0) {
+      next_seg = attention_detail::plan_segments(kv, tile.kv_head, D, c0 + C, next_cn, N, seg_next);
+      attention_detail::v_rows(kv, p.num_kv_heads, D, tile.kv_head, c0 + C, next_cn, vp_next);
+      for (int64_t i = 0; i < next_cn; ++i)
+        for (int64_t b = 0; b < row_bytes; b += 64) hwy::Prefetch(reinterpret_cast<const char*>(vp_next[i]) + b);
+      for (int64_t g = 0; g < next_seg; ++g) {
+        if (!seg_next[g].kt) continue;
+        for (int64_t k = 0; k < D; ++k) hwy::Prefetch(seg_next[g].kt + k * seg_next[g].stride);
       }
-      for (int64_t r = 0; r < R; r += 4) {
-        const int64_t nr = std::min<int64_t>(4, R - r);
-        for (int64_t j = 0; j < nr; ++j) q_rows[j] = s.a.data() + (r + j) * D;
-        switch (nr) {
-          case 4: DotRows<4>(q_rows, kr, D, D_vec, dots); break;
-          case 3: DotRows<3>(q_rows, kr, D, D_vec, dots); break;
-          case 2: DotRows<2>(q_rows, kr, D, D_vec, dots); break;
-          default: DotRows<1>(q_rows, kr, D, D_vec, dots); break;
-        }
-        for (int64_t j = 0; j < nr; ++j) s.c[static_cast<size_t>((r + j) * C + i)] = dots[j];
+    }
+
+    // Segments of a page no longer held score 0 here and are masked below.
+    int64_t live = 0;
+    for (int64_t g = 0; g < num_seg; ++g) {
+      if (seg[g].kt) {
+        seg[live++] = seg[g];
+      } else {
+        for (int64_t r = 0; r < R; ++r)
+          std::fill_n(s.c.data() + r * C + seg[g].i, seg[g].n, 0.0f);
+      }
+    }
+    for (int64_t r = 0; r < R; r += 4) {
+      const int64_t nr = std::min<int64_t>(4, R - r);
+      for (int64_t j = 0; j < nr; ++j) {
+        q_rows[j] = s.a.data() + (r + j) * D;
+        sc_rows[j] = s.c.data() + (r + j) * C;
+      }
+      switch (nr) {
+        case 4: ScoreRows<4>(q_rows, seg, live, D, sc_rows); break;
+        case 3: ScoreRows<3>(q_rows, seg, live, D, sc_rows); break;
+        case 2: ScoreRows<2>(q_rows, seg, live, D, sc_rows); break;
+        default: ScoreRows<1>(q_rows, seg, live, D, sc_rows); break;
       }
     }
 
@@ -541,7 +397,8 @@ void TileDimsInLanes(const Job& job, const Tile& tile, Scratch& s) {
         default: AxpyRows<1>(acc_rows, p_rows, vp, cn, D, D_vec); break;
       }
     }
-    std::swap(kp, kp_next);
+    std::swap(seg, seg_next);
+    num_seg = next_seg;
     std::swap(vp, vp_next);
   }
 
@@ -554,15 +411,6 @@ void TileDimsInLanes(const Job& job, const Tile& tile, Scratch& s) {
   }
 }
 
-void RunTile(const Job& job, const Tile& tile, Scratch& s) {
-  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  // Every tile takes the per-row path: which path a row took must not depend on
-  // how many rows share its tile, or batching would change its result. The
-  // rows-in-lanes path (TileRowsInLanes) is faster for long prefills but not
-  // batch-invariant; prefill attention is a few % of a prefill step.
-  (void)N;
-  TileDimsInLanes(job, tile, s);
-}
 
 void PagedAttention(const float* q, int64_t q_stride, const AttentionSequence* seqs, int64_t num_seqs,
                     const AttentionParams& p, float* out, int64_t out_stride, ThreadPool* pool) {
@@ -590,7 +438,7 @@ void PagedAttention(const float* q, int64_t q_stride, const AttentionSequence* s
     thread_local Scratch scratch;
     for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < num_tiles;
          i = next.fetch_add(1, std::memory_order_relaxed))
-      RunTile(job, tile_list[i], scratch);
+      TileBody(job, tile_list[i], scratch);
   };
   if (threads == 1 || num_tiles == 1 || total * p.head_dim < attention_detail::kMinParallelFlops) {
     work(0, 1, 0);

@@ -17,8 +17,8 @@ void paged_attention_ref(const float* q, int64_t q_stride, const AttentionSequen
   for (int64_t s = 0; s < num_seqs; ++s) {
     const AttentionSequence& seq = seqs[s];
     const KvPages& kv = seq.kv;
-    auto k_row = [&](int64_t pos, int64_t kvh) {
-      return kv.k_pages[pos / kv.page_size] + ((pos % kv.page_size) * p.num_kv_heads + kvh) * D;
+    auto k_at = [&](int64_t pos, int64_t kvh, int64_t d) {
+      return kv.k_pages[pos / kv.page_size][k_page_index(pos % kv.page_size, kvh, d, kv.page_size, D)];
     };
     auto v_row = [&](int64_t pos, int64_t kvh) {
       return kv.v_pages[pos / kv.page_size] + ((pos % kv.page_size) * p.num_kv_heads + kvh) * D;
@@ -32,9 +32,8 @@ void paged_attention_ref(const float* q, int64_t q_stride, const AttentionSequen
         scores.assign(static_cast<size_t>(pos - lo + 1), 0.0);
         double mx = -std::numeric_limits<double>::infinity();
         for (int64_t c = lo; c <= pos; ++c) {
-          const float* kr = k_row(c, kvh);
           double dot = 0;
-          for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(qr[d]) * kr[d];
+          for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(qr[d]) * k_at(c, kvh, d);
           double sc = dot * p.scale;
           if (p.softcap > 0) sc = p.softcap * std::tanh(sc / p.softcap);
           scores[static_cast<size_t>(c - lo)] = sc;

@@ -12,7 +12,9 @@
 namespace loom::cpu {
 
 // K/V of one sequence for one layer, stored in fixed-size pages. Logical page p holds positions
-// [p*page_size, (p+1)*page_size); each page is [page_size, num_kv_heads, head_dim] f32 row-major.
+// [p*page_size, (p+1)*page_size). A V page is [page_size, num_kv_heads, head_dim] f32 row-major;
+// a K page is transposed, [num_kv_heads, head_dim, page_size], so the scores of consecutive
+// positions are one vector load per head dim (k_page_index / v_page_index).
 // Entries may be null for pages no longer needed (sliding-window ring): never read.
 struct KvPages {
   const float* const* k_pages;
@@ -21,6 +23,14 @@ struct KvPages {
   int64_t page_size;
   int64_t num_tokens;  // positions [0, num_tokens) hold written K/V
 };
+
+// Element (position-in-page off, kv head kvh, dim d) of a K / V page.
+inline int64_t k_page_index(int64_t off, int64_t kvh, int64_t d, int64_t page_size, int64_t head_dim) {
+  return (kvh * head_dim + d) * page_size + off;
+}
+inline int64_t v_page_index(int64_t off, int64_t kvh, int64_t d, int64_t num_kv_heads, int64_t head_dim) {
+  return (off * num_kv_heads + kvh) * head_dim + d;
+}
 
 struct AttentionSequence {
   int64_t q_begin;           // first row of this sequence's queries in q / out
