@@ -1,6 +1,7 @@
 // The KV memory of the paged cache: a fixed budget of pages, reserved once and
 // handed out as reference-counted blocks. A page holds page_size positions of
-// one layer's K and V ([page_size, num_kv_heads, head_dim] f32 each). A block is
+// one layer's K and V (page_size × num_kv_heads × head_dim f32 each; the layout inside a
+// page is the attention kernel's, see runtime/cpu/attention.h). A block is
 // one page for every layer of a layer group — the full-attention layers, or the
 // sliding-window layers of one window size — so for a model without sliding
 // layers a block is one page per layer. Pages are the unit of the budget: blocks
