@@ -15,6 +15,7 @@
 // Each case runs once (a run is long); compare the gen_tok_per_s counters.
 // LOOM_BENCH_ONE_AT_A_TIME_EVERY=k runs one-at-a-time on every k-th request
 // only (its rate per token is what matters; all 64 take ~15 min on 2 cores).
+// LOOM_BENCH_PROFILE=1 prints, after each case, its time per op and scope (stderr).
 // BM_DecodeAtBatch: LOOM_BENCH_CONCURRENT (32), LOOM_BENCH_DECODE_STEPS (16);
 // it also reports this machine's bound for that step, computed as the issue
 // does: weight bytes ÷ measured read bandwidth + the step's multiply-adds ÷
@@ -23,6 +24,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <random>
@@ -36,6 +38,7 @@
 #include "loom/models/model.h"
 #include "loom/runtime/cpu/machine_bounds.h"
 #include "loom/runtime/kv_cache_contiguous.h"
+#include "loom/runtime/op_profile.h"
 
 namespace loom::batching {
 namespace {
@@ -77,7 +80,22 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Starts the per-op profile of a case when LOOM_BENCH_PROFILE is set.
+const char* g_profiled_case = "";
+void start_profile(const char* name) {
+  g_profiled_case = name;
+  runtime::OpProfile& p = runtime::OpProfile::global();
+  p.reset();
+  p.set_enabled(env_int("LOOM_BENCH_PROFILE", 0) != 0);
+}
+
 void report(benchmark::State& state, int64_t generated, double seconds) {
+  runtime::OpProfile& p = runtime::OpProfile::global();
+  if (p.enabled()) {
+    std::fprintf(stderr, "\n%s, time per op:\n%s\n", g_profiled_case, p.table(30).c_str());
+    p.set_enabled(false);
+    p.reset();
+  }
   state.SetIterationTime(seconds);
   state.counters["gen_tok_per_s"] = static_cast<double>(generated) / seconds;
   state.counters["generated"] = static_cast<double>(generated);
@@ -87,6 +105,7 @@ void BM_OneAtATime(benchmark::State& state) {
   Setup& s = setup();
   const int64_t every = std::max<int64_t>(1, env_int("LOOM_BENCH_ONE_AT_A_TIME_EVERY", 1));
   for (auto _ : state) {
+    start_profile("one at a time");
     const auto t0 = std::chrono::steady_clock::now();
     int64_t generated = 0;
     for (size_t i = 0; i < s.prompts.size(); i += static_cast<size_t>(every)) {
@@ -109,6 +128,7 @@ void BM_Static(benchmark::State& state) {
   size_t longest = 0;
   for (const auto& p : s.prompts) longest = std::max(longest, p.size());
   for (auto _ : state) {
+    start_profile("static");
     const auto t0 = std::chrono::steady_clock::now();
     runtime::ContiguousKvCache cache(s.runner->kv_layout(), static_cast<int>(b), static_cast<int64_t>(longest) + s.new_tokens);
     // Left-padded to the longest prompt (the pad positions are computed too, as in a padded batch).
@@ -157,6 +177,7 @@ void BM_Continuous(benchmark::State& state) {
   GenerateBatchOptions opts;
   opts.warmup = false;
   for (auto _ : state) {
+    start_profile("continuous");
     const auto t0 = std::chrono::steady_clock::now();
     const BatchResult r = generate_batch(s.runner, inputs, gc, cfg, opts).value();
     int64_t generated = 0;
@@ -186,6 +207,7 @@ void BM_DecodeAtBatch(benchmark::State& state) {
     for (int64_t i = 0; i < b; ++i) chunks.push_back({seqs[static_cast<size_t>(i)].data(), prompt, 0});
     Tensor logits = s.runner->step(chunks, cache).value();
     std::vector<int32_t> next(static_cast<size_t>(b));
+    start_profile("decode at batch");
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t step = 0; step < steps; ++step) {
       const float* rows = logits.data_as<float>();

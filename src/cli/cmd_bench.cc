@@ -1,7 +1,8 @@
 // `loom bench`: prefill and decode throughput of one request (batch 1) on random
 // prompt ids, printed as a table, then how close each gets to what this machine
 // allows: decode against memory read bandwidth (every weight byte is read once
-// per token), prefill against the GEMM throughput of oneDNN's matmul.
+// per token), prefill against the GEMM throughput of oneDNN's matmul. --profile adds
+// where each phase's time goes, per op and layer-independent scope.
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -13,6 +14,7 @@
 #include "loom/graph/step_cost.h"
 #include "loom/runtime/cpu/cpu_features.h"
 #include "loom/runtime/cpu/machine_bounds.h"
+#include "loom/runtime/op_profile.h"
 
 namespace loom::cli {
 
@@ -23,6 +25,7 @@ struct BenchFlags {
   int64_t decode_tokens = 128;
   int repeats = 1;
   bool bounds = true;
+  bool profile = false;
 };
 
 void print_bounds(const BenchFlags& f, const models::Model& model, ThreadPool& pool, double prefill_tps,
@@ -76,11 +79,22 @@ void run_bench(const BenchFlags& f) {
   for (auto& id : prompt) id = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
 
   double best_prefill = 0, best_decode = 0;
+  // The profile is of the last run. Timing a node costs two clock reads and a map update,
+  // microseconds against a step's tens of milliseconds.
+  runtime::OpProfile& profile = runtime::OpProfile::global();
+  std::string prefill_profile, decode_profile;
   for (int rep = 0; rep < f.repeats; ++rep) {
+    const bool profiled = f.profile && rep + 1 == f.repeats;
     runtime::ContiguousKvCache cache(runner->kv_layout(), 1, f.prompt_tokens + f.decode_tokens + 1);
+    profile.reset();
+    profile.set_enabled(profiled);
     auto t0 = Clock::now();
     Tensor logits = runner->step({{prompt.data(), f.prompt_tokens, 0}}, cache).value();
     const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (profiled) {
+      prefill_profile = profile.table();
+      profile.reset();
+    }
     int32_t next = 0;
     {
       const float* l = logits.data_as<float>();
@@ -95,6 +109,11 @@ void run_bench(const BenchFlags& f) {
       next = best;
     }
     const double decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
+    if (profiled) {
+      decode_profile = profile.table();
+      profile.set_enabled(false);
+      profile.reset();
+    }
     best_prefill = std::max(best_prefill, f.prompt_tokens / prefill_s);
     best_decode = std::max(best_decode, f.decode_tokens / decode_s);
   }
@@ -109,6 +128,12 @@ void run_bench(const BenchFlags& f) {
               cpu::isa_name().c_str(), runner->backend_name().c_str(), best_prefill, best_decode, load_s);
   std::fflush(stdout);
   if (f.bounds) print_bounds(f, *model, runner->pool(), best_prefill, best_decode);
+  if (f.profile) {
+    std::printf("\nPrefill of %lld tokens, time per op:\n%s", static_cast<long long>(f.prompt_tokens),
+                prefill_profile.c_str());
+    std::printf("\nDecode of %lld tokens, time per op:\n%s", static_cast<long long>(f.decode_tokens),
+                decode_profile.c_str());
+  }
 }
 }  // namespace
 
@@ -121,6 +146,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--repeats", f->repeats, "Runs; the best is reported")->check(CLI::PositiveNumber);
   cmd->add_flag("!--no-bounds", f->bounds,
                 "Skip measuring this machine's bounds (read bandwidth, oneDNN matmul) and loom's share of them");
+  cmd->add_flag("--profile", f->profile,
+                "Also print where prefill and decode time goes, per op and scope (times the last run's every node)");
   cmd->callback([f] { run_bench(*f); });
 }
 

@@ -1,7 +1,10 @@
 #include "loom/runtime/executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
+
+#include "loom/runtime/op_profile.h"
 
 namespace loom::runtime {
 
@@ -165,7 +168,15 @@ Status Executor::run(const std::vector<std::pair<std::string, Tensor>>& inputs, 
       values[static_cast<size_t>(o)] = t;
       args.out.push_back(t);
     }
+    OpProfile& profile = OpProfile::global();
+    const bool timed = profile.enabled();
+    const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     Status st = kernels_[static_cast<size_t>(n.id)]->run(args);
+    if (timed) {
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const int64_t rows = !args.out.empty() && args.out[0].rank() > 0 ? args.out[0].dim(0) : 1;
+      profile.add(n.op, n.scope, rows, seconds);
+    }
     if (!st.ok()) return st.with_context(n.op + (n.scope.empty() ? "" : " in " + n.scope));
   }
   outputs->clear();

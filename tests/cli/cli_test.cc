@@ -118,6 +118,21 @@ TEST(Cli, BenchPrintsATable) {
   EXPECT_NE(r.out.find("| LlamaForCausalLM |"), std::string::npos) << r.out;
 }
 
+TEST(Cli, BenchProfileSaysWhereEachPhaseSpendsItsTime) {
+  CommandResult r = loom("bench --model " + fixture("llama-f32") + " --prompt-tokens 32 --decode-tokens 4 --no-bounds --profile");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const size_t prefill = r.out.find("Prefill of 32 tokens, time per op:");
+  const size_t decode = r.out.find("Decode of 4 tokens, time per op:");
+  ASSERT_NE(prefill, std::string::npos) << r.out;
+  ASSERT_NE(decode, std::string::npos) << r.out;
+  EXPECT_LT(prefill, decode);
+  // Layer indices folded into '*'; decode rows are single tokens, each layer's matmul called once per token.
+  EXPECT_NE(r.out.find("| linear | model.layers.*.mlp.down_proj | 2-64 | "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| attention | model.layers.*.self_attn | 1 | "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| total |"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("model.layers.0."), std::string::npos) << r.out;
+}
+
 // `loom batch`: one output line per input (per sequence with
 // num_return_sequences), in input order, greedy lines equal to `loom generate`,
 // a bad line failing alone.
