@@ -112,6 +112,7 @@ void BM_OneAtATime(benchmark::State& state) {
       const auto& p = s.prompts[i];
       GenerateOptions o;
       o.max_new_tokens = s.new_tokens;
+      o.logprobs = false;  // as generate_batch without return_logprobs
       generated += static_cast<int64_t>(generate(*s.runner, p, o).value().generated_ids.size());
     }
     report(state, generated, seconds_since(t0));

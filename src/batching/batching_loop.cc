@@ -334,7 +334,7 @@ void ContinuousBatchingManager::fork_sequences(RequestState* parent, const float
 
 bool ContinuousBatchingManager::sample_into(RequestState* r, float* row) {
   {
-    const generation::SampledToken tok = generation::sample_next(row, vocab_, r->sampling, r->tokens, r->rng);
+    const generation::SampledToken tok = generation::sample_next(row, vocab_, r->sampling, r->tokens, r->rng, cfg_.return_logprobs);
     r->tokens.push_back(tok.id);
     if (cfg_.return_logprobs) r->logprobs.push_back(tok.logprob);
     if (r->record_timestamps) r->timestamps.push_back(wall_seconds());

@@ -42,9 +42,9 @@ Result<GenerateResult> generate(ModelRunner& runner, const std::vector<int32_t>&
       r.timings.decode_steps += 1;
     }
     const generation::SampledToken tok =
-        generation::sample_next(logits.data_as<float>(), vocab, o.sampling, context, rng);
+        generation::sample_next(logits.data_as<float>(), vocab, o.sampling, context, rng, o.logprobs);
     r.generated_ids.push_back(tok.id);
-    r.logprobs.push_back(tok.logprob);
+    if (o.logprobs) r.logprobs.push_back(tok.logprob);
     context.push_back(tok.id);
 
     const bool is_eos = std::find(o.eos_token_ids.begin(), o.eos_token_ids.end(), tok.id) != o.eos_token_ids.end();

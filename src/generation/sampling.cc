@@ -77,15 +77,18 @@ int32_t argmax(const float* logits, int64_t vocab) {
 }  // namespace
 
 SampledToken sample_next(float* logits, int64_t vocab, const SamplingParams& p, const std::vector<int32_t>& context,
-                         Rng& rng) {
-  // The logprob reported is that of the raw model distribution, as the OpenAI API does.
+                         Rng& rng, bool with_logprob) {
+  // The logprob reported is that of the raw model distribution, as the OpenAI API does:
+  // a copy is kept only when the penalty is about to change the logits.
   std::vector<float> raw;
-  raw.assign(logits, logits + vocab);
+  const bool penalized = p.repetition_penalty != 1.0f && !context.empty();
+  if (with_logprob && penalized) raw.assign(logits, logits + vocab);
+  const float* unprocessed = raw.empty() ? logits : raw.data();
   apply_repetition_penalty(logits, vocab, context, p.repetition_penalty);
   SampledToken out;
   if (p.greedy()) {
     out.id = argmax(logits, vocab);
-    out.logprob = token_logprob(raw.data(), vocab, out.id);
+    if (with_logprob) out.logprob = token_logprob(unprocessed, vocab, out.id);
     return out;
   }
   const float inv_t = 1.0f / p.temperature;
@@ -143,7 +146,7 @@ SampledToken sample_next(float* logits, int64_t vocab, const SamplingParams& p, 
     }
   }
   out.id = idx[chosen];
-  out.logprob = token_logprob(raw.data(), vocab, out.id);
+  if (with_logprob) out.logprob = token_logprob(unprocessed, vocab, out.id);
   return out;
 }
 

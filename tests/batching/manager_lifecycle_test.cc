@@ -320,6 +320,14 @@ TEST_F(ManagerTest, PerRequestSamplingSeedsAndStopStrings) {
   g.seed = 2024;
   DigitText text;
   const GenerateResult ref = generate(*runner_, p, g, &text).value();
+  {  // Without logprobs: the same tokens, none of the vocabulary passes.
+    GenerateOptions quiet = g;
+    quiet.logprobs = false;
+    DigitText t;
+    const GenerateResult r = generate(*runner_, p, quiet, &t).value();
+    EXPECT_EQ(r.generated_ids, ref.generated_ids);
+    EXPECT_TRUE(r.logprobs.empty());
+  }
   // Stop at the digit the reference shows third: generation must end right there.
   g.stop_strings = {ref.text.substr(2, 1)};
   DigitText text2;

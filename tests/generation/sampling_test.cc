@@ -84,6 +84,23 @@ TEST(Sampling, LogprobIsOfRawDistribution) {
   EXPECT_NEAR(token_logprob(l.data(), 2, 1), std::log(0.75), 1e-6);
 }
 
+TEST(Sampling, SampledLogprobIgnoresThePenaltyAndIsSkippedOnRequest) {
+  // Token 1 wins greedily even after the penalty halves its logit; its logprob is that of
+  // the unpenalised logits, and asking for none leaves it 0 with the same token.
+  const std::vector<float> base = {0.0f, std::log(3.0f) * 4};
+  SamplingParams p;
+  p.repetition_penalty = 2.0f;
+  Rng rng(1);
+  auto l = base;
+  const SampledToken with = sample_next(l.data(), 2, p, {1}, rng);
+  EXPECT_EQ(with.id, 1);
+  EXPECT_NEAR(with.logprob, token_logprob(base.data(), 2, 1), 1e-6);
+  l = base;
+  const SampledToken without = sample_next(l.data(), 2, p, {1}, rng, /*with_logprob=*/false);
+  EXPECT_EQ(without.id, 1);
+  EXPECT_EQ(without.logprob, 0.0f);
+}
+
 TEST(Sampling, ValidateNamesTheField) {
   SamplingParams p;
   p.top_p = 0;

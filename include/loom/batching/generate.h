@@ -29,6 +29,9 @@ struct GenerateOptions {
   uint64_t seed = 0;
   std::vector<int32_t> eos_token_ids;
   std::vector<std::string> stop_strings;  // need a TextStream
+  // Log-probability of each token under the raw distribution (GenerateResult::logprobs,
+  // TokenEvent::logprob): a pass over the vocabulary per token. Off: empty / 0.
+  bool logprobs = true;
 };
 
 struct TokenEvent {

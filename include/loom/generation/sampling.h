@@ -47,9 +47,11 @@ struct SampledToken {
 void apply_repetition_penalty(float* logits, int64_t vocab, const std::vector<int32_t>& context, float penalty);
 
 // Picks the next token from `logits` (modified in place). `context` (prompt +
-// generated tokens) feeds the repetition penalty.
+// generated tokens) feeds the repetition penalty. with_logprob: also fill
+// SampledToken::logprob, a log-sum-exp over the whole vocabulary (1-2 ms for
+// 128K entries); without it logprob stays 0.
 SampledToken sample_next(float* logits, int64_t vocab, const SamplingParams& params,
-                         const std::vector<int32_t>& context, Rng& rng);
+                         const std::vector<int32_t>& context, Rng& rng, bool with_logprob = true);
 
 // log softmax of one logit: logits[id] - logsumexp(logits).
 float token_logprob(const float* logits, int64_t vocab, int32_t id);
