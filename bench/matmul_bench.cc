@@ -164,7 +164,7 @@ void register_all() {
   }
   // Row sweep for the streaming/blocked switch (stream_max_rows in matmul.cc): the
   // same layer with each strategy forced; 14336→1024 has panels too big for L2.
-  for (const LinearShape& s : {LinearShape{2048, 8192}, LinearShape{14336, 1024}}) {
+  for (const LinearShape& s : {LinearShape{2048, 8192}, LinearShape{8192, 2048}, LinearShape{2048, 2048}, LinearShape{2048, 128256}, LinearShape{14336, 1024}}) {
     for (DType dt : {DType::kBF16, DType::kF32}) {
       for (int64_t M : {1, 4, 8, 16, 32, 64, 128}) {
         for (bool stream : {true, false}) {
