@@ -12,6 +12,9 @@
 // Workload knobs (defaults from issue 5): LOOM_BENCH_REQUESTS=64,
 // LOOM_BENCH_PROMPT_MIN=128, LOOM_BENCH_PROMPT_MAX=512, LOOM_BENCH_NEW_TOKENS=128,
 // LOOM_BENCH_PREFIX=1000 (TTFT), LOOM_BENCH_MAX_BATCH_TOKENS=512.
+// LOOM_BENCH_NEW_TOKENS_MIN=m draws each request's length uniformly from
+// [m, LOOM_BENCH_NEW_TOKENS] instead (as if EOS came at different times): a static
+// batch then decodes until its longest request is done.
 // Each case runs once (a run is long); compare the gen_tok_per_s counters.
 // LOOM_BENCH_ONE_AT_A_TIME_EVERY=k runs one-at-a-time on every k-th request
 // only (its rate per token is what matters; all 64 take ~15 min on 2 cores).
@@ -52,7 +55,8 @@ struct Setup {
   std::shared_ptr<const models::Model> model;
   std::shared_ptr<ModelRunner> runner;
   std::vector<std::vector<int32_t>> prompts;
-  int64_t new_tokens = 0;
+  int64_t new_tokens = 0;             // the longest request's
+  std::vector<int64_t> lengths;       // tokens each request generates
 };
 
 Setup& setup() {
@@ -71,6 +75,11 @@ Setup& setup() {
       for (auto& t : p) t = tok(rng);
       x.prompts.push_back(std::move(p));
     }
+    const int64_t shortest = std::min(env_int("LOOM_BENCH_NEW_TOKENS_MIN", x.new_tokens), x.new_tokens);
+    std::mt19937 len_rng(2);
+    for (int64_t i = 0; i < n; ++i)
+      x.lengths.push_back(shortest + static_cast<int64_t>(len_rng() % static_cast<uint32_t>(x.new_tokens - shortest + 1)));
+    x.new_tokens = *std::max_element(x.lengths.begin(), x.lengths.end());
     return x;
   }();
   return s;
@@ -111,7 +120,7 @@ void BM_OneAtATime(benchmark::State& state) {
     for (size_t i = 0; i < s.prompts.size(); i += static_cast<size_t>(every)) {
       const auto& p = s.prompts[i];
       GenerateOptions o;
-      o.max_new_tokens = s.new_tokens;
+      o.max_new_tokens = s.lengths[i];
       o.logprobs = false;  // as generate_batch without return_logprobs
       generated += static_cast<int64_t>(generate(*s.runner, p, o).value().generated_ids.size());
     }
@@ -146,8 +155,10 @@ void BM_Static(benchmark::State& state) {
     int64_t generated = 0;
     for (int64_t step = 0; step < s.new_tokens; ++step) {
       const float* rows = logits.data_as<float>();
-      for (int64_t i = 0; i < b; ++i) next[static_cast<size_t>(i)] = argmax(rows + i * s.model->vocab_size(), s.model->vocab_size());
-      generated += b;
+      for (int64_t i = 0; i < b; ++i) {
+        next[static_cast<size_t>(i)] = argmax(rows + i * s.model->vocab_size(), s.model->vocab_size());
+        if (step < s.lengths[static_cast<size_t>(i)]) ++generated;  // later tokens are the batch waiting
+      }
       if (step + 1 == s.new_tokens) break;
       chunks.clear();
       for (int64_t i = 0; i < b; ++i)
@@ -155,6 +166,18 @@ void BM_Static(benchmark::State& state) {
       logits = s.runner->step(chunks, cache).value();
     }
     report(state, generated, seconds_since(t0));
+    // Weight multiply-adds of this run over those continuous batching needs for the same
+    // requests (attention left out): the speed-up it can get from skipping padding and
+    // waiting alone, at equal kernel speed.
+    const graph::StepCost cost = graph::step_cost(*s.model->step_graph());
+    const double tok = cost.per_token_matrix_elements, seq = cost.per_sequence_matrix_elements;
+    double needed = 0;
+    for (size_t i = 0; i < s.prompts.size(); ++i)
+      needed += static_cast<double>(s.prompts[i].size()) * tok + seq +
+                static_cast<double>(s.lengths[i] - 1) * (tok + seq);
+    const double done = static_cast<double>(b) * (static_cast<double>(longest) * tok + seq) +
+                        static_cast<double>(s.new_tokens - 1) * static_cast<double>(b) * (tok + seq);
+    state.counters["work_vs_continuous"] = done / needed;
   }
 }
 
@@ -164,7 +187,7 @@ void BM_Continuous(benchmark::State& state) {
   for (const auto& p : s.prompts) {
     BatchInput in;
     in.input_ids = p;
-    in.options.max_new_tokens = s.new_tokens;
+    in.options.max_new_tokens = s.lengths[inputs.size()];
     inputs.push_back(std::move(in));
   }
   ContinuousBatchingConfig cfg;
