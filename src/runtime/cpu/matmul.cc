@@ -122,14 +122,20 @@ void stream_panels(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0
   TileFn fn = dt == DType::kF32 ? pb.kt->f32 : dt == DType::kF16 ? pb.kt->f16 : pb.x_bf16 ? pb.kt->bf16_dot : pb.kt->bf16;
   // Panels per group: as many as the first (largest) row tile may take, so a
   // group's weights stay in L2 for the row tiles after it as a single panel did.
-  const int first_mr = static_cast<int>(std::min<int64_t>(pb.kt->max_mr, m_end - m_begin));
+  // Row tiles of balanced sizes (32 rows: 11+11+10, not 12+12+8): a short last tile
+  // widens the same weights for fewer multiply-adds. Tile sizes never change a result.
+  const int64_t rows = m_end - m_begin;
+  if (rows <= 0) return;
+  const int64_t tiles = (rows + pb.kt->max_mr - 1) / pb.kt->max_mr;
+  const int64_t base_mr = rows / tiles, extra = rows % tiles;
+  const int first_mr = static_cast<int>(base_mr + (extra > 0 ? 1 : 0));
   int group = pb.kt->stream_panels && !pb.x_bf16 ? pb.kt->stream_panels(first_mr) : 1;
   if (const int limit = g_stream_panels_limit.load(std::memory_order_relaxed); limit > 0) group = std::min(group, limit);
   for (int64_t p = p0; p < p1;) {
     // Tiles take 1, 2 or 4 panels.
     const int64_t left = p1 - p;
     const int np = group >= 4 && left >= 4 ? 4 : group >= 2 && left >= 2 ? 2 : 1;
-    for (int64_t m0 = m_begin; m0 < m_end; m0 += pb.kt->max_mr) {
+    for (int64_t i = 0, m0 = m_begin; i < tiles; m0 += base_mr + (i < extra ? 1 : 0), ++i) {
       TileArgs t;
       if (pb.x_bf16) {
         t.a = pb.x_bf16 + m0 * pb.x_bf16_stride;
@@ -142,7 +148,7 @@ void stream_panels(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0
       t.k = K;
       t.c = pb.y + m0 * pb.y_stride + p * kNr;
       t.ldc = pb.y_stride;
-      t.mr = static_cast<int>(std::min<int64_t>(pb.kt->max_mr, m_end - m0));
+      t.mr = static_cast<int>(base_mr + (i < extra ? 1 : 0));
       t.panels = np;
       t.panel_stride = static_cast<int64_t>(w.panel_stride_bytes());
       t.n_valid = static_cast<int>(std::min<int64_t>(np * kNr, N - p * kNr));
