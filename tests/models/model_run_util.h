@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "loom/batching/generate.h"
@@ -75,6 +76,20 @@ inline LogitsDiff logits_diff(const std::vector<float>& got, const std::vector<f
   }
   r.nmse = energy > 0 ? err / energy : err;
   return r;
+}
+
+// Holds `got` to `want` for fixture `name`: max |Δ| ≤ f32_max_abs for an f32
+// fixture, NMSE ≤ 1e-4 for the others (bf16 weights round differently per
+// summation order). `what` names the comparison in failure messages.
+inline LogitsDiff expect_logits_close(const std::vector<float>& got, const std::vector<float>& want,
+                                      const std::string& name, const std::string& what, double f32_max_abs) {
+  EXPECT_EQ(got.size(), want.size()) << name << " " << what;
+  const LogitsDiff d = logits_diff(got, want);
+  if (name.find("-f32") != std::string::npos)
+    EXPECT_LE(d.max_abs, f32_max_abs) << name << " " << what << ": max |Δ| over all logits";
+  else
+    EXPECT_LE(d.nmse, 1e-4) << name << " " << what << ": NMSE of logits";
+  return d;
 }
 
 }  // namespace loom::models_test
