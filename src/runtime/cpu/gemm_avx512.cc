@@ -36,7 +36,11 @@ struct F32Tile {
         return;
       }
     }
-    tile_body<MR, NP, 0, kStreamPrefetchBytes>(t, w);
+    if (t.weights_in_l2) {
+      tile_body<MR, NP, 0, 0>(t, w);
+    } else {
+      tile_body<MR, NP, 0, kStreamPrefetchBytes>(t, w);
+    }
   }
 };
 

@@ -57,7 +57,7 @@ LOOM_TARGET_AVX512 LOOM_INLINE void tile_body(const TileArgs& t, const Loader& w
 #pragma GCC unroll 4
       for (int j = 0; j < NP; ++j) w[j].prefetch(k, kPrefetch);
     } else {
-      if (k < t.prefetch_lines) _mm_prefetch(static_cast<const char*>(t.prefetch) + 64 * k, _MM_HINT_T1);
+      if (k / S < t.prefetch_lines) _mm_prefetch(static_cast<const char*>(t.prefetch) + 64 * (k / S), _MM_HINT_T1);
       // Two lines per row of the next C tile, after the block prefetch has started.
       if (t.c_next && k >= 32 && k < 32 + 2 * t.c_next_rows) {
         _mm_prefetch(reinterpret_cast<const char*>(t.c_next + ((k - 32) >> 1) * t.ldc + (k & 1) * 16), _MM_HINT_T0);

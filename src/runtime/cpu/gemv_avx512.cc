@@ -59,7 +59,12 @@ struct Bf16Tile {
   const TileArgs& t;
   template <int MR, int NP>
   LOOM_TARGET_AVX512 LOOM_INLINE void run() const {
-    tile_body<MR, NP, 0, kStreamPrefetchBytes>(t, Bf16PairLoader{static_cast<const uint16_t*>(t.b)});
+    const Bf16PairLoader w{static_cast<const uint16_t*>(t.b)};
+    if (t.weights_in_l2) {
+      tile_body<MR, NP, 0, 0>(t, w);
+    } else {
+      tile_body<MR, NP, 0, kStreamPrefetchBytes>(t, w);
+    }
   }
 };
 
@@ -67,7 +72,12 @@ struct F16Tile {
   const TileArgs& t;
   template <int MR, int NP>
   LOOM_TARGET_AVX512 LOOM_INLINE void run() const {
-    tile_body<MR, NP, 0, kStreamPrefetchBytes>(t, F16Loader{static_cast<const uint16_t*>(t.b)});
+    const F16Loader w{static_cast<const uint16_t*>(t.b)};
+    if (t.weights_in_l2) {
+      tile_body<MR, NP, 0, 0>(t, w);
+    } else {
+      tile_body<MR, NP, 0, kStreamPrefetchBytes>(t, w);
+    }
   }
 };
 

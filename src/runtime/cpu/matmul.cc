@@ -43,6 +43,7 @@ constexpr int64_t kStreamMaxRows = 16;
 constexpr int64_t kStreamMaxRowsWidening = 128;
 std::atomic<int64_t> g_stream_max_rows{-1};  // bench override; -1: the rule below
 std::atomic<int> g_stream_panels_limit{0};   // bench override; 0: the kernels' limit
+std::atomic<bool> g_stream_group_prefetch{true};  // bench override: false streams each group on demand
 
 int64_t stream_max_rows(const PackedLinear& w) {
   const int64_t forced = g_stream_max_rows.load(std::memory_order_relaxed);
@@ -131,12 +132,34 @@ void stream_panels(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0
   const int first_mr = static_cast<int>(base_mr + (extra > 0 ? 1 : 0));
   int group = pb.kt->stream_panels && !pb.x_bf16 ? pb.kt->stream_panels(first_mr) : 1;
   if (const int limit = g_stream_panels_limit.load(std::memory_order_relaxed); limit > 0) group = std::min(group, limit);
-  for (int64_t p = p0; p < p1;) {
-    // Tiles take 1, 2 or 4 panels.
+  const int64_t panel_stride = static_cast<int64_t>(w.panel_stride_bytes());
+  // Tiles take 1, 2 or 4 panels.
+  auto group_at = [&](int64_t p) {
     const int64_t left = p1 - p;
-    const int np = group >= 4 && left >= 4 ? 4 : group >= 2 && left >= 2 ? 2 : 1;
+    return group >= 4 && left >= 4 ? 4 : group >= 2 && left >= 2 ? 2 : 1;
+  };
+  // With several row tiles, only the first reads a group's weights from memory,
+  // and prefetching just ahead of its reads asks for all of them in a third (at
+  // 3 tiles) of the group's time: ~27 GB/s for two threads, more than this
+  // machine's memory gives. Instead every tile of a group pulls an equal share of
+  // the next group into L2, so the weights arrive at the pace of the whole group.
+  // Only while two groups and the x rows fit in half of L2 together (8192→2048 at
+  // 32 rows: 1 MB of x, 512 KB panels, measured slower with it).
+  const int64_t l2 = cpu_features().l2_cache_bytes > 0 ? cpu_features().l2_cache_bytes : int64_t{1} << 20;
+  const bool spread = tiles > 1 && 2 * group * panel_stride + rows * K * 4 <= l2 / 2 &&
+                      g_stream_group_prefetch.load(std::memory_order_relaxed);
+  for (int64_t p = p0; p < p1;) {
+    const int np = group_at(p);
+    const int64_t next = p + np;
+    const int64_t next_lines = next < p1 ? group_at(next) * panel_stride / 64 : 0;
     for (int64_t i = 0, m0 = m_begin; i < tiles; m0 += base_mr + (i < extra ? 1 : 0), ++i) {
       TileArgs t;
+      if (spread) {
+        t.weights_in_l2 = p > p0 || i > 0;
+        const int64_t l0 = i * next_lines / tiles, l1 = (i + 1) * next_lines / tiles;
+        t.prefetch = w.panel(next < p1 ? next : p) + 64 * l0;
+        t.prefetch_lines = l1 - l0;
+      }
       if (pb.x_bf16) {
         t.a = pb.x_bf16 + m0 * pb.x_bf16_stride;
         t.lda = pb.x_bf16_stride;
@@ -150,7 +173,7 @@ void stream_panels(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0
       t.ldc = pb.y_stride;
       t.mr = static_cast<int>(base_mr + (i < extra ? 1 : 0));
       t.panels = np;
-      t.panel_stride = static_cast<int64_t>(w.panel_stride_bytes());
+      t.panel_stride = panel_stride;
       t.n_valid = static_cast<int>(std::min<int64_t>(np * kNr, N - p * kNr));
       t.bias = w.bias() ? w.bias() + p * kNr : nullptr;
       fn(t);
@@ -324,6 +347,7 @@ namespace detail {
 void set_stream_max_rows(int64_t rows) { g_stream_max_rows.store(rows < 0 ? -1 : rows); }
 void set_stream_panels_limit(int panels) { g_stream_panels_limit.store(panels > 0 ? panels : 0); }
 void set_work_stealing(bool on) { g_steal.store(on); }
+void set_stream_group_prefetch(bool on) { g_stream_group_prefetch.store(on); }
 }  // namespace detail
 
 Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias) {

@@ -63,10 +63,15 @@ struct TileArgs {
   // addressing) and b sits in L1; otherwise weights stream from memory.
   bool blocked = false;
   const float* bias = nullptr;   // kNr values added at the end, or null
-  // Blocked path: cache lines to pull into L2 for the next block, one per k
-  // step from the first, so the fetch is spread over the tile.
+  // Cache lines to pull into L2 for the next weight block (blocked path) or the
+  // next panel group (streaming path with several row tiles), one per loop step
+  // from the first, so the fetch is spread over the tile.
   const void* prefetch = nullptr;
   int64_t prefetch_lines = 0;
+  // Streaming path: this tile's weights are already in L2 or on their way (an
+  // earlier row tile read them, or the previous group's tiles prefetched them),
+  // so the kernel does not stream-prefetch ahead of its reads.
+  bool weights_in_l2 = false;
   // Blocked path: the next tile's C (same ldc, c_next_rows rows), pulled into L1
   // during this tile. C is reloaded once per k block and is cold by then; without
   // this each tile starts by waiting on 2·mr misses (f32, M = 512, one core:
@@ -111,6 +116,10 @@ void set_stream_panels_limit(int panels);
 // Benchmark hook: whether threads that finish their share of a layer take
 // chunks of the others' (default on), or keep to static equal shares.
 void set_work_stealing(bool on);
+// Benchmark hook: whether streaming tiles of several row tiles prefetch the next
+// panel group over the whole group (default on), or each group's first tile
+// streams its weights just ahead of its reads.
+void set_stream_group_prefetch(bool on);
 
 // Per-ISA pieces the tables are built from.
 void f32_tile_scalar(const TileArgs& t);
