@@ -7,6 +7,9 @@
 // Attention decode reports GB/s of K/V read (it is bandwidth-bound); prefill GFLOP/s.
 #include <benchmark/benchmark.h>
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -42,16 +45,17 @@ struct Kv {
   std::vector<std::vector<float>> k, v;
   std::vector<const float*> kp, vp;
   int64_t tokens;
-  explicit Kv(int64_t n) : tokens(n) {
-    const int64_t pages = (n + kPage - 1) / kPage;
+  int64_t page;
+  explicit Kv(int64_t n, int64_t page_size = kPage) : tokens(n), page(page_size) {
+    const int64_t pages = (n + page - 1) / page;
     for (int64_t p = 0; p < pages; ++p) {
-      k.push_back(random_vector(static_cast<size_t>(kPage * kHkv * kD), static_cast<uint32_t>(2 * p)));
-      v.push_back(random_vector(static_cast<size_t>(kPage * kHkv * kD), static_cast<uint32_t>(2 * p + 1)));
+      k.push_back(random_vector(static_cast<size_t>(page * kHkv * kD), static_cast<uint32_t>(2 * p)));
+      v.push_back(random_vector(static_cast<size_t>(page * kHkv * kD), static_cast<uint32_t>(2 * p + 1)));
     }
     for (auto& x : k) kp.push_back(x.data());
     for (auto& x : v) vp.push_back(x.data());
   }
-  KvPages view() const { return {kp.data(), vp.data(), static_cast<int64_t>(kp.size()), kPage, tokens}; }
+  KvPages view() const { return {kp.data(), vp.data(), static_cast<int64_t>(kp.size()), page, tokens}; }
 };
 
 // Args: context, batch (sequences decoding one token each), threads.
@@ -81,6 +85,62 @@ BENCHMARK(BM_AttentionDecode)
     ->Args({2048, 1, 1})
     ->Args({2048, 1, 2})
     ->Args({512, 16, 2})
+    ->Args({136, 32, 2})  // the batching benchmark's 32-concurrent decode step
+    ->Unit(benchmark::kMicrosecond);
+
+// As in a model's decode step: 32 sequences at context 136 in pages of 64 (the batching
+// benchmark's 32-concurrent case), a different layer's K/V each call, 24 layers = 430 MB in
+// all, more than this machine's L3, so K/V come from memory. Args: threads.
+// Pages come from one mapping, as the batching KV pool's do; Args: threads, whether that
+// mapping is advised for transparent huge pages.
+void BM_AttentionDecodeFromMemory(benchmark::State& state) {
+  constexpr int64_t kContext = 136, kBatch = 32, kLayers = 24, kPageTokens = 64;
+  ThreadPool& pool = pool_of(static_cast<int>(state.range(0)));
+  constexpr int64_t kPages = (kContext + kPageTokens - 1) / kPageTokens;
+  const size_t page_floats = static_cast<size_t>(kPageTokens * kHkv * kD);
+  const size_t bytes = static_cast<size_t>(kLayers * kBatch * kPages * 2) * page_floats * sizeof(float);
+  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
+    state.SkipWithError("mmap failed");
+    return;
+  }
+  if (state.range(1)) madvise(mem, bytes, MADV_HUGEPAGE);
+  float* next_page = static_cast<float*>(mem);
+  const std::vector<float> fill = random_vector(page_floats, 5);
+  std::vector<std::vector<const float*>> page_ptrs;  // per sequence: K pages then V pages
+  std::vector<int32_t> positions(static_cast<size_t>(kBatch), static_cast<int32_t>(kContext - 1));
+  std::vector<std::vector<AttentionSequence>> layers(kLayers);
+  page_ptrs.reserve(static_cast<size_t>(kLayers * kBatch));
+  for (auto& seqs : layers) {
+    for (int64_t s = 0; s < kBatch; ++s) {
+      std::vector<const float*> ptrs;
+      for (int64_t i = 0; i < 2 * kPages; ++i, next_page += page_floats) {
+        std::copy(fill.begin(), fill.end(), next_page);
+        ptrs.push_back(next_page);
+      }
+      page_ptrs.push_back(std::move(ptrs));
+      const std::vector<const float*>& p = page_ptrs.back();
+      seqs.push_back({s, 1, &positions[static_cast<size_t>(s)], KvPages{p.data(), p.data() + kPages, kPages, kPageTokens, kContext}});
+    }
+  }
+  const std::vector<float> q = random_vector(static_cast<size_t>(kBatch * kHq * kD), 7);
+  std::vector<float> out(q.size());
+  const AttentionParams p{kHq, kHkv, kD, 1.0f / std::sqrt(static_cast<float>(kD)), 0, 0.0f};
+  size_t layer = 0;
+  for (auto _ : state) {
+    paged_attention(q.data(), kHq * kD, layers[layer].data(), kBatch, p, out.data(), kHq * kD, pool);
+    layer = (layer + 1) % layers.size();
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * kBatch * kContext * kHkv * kD * 2 * 4);
+  munmap(mem, bytes);
+}
+BENCHMARK(BM_AttentionDecodeFromMemory)
+    ->ArgNames({"threads", "huge_pages"})
+    ->Args({1, 0})
+    ->Args({2, 0})
+    ->Args({1, 1})
+    ->Args({2, 1})
     ->Unit(benchmark::kMicrosecond);
 
 void BM_AttentionDecodeRef(benchmark::State& state) {

@@ -363,7 +363,10 @@ OpKernel attention_kernel() {
         for (int64_t kvh = 0; kvh < p.num_kv_heads; ++kvh)
           for (int64_t d = 0; d < p.head_dim; ++d)
             t.k_pages[page][cpu::k_page_index(off, kvh, d, t.page_size, p.head_dim)] = k_src[kvh * p.head_dim + d];
-        std::memcpy(t.v_pages[page] + off * kv_row, v_new.data_as<float>() + row * kv_row, static_cast<size_t>(kv_row) * 4);
+        const float* v_src = v_new.data_as<float>() + row * kv_row;
+        for (int64_t kvh = 0; kvh < p.num_kv_heads; ++kvh)
+          std::memcpy(t.v_pages[page] + cpu::v_page_index(off, kvh, 0, t.page_size, p.head_dim), v_src + kvh * p.head_dim,
+                      static_cast<size_t>(p.head_dim) * sizeof(float));
       }
       cpu::AttentionSequence as;
       as.q_begin = sq.q_begin;

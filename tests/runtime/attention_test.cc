@@ -43,7 +43,7 @@ struct PagedKv {
         for (int64_t h = 0; h < kv_heads; ++h)
           for (int64_t j = 0; j < d; ++j) {
             (*k)[static_cast<size_t>(k_page_index(slot, h, j, ps, d))] = nd(rng);
-            (*v)[static_cast<size_t>(v_page_index(slot, h, j, kv_heads, d))] = nd(rng);
+            (*v)[static_cast<size_t>(v_page_index(slot, h, j, ps, d))] = nd(rng);
           }
       k_ptrs.push_back(k->data());
       v_ptrs.push_back(v->data());
@@ -59,7 +59,7 @@ struct PagedKv {
     const float* page = (key ? k_ptrs : v_ptrs)[static_cast<size_t>(pos / page_size)];
     if (page == nullptr) return std::numeric_limits<float>::quiet_NaN();
     return key ? page[k_page_index(pos % page_size, h, d, page_size, head_dim)]
-               : page[v_page_index(pos % page_size, h, d, num_kv_heads, head_dim)];
+               : page[v_page_index(pos % page_size, h, d, page_size, head_dim)];
   }
 };
 

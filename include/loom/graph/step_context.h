@@ -11,7 +11,7 @@ namespace loom::graph {
 
 // K/V pages of one sequence in one layer. Logical page p holds positions
 // [p*page_size, (p+1)*page_size), num_kv_heads * head_dim F32 values per position; a V page
-// is [page_size, num_kv_heads, head_dim], a K page transposed [num_kv_heads, head_dim,
+// is [num_kv_heads, page_size, head_dim], a K page transposed [num_kv_heads, head_dim,
 // page_size] (cpu::k_page_index / v_page_index in runtime/cpu/attention.h).
 // A null page is never read (outside a sliding window).
 struct KvPageTable {

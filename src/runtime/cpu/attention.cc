@@ -19,7 +19,6 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "runtime/cpu/attention.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
 
@@ -116,12 +115,12 @@ inline const float* zero_row(int64_t head_dim) {
 }
 
 // Fills V row pointers for kv positions [c0, c0 + n) of kv head kvh.
-inline void v_rows(const KvPages& kv, int64_t num_kv_heads, int64_t head_dim, int64_t kvh, int64_t c0, int64_t n,
+inline void v_rows(const KvPages& kv, int64_t head_dim, int64_t kvh, int64_t c0, int64_t n,
                    const float** vp) {
   int64_t page = c0 / kv.page_size, off = c0 % kv.page_size;
   for (int64_t i = 0; i < n; ++i) {
     const bool present = page < kv.num_pages && kv.k_pages[page] && kv.v_pages[page];
-    vp[i] = present ? kv.v_pages[page] + v_page_index(off, kvh, 0, num_kv_heads, head_dim) : zero_row(head_dim);
+    vp[i] = present ? kv.v_pages[page] + v_page_index(off, kvh, 0, kv.page_size, head_dim) : zero_row(head_dim);
     if (++off == kv.page_size) {
       off = 0;
       ++page;
@@ -280,16 +279,10 @@ void TileBody(const Job& job, const Tile& tile, Scratch& s) {
   s.l.assign(static_cast<size_t>(R), 0.0f);
   s.lo.resize(static_cast<size_t>(R));
   s.hi.resize(static_cast<size_t>(R));
-  s.seg.resize(static_cast<size_t>(2 * C));
-  // V row pointers of the current chunk and of the next one, whose V rows and K^T lines are
-  // prefetched while the current chunk computes: a kv head's V rows are num_kv_heads * head_dim
-  // floats apart, a stride the hardware prefetcher follows poorly across 4 KiB pages.
-  s.vp.resize(static_cast<size_t>(2 * C));
+  s.seg.resize(static_cast<size_t>(C));
+  s.vp.resize(static_cast<size_t>(C));
   const float** vp = s.vp.data();
-  const float** vp_next = vp + C;
   Segment* seg = s.seg.data();
-  Segment* seg_next = seg + C;
-  const int64_t row_bytes = D * static_cast<int64_t>(sizeof(float));
   for (int64_t r = 0; r < R; ++r) {
     const int64_t t = tile.t0 + r / ng, h = tile.kv_head * group + tile.g0 + r % ng;
     const float* qr = job.q + (seq.q_begin + t) * job.q_stride + h * D;
@@ -308,24 +301,15 @@ void TileBody(const Job& job, const Tile& tile, Scratch& s) {
   float* acc_rows[4];
   const float* p_rows[4];
 
+  // No software prefetch: a kv head's K^T and V in a page are each one contiguous run, which
+  // the hardware prefetchers follow. Prefetching the next chunk (or spreading it over this
+  // one's loops) measured 20-30% slower on K/V in cache and no faster from memory
+  // (kernels_bench AttentionDecode*).
   const int64_t first = tile.span_lo - tile.span_lo % C;
-  int64_t num_seg =
-      attention_detail::plan_segments(kv, tile.kv_head, D, first, std::min(C, tile.span_hi - first + 1), N, seg);
-  attention_detail::v_rows(kv, p.num_kv_heads, D, tile.kv_head, first, std::min(C, tile.span_hi - first + 1), vp);
   for (int64_t c0 = first; c0 <= tile.span_hi; c0 += C) {
     const int64_t cn = std::min(C, tile.span_hi - c0 + 1);
-    const int64_t next_cn = std::min(C, tile.span_hi - (c0 + C) + 1);
-    int64_t next_seg = 0;
-    if (next_cn > 0) {
-      next_seg = attention_detail::plan_segments(kv, tile.kv_head, D, c0 + C, next_cn, N, seg_next);
-      attention_detail::v_rows(kv, p.num_kv_heads, D, tile.kv_head, c0 + C, next_cn, vp_next);
-      for (int64_t i = 0; i < next_cn; ++i)
-        for (int64_t b = 0; b < row_bytes; b += 64) hwy::Prefetch(reinterpret_cast<const char*>(vp_next[i]) + b);
-      for (int64_t g = 0; g < next_seg; ++g) {
-        if (!seg_next[g].kt) continue;
-        for (int64_t k = 0; k < D; ++k) hwy::Prefetch(seg_next[g].kt + k * seg_next[g].stride);
-      }
-    }
+    const int64_t num_seg = attention_detail::plan_segments(kv, tile.kv_head, D, c0, cn, N, seg);
+    attention_detail::v_rows(kv, D, tile.kv_head, c0, cn, vp);
 
     // Segments of a page no longer held score 0 here and are masked below.
     int64_t live = 0;
@@ -397,9 +381,6 @@ void TileBody(const Job& job, const Tile& tile, Scratch& s) {
         default: AxpyRows<1>(acc_rows, p_rows, vp, cn, D, D_vec); break;
       }
     }
-    std::swap(seg, seg_next);
-    num_seg = next_seg;
-    std::swap(vp, vp_next);
   }
 
   for (int64_t r = 0; r < R; ++r) {

@@ -21,7 +21,7 @@ void paged_attention_ref(const float* q, int64_t q_stride, const AttentionSequen
       return kv.k_pages[pos / kv.page_size][k_page_index(pos % kv.page_size, kvh, d, kv.page_size, D)];
     };
     auto v_row = [&](int64_t pos, int64_t kvh) {
-      return kv.v_pages[pos / kv.page_size] + ((pos % kv.page_size) * p.num_kv_heads + kvh) * D;
+      return kv.v_pages[pos / kv.page_size] + v_page_index(pos % kv.page_size, kvh, 0, kv.page_size, D);
     };
     for (int64_t t = 0; t < seq.q_len; ++t) {
       const int64_t pos = seq.positions[t];

@@ -12,9 +12,10 @@
 namespace loom::cpu {
 
 // K/V of one sequence for one layer, stored in fixed-size pages. Logical page p holds positions
-// [p*page_size, (p+1)*page_size). A V page is [page_size, num_kv_heads, head_dim] f32 row-major;
-// a K page is transposed, [num_kv_heads, head_dim, page_size], so the scores of consecutive
-// positions are one vector load per head dim (k_page_index / v_page_index).
+// [p*page_size, (p+1)*page_size). Both are f32 and kv-head-major, so the part of a page one kv
+// head reads is one contiguous run: a V page is [num_kv_heads, page_size, head_dim]; a K page is
+// transposed, [num_kv_heads, head_dim, page_size], so the scores of consecutive positions are one
+// vector load per head dim (k_page_index / v_page_index).
 // Entries may be null for pages no longer needed (sliding-window ring): never read.
 struct KvPages {
   const float* const* k_pages;
@@ -28,8 +29,8 @@ struct KvPages {
 inline int64_t k_page_index(int64_t off, int64_t kvh, int64_t d, int64_t page_size, int64_t head_dim) {
   return (kvh * head_dim + d) * page_size + off;
 }
-inline int64_t v_page_index(int64_t off, int64_t kvh, int64_t d, int64_t num_kv_heads, int64_t head_dim) {
-  return (off * num_kv_heads + kvh) * head_dim + d;
+inline int64_t v_page_index(int64_t off, int64_t kvh, int64_t d, int64_t page_size, int64_t head_dim) {
+  return (kvh * page_size + off) * head_dim + d;
 }
 
 struct AttentionSequence {
