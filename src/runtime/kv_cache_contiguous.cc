@@ -9,9 +9,12 @@ ContiguousKvCache::ContiguousKvCache(const KvLayout& layout, int slots, int64_t 
     : layout_(layout), slots_(slots), capacity_(capacity) {
   if (slots <= 0 || capacity <= 0 || layout.num_layers <= 0 || layout.row_floats() <= 0)
     throw Error(invalid_argument("ContiguousKvCache: slots, capacity and layout must be positive"));
-  const size_t per = static_cast<size_t>(capacity) * static_cast<size_t>(layout.row_floats());
+  // Each slot is one page of `stride` positions: a multiple of 16, so the rows of a transposed
+  // K page (one per head dim) start on cache lines.
+  stride_ = (capacity + 15) / 16 * 16;
+  const size_t per = static_cast<size_t>(stride_) * static_cast<size_t>(layout.row_floats());
   const size_t n = static_cast<size_t>(layout.num_layers) * static_cast<size_t>(slots);
-  storage_ = allocate_aligned(2 * n * per * sizeof(float));
+  storage_ = allocate_streamed(2 * n * per * sizeof(float));
   float* base = static_cast<float*>(storage_.get());
   for (size_t i = 0; i < n; ++i) {
     k_ptrs_.push_back(base + (2 * i) * per);
@@ -27,12 +30,12 @@ graph::KvPageTable ContiguousKvCache::pages(int layer, int seq) {
   t.k_pages = &k_ptrs_[i];
   t.v_pages = &v_ptrs_[i];
   t.num_pages = 1;
-  t.page_size = capacity_;
+  t.page_size = stride_;
   return t;
 }
 
 size_t ContiguousKvCache::bytes() const {
-  return 2 * static_cast<size_t>(layout_.num_layers) * static_cast<size_t>(slots_) * static_cast<size_t>(capacity_) *
+  return 2 * static_cast<size_t>(layout_.num_layers) * static_cast<size_t>(slots_) * static_cast<size_t>(stride_) *
          static_cast<size_t>(layout_.row_floats()) * sizeof(float);
 }
 

@@ -31,6 +31,7 @@ class ContiguousKvCache : public graph::KvStore {
   KvLayout layout_;
   int slots_;
   int64_t capacity_;
+  int64_t stride_;  // positions per slot's page: capacity rounded up to 16
   std::shared_ptr<void> storage_;
   std::vector<float*> k_ptrs_, v_ptrs_;  // [layer * slots + slot]
 };

@@ -15,9 +15,6 @@
 #include <new>
 #include <string>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 
 #include "loom/runtime/cpu/cpu_features.h"
 #include "runtime/cpu/matmul_kernels.h"
@@ -323,22 +320,6 @@ void share_chunks(ThreadPool& pool, int64_t units, int64_t chunk, const Body& bo
       1);
 }
 
-// Packed weights are read start to end on every decode step. Big buffers go on
-// 2 MB-aligned memory advised for transparent huge pages: fewer TLB misses, and
-// the hardware prefetcher is not stopped at every 4 KB page boundary (measured in
-// bench/matmul_bench.cc).
-std::shared_ptr<void> allocate_weights(size_t bytes) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  if (bytes < kHuge) return allocate_aligned(bytes);
-  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
-  void* p = std::aligned_alloc(kHuge, rounded);
-  if (!p) throw std::bad_alloc();
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  (void)madvise(p, rounded, MADV_HUGEPAGE);  // advisory: without THP this is a no-op
-#endif
-  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
-}
-
 [[noreturn]] void fail(const std::string& message) { throw Error(invalid_argument(message)); }
 
 }  // namespace
@@ -381,7 +362,7 @@ Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias
   out.panel_bytes_ = dt == DType::kF32 ? static_cast<size_t>(K) * kNr * 4
                      : dt == DType::kF16 ? static_cast<size_t>(K) * kNr * 2
                                          : static_cast<size_t>(k_pairs) * kNr * 4;
-  out.data_ = allocate_weights(out.panel_bytes_ * panels);
+  out.data_ = allocate_streamed(out.panel_bytes_ * panels);  // read start to end every decode step
   out.bytes_ = out.panel_bytes_ * panels;
 
   // Transposes 32-row blocks; panels are independent, so loading a model packs
