@@ -15,7 +15,6 @@
 #include <new>
 #include <string>
 
-
 #include "loom/runtime/cpu/cpu_features.h"
 #include "runtime/cpu/matmul_kernels.h"
 
