@@ -15,7 +15,8 @@
 // LOOM_BENCH_NEW_TOKENS_MIN=m draws each request's length uniformly from
 // [m, LOOM_BENCH_NEW_TOKENS] instead (as if EOS came at different times): a static
 // batch then decodes until its longest request is done.
-// Each case runs once (a run is long); compare the gen_tok_per_s counters.
+// Each case runs once (a run is long); compare the gen_tok_per_s counters, and the
+// machine-speed probes each case takes before and after (probe_GFLOPs_*).
 // LOOM_BENCH_ONE_AT_A_TIME_EVERY=k runs one-at-a-time on every k-th request
 // only (its rate per token is what matters; all 64 take ~15 min on 2 cores).
 // LOOM_BENCH_PROFILE=1 prints, after each case, its time per op and scope (stderr).
@@ -40,6 +41,7 @@
 #include "loom/graph/step_cost.h"
 #include "loom/models/model.h"
 #include "loom/runtime/cpu/machine_bounds.h"
+#include "loom/runtime/cpu/matmul.h"
 #include "loom/runtime/kv_cache_contiguous.h"
 #include "loom/runtime/op_profile.h"
 
@@ -89,9 +91,36 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Starts the per-op profile of a case when LOOM_BENCH_PROFILE is set.
+// This machine's matrix-multiply speed right now: loom's bf16 linear, 2048→8192 at 256
+// rows (the shape and kernels of a prefill step), best of 10. Each case measures it just
+// before and after it runs (probe_GFLOPs_before/after): on a shared VM the speed drifts
+// by 10-30% over minutes, and a ratio between two cases means little when their probes
+// differ that much.
+double probe_gflops(ThreadPool& pool) {
+  constexpr int64_t M = 256, K = 2048, N = 8192;
+  static const cpu::PackedLinear w = [] {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> v(static_cast<size_t>(N * K));
+    for (float& x : v) x = u(rng);
+    return cpu::PackedLinear::pack(Tensor::from_f32(v, {N, K}).to(DType::kBF16), nullptr).value();
+  }();
+  std::vector<float> x(static_cast<size_t>(M * K), 0.5f), y(static_cast<size_t>(M * N));
+  double best = 1e30;
+  for (int r = 0; r < 10; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cpu::linear(x.data(), M, K, w, y.data(), N, pool);
+    best = std::min(best, seconds_since(t0));
+  }
+  return 2.0 * M * N * K / best * 1e-9;
+}
+double g_probe_before = 0.0;
+
+// Starts the per-op profile of a case when LOOM_BENCH_PROFILE is set, after probing the
+// machine's speed.
 const char* g_profiled_case = "";
 void start_profile(const char* name) {
+  g_probe_before = probe_gflops(setup().runner->pool());
   g_profiled_case = name;
   runtime::OpProfile& p = runtime::OpProfile::global();
   p.reset();
@@ -106,6 +135,8 @@ void report(benchmark::State& state, int64_t generated, double seconds) {
     p.reset();
   }
   state.SetIterationTime(seconds);
+  state.counters["probe_GFLOPs_before"] = g_probe_before;
+  state.counters["probe_GFLOPs_after"] = probe_gflops(setup().runner->pool());
   state.counters["gen_tok_per_s"] = static_cast<double>(generated) / seconds;
   state.counters["generated"] = static_cast<double>(generated);
 }
