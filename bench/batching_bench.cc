@@ -20,6 +20,7 @@
 // LOOM_BENCH_ONE_AT_A_TIME_EVERY=k runs one-at-a-time on every k-th request
 // only (its rate per token is what matters; all 64 take ~15 min on 2 cores).
 // LOOM_BENCH_PROFILE=1 prints, after each case, its time per op and scope (stderr).
+// LOOM_BENCH_GROUP_PREFETCH=0 turns off the batched-decode weight prefetch, for A/B runs.
 // BM_DecodeAtBatch: LOOM_BENCH_CONCURRENT (32), LOOM_BENCH_DECODE_STEPS (16);
 // it also reports this machine's bound for that step, computed as the issue
 // does: weight bytes ÷ measured read bandwidth + the step's multiply-adds ÷
@@ -44,6 +45,7 @@
 #include "loom/runtime/cpu/matmul.h"
 #include "loom/runtime/kv_cache_contiguous.h"
 #include "loom/runtime/op_profile.h"
+#include "runtime/cpu/matmul_kernels.h"
 
 namespace loom::batching {
 namespace {
@@ -64,6 +66,8 @@ struct Setup {
 Setup& setup() {
   static Setup s = [] {
     Setup x;
+    // A/B switch for the batched-decode weight prefetch (matmul.cc stream_panels).
+    if (env_int("LOOM_BENCH_GROUP_PREFETCH", 1) == 0) cpu::detail::set_stream_group_prefetch(false);
     const char* dir = std::getenv("LOOM_BENCH_MODEL");
     x.model = models::Model::load(dir ? dir : "/work/bench-models/llama-1b-bf16").value();
     x.runner = std::shared_ptr<ModelRunner>(ModelRunner::create(x.model, "cpu").value().release());
