@@ -444,6 +444,9 @@ void ContinuousBatchingManager::finish(RequestState* r, RequestStatus status, Fi
     else if (reason == FinishReason::kCancelled) ++stats_.cancelled;
     else ++stats_.failed;
   }
+  // Before the final output leaves: a caller who has it must see its step in stats()
+  // (prefix hits, pages in use), not the stats of the step before.
+  publish_stats();
   GenerationOutput out = snapshot(*r);
   requests_.erase(r->id);  // r is gone from here on
   deliver(std::move(out));

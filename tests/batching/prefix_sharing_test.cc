@@ -71,6 +71,35 @@ TEST(PrefixSharing, SharedPrefixHitsTheCacheAndChangesNothing) {
   EXPECT_EQ(first.outputs[0].generated_tokens, without.outputs[0].generated_tokens);
 }
 
+// Stats are published before a request's final output is delivered, so a caller who
+// has the result already sees its cache hit (the loop used to publish after the step).
+TEST(PrefixSharing, StatsCountAHitBeforeItsResultArrives) {
+  auto model = load_fixture("llama-f32");
+  auto runner = make_runner(model);
+  std::mt19937 rng(5);
+  constexpr int64_t kPage = 16, kPrefix = 64;
+  const std::vector<int32_t> prefix = random_tokens(rng, kPrefix, model->vocab_size());
+  ContinuousBatchingConfig cfg;
+  cfg.page_size = kPage;
+  cfg.num_blocks = 64;
+  auto m = ContinuousBatchingManager::create(runner, testing::no_eos_config(), cfg).value();
+  ASSERT_TRUE(m->start().ok());
+  RequestOptions o;
+  o.max_new_tokens = 1;
+  for (int round = 0; round < 6; ++round) {
+    std::vector<int32_t> p = prefix;
+    p.push_back(static_cast<int32_t>(3 + round));
+    o.request_id = "q" + std::to_string(round);
+    ASSERT_TRUE(m->add_request(p, o).ok());
+    const std::optional<GenerationOutput> out = m->get_result(o.request_id, 60.0);
+    ASSERT_TRUE(out.has_value());
+    ASSERT_EQ(out->status, RequestStatus::kFinished);
+    // Every round after the first finds the prefix's 4 whole pages.
+    EXPECT_EQ(m->stats().prefix_hit_tokens, round * kPrefix) << "round " << round;
+  }
+  m->destroy();
+}
+
 TEST(GenerateBatch, KeepsInputOrderAndReportsFailuresInPlace) {
   auto model = load_fixture("llama-f32");
   auto runner = make_runner(model);

@@ -42,7 +42,6 @@ TEST(Stress, TwoThousandRequestsTinyPoolRandomCancellations) {
   cfg.use_async_batching = true;
   cfg.cpu_offload_space = 1.0 / 4096;  // 256 KiB of host swap: some swaps, some recomputes
   auto m = ContinuousBatchingManager::create(runner, testing::no_eos_config(), cfg).value();
-  ASSERT_TRUE(m->start().ok());
 
   constexpr int kRequests = 2000;
   std::vector<int> shape_of(kRequests);
@@ -51,11 +50,24 @@ TEST(Stress, TwoThousandRequestsTinyPoolRandomCancellations) {
     shape_of[static_cast<size_t>(i)] = static_cast<int>(rng() % shapes.size());
     cancel[static_cast<size_t>(i)] = rng() % 7 == 0;
   }
-  // A producer adds requests and cancels some of them soon after.
+  // The first requests are queued before the loop starts, so the tiny pool is
+  // oversubscribed from the first step whatever the threads' timing: when the
+  // producer alone fed the loop, a fast loop sometimes never ran out of pages and
+  // nothing was preempted (the check below failed ~1 run in 10).
+  constexpr int kQueuedBeforeStart = 200;
+  for (int i = 0; i < kQueuedBeforeStart; ++i) {
+    RequestOptions o;
+    o.request_id = std::to_string(i);
+    o.max_new_tokens = shapes[static_cast<size_t>(shape_of[static_cast<size_t>(i)])].max_new;
+    ASSERT_TRUE(m->add_request(shapes[static_cast<size_t>(shape_of[static_cast<size_t>(i)])].prompt, o).ok());
+    cancel[static_cast<size_t>(i)] = false;  // only the producer's requests are cancelled
+  }
+  ASSERT_TRUE(m->start().ok());
+  // A producer adds the other requests and cancels some of them soon after.
   std::thread producer([&] {
     std::mt19937 prng(5);
     std::vector<std::string> to_cancel;
-    for (int i = 0; i < kRequests; ++i) {
+    for (int i = kQueuedBeforeStart; i < kRequests; ++i) {
       RequestOptions o;
       o.request_id = std::to_string(i);
       o.max_new_tokens = shapes[static_cast<size_t>(shape_of[static_cast<size_t>(i)])].max_new;
