@@ -308,20 +308,26 @@ void TileBody(const Job& job, const Tile& tile, Scratch& s) {
   // A tile of several query tokens (prefill) pulls the next chunk's K^T lines and V rows towards
   // L1 while this chunk computes. In the model (`loom bench --prompt-tokens 512 --profile`, runs
   // alternating with the build before this layout) prefill attention took 0.22-0.29 s without
-  // it against 0.19-0.22 before, and 0.21-0.26 with it against 0.20-0.26. A decode tile leaves it to the hardware prefetchers (a kv head's K^T and V in
-  // a page are each one contiguous run): with four query rows a chunk computes too briefly to
-  // hide the burst, and kernels_bench AttentionDecode measured 20-30% slower on K/V in cache with
-  // it and no faster from memory (also not when spread over the chunk's loops).
+  // it against 0.19-0.22 before, and 0.21-0.26 with it against 0.20-0.26. A decode tile leaves
+  // it to the hardware prefetchers (a kv head's K^T and V in a page are each one contiguous
+  // run): with four query rows a chunk computes too briefly to hide the burst, and
+  // kernels_bench AttentionDecode measured 20-30% slower on K/V in cache with it and no faster
+  // from memory (also not when spread over the chunk's loops).
   const bool prefetch_next = tile.t1 - tile.t0 > 1;
   const int64_t first = tile.span_lo - tile.span_lo % C;
+  const int64_t first_cn = std::min(C, tile.span_hi - first + 1);
+  int64_t num_seg = attention_detail::plan_segments(kv, tile.kv_head, D, first, first_cn, N, seg);
+  attention_detail::v_rows(kv, D, tile.kv_head, first, first_cn, vp);
   for (int64_t c0 = first; c0 <= tile.span_hi; c0 += C) {
     const int64_t cn = std::min(C, tile.span_hi - c0 + 1);
-    const int64_t num_seg = attention_detail::plan_segments(kv, tile.kv_head, D, c0, cn, N, seg);
-    attention_detail::v_rows(kv, D, tile.kv_head, c0, cn, vp);
-    if (prefetch_next && c0 + C <= tile.span_hi) {
-      const int64_t next_cn = std::min(C, tile.span_hi - (c0 + C) + 1);
-      const int64_t next_seg = attention_detail::plan_segments(kv, tile.kv_head, D, c0 + C, next_cn, N, seg_next);
+    // The next chunk is planned here once, for its prefetch and for its own turn.
+    const int64_t next_cn = std::min(C, tile.span_hi - (c0 + C) + 1);
+    int64_t next_seg = 0;
+    if (next_cn > 0) {
+      next_seg = attention_detail::plan_segments(kv, tile.kv_head, D, c0 + C, next_cn, N, seg_next);
       attention_detail::v_rows(kv, D, tile.kv_head, c0 + C, next_cn, vp_next);
+    }
+    if (prefetch_next && next_cn > 0) {
       for (int64_t i = 0; i < next_cn; ++i)
         for (int64_t b = 0; b < row_bytes; b += 64) hwy::Prefetch(reinterpret_cast<const char*>(vp_next[i]) + b);
       for (int64_t g = 0; g < next_seg; ++g) {
@@ -400,6 +406,9 @@ void TileBody(const Job& job, const Tile& tile, Scratch& s) {
         default: AxpyRows<1>(acc_rows, p_rows, vp, cn, D, D_vec); break;
       }
     }
+    std::swap(seg, seg_next);
+    num_seg = next_seg;
+    std::swap(vp, vp_next);
   }
 
   for (int64_t r = 0; r < R; ++r) {
