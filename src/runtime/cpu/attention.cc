@@ -188,35 +188,64 @@ HWY_INLINE void StoreLanes(DF d, hn::Mask<DF> m, VF v, float* p, int64_t n) {
 #endif
 }
 
-// Scores of NR rows against NS segments: sc[r][seg.i + j] = sum_k q_r[k] * K^T[k][j].
-template <int NR, int NS>
+// Scores of NR rows against NS segments: sc[r][seg.i + j] = sum_k q_r[k] * K^T[k][j]. All
+// segments of a chunk share one row stride (the page size). kFull: every segment is a whole
+// vector, so loads and stores need no mask (and a later full-vector load of the scores is
+// forwarded from the store instead of waiting for it to reach L1).
+template <int NR, int NS, bool kFull>
 HWY_INLINE void ScoreBlock(const float* const* qr, const Segment* seg, int64_t D, float* const* sc) {
   const DF d;
   VF acc[NR][NS];
   hn::Mask<DF> mask[NS];
-  for (int g = 0; g < NS; ++g) mask[g] = hn::FirstN(d, static_cast<size_t>(seg[g].n));
+  const float* kt[NS];
+  const float* q[NR];
+  const int64_t stride = seg[0].stride;
+  for (int g = 0; g < NS; ++g) {
+    kt[g] = seg[g].kt;
+    mask[g] = hn::FirstN(d, static_cast<size_t>(seg[g].n));
+  }
+  for (int r = 0; r < NR; ++r) q[r] = qr[r];
   for (int r = 0; r < NR; ++r)
     for (int g = 0; g < NS; ++g) acc[r][g] = hn::Zero(d);
-  for (int64_t k = 0; k < D; ++k) {
+  for (int64_t k = 0, off = 0; k < D; ++k, off += stride) {
     VF kv[NS];
-    for (int g = 0; g < NS; ++g) kv[g] = LoadLanes(d, mask[g], seg[g].kt + k * seg[g].stride, seg[g].n);
+    for (int g = 0; g < NS; ++g)
+      kv[g] = kFull ? hn::LoadU(d, kt[g] + off) : LoadLanes(d, mask[g], kt[g] + off, seg[g].n);
     for (int r = 0; r < NR; ++r) {
-      const VF q = hn::Set(d, qr[r][k]);
-      for (int g = 0; g < NS; ++g) acc[r][g] = hn::MulAdd(q, kv[g], acc[r][g]);
+      const VF qv = hn::Set(d, q[r][k]);
+      for (int g = 0; g < NS; ++g) acc[r][g] = hn::MulAdd(qv, kv[g], acc[r][g]);
     }
   }
   for (int r = 0; r < NR; ++r)
-    for (int g = 0; g < NS; ++g) StoreLanes(d, mask[g], acc[r][g], sc[r] + seg[g].i, seg[g].n);
+    for (int g = 0; g < NS; ++g) {
+      if (kFull) {
+        hn::StoreU(acc[r][g], d, sc[r] + seg[g].i);
+      } else {
+        StoreLanes(d, mask[g], acc[r][g], sc[r] + seg[g].i, seg[g].n);
+      }
+    }
+}
+
+template <int NR, int NS>
+HWY_INLINE void ScoreSegments(const float* const* qr, const Segment* seg, int64_t D, float* const* sc) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  bool full = true;
+  for (int g = 0; g < NS; ++g) full = full && seg[g].n == N;
+  if (full) {
+    ScoreBlock<NR, NS, true>(qr, seg, D, sc);
+  } else {
+    ScoreBlock<NR, NS, false>(qr, seg, D, sc);
+  }
 }
 
 template <int NR>
 HWY_INLINE void ScoreRows(const float* const* qr, const Segment* seg, int64_t num_seg, int64_t D, float* const* sc) {
   int64_t g = 0;
-  for (; g + 4 <= num_seg; g += 4) ScoreBlock<NR, 4>(qr, seg + g, D, sc);
+  for (; g + 4 <= num_seg; g += 4) ScoreSegments<NR, 4>(qr, seg + g, D, sc);
   switch (num_seg - g) {
-    case 3: ScoreBlock<NR, 3>(qr, seg + g, D, sc); break;
-    case 2: ScoreBlock<NR, 2>(qr, seg + g, D, sc); break;
-    case 1: ScoreBlock<NR, 1>(qr, seg + g, D, sc); break;
+    case 3: ScoreSegments<NR, 3>(qr, seg + g, D, sc); break;
+    case 2: ScoreSegments<NR, 2>(qr, seg + g, D, sc); break;
+    case 1: ScoreSegments<NR, 1>(qr, seg + g, D, sc); break;
     default: break;
   }
 }
@@ -314,6 +343,11 @@ void TileBody(const Job& job, const Tile& tile, Scratch& s) {
   // kernels_bench AttentionDecode measured 20-30% slower on K/V in cache with it and no faster
   // from memory (also not when spread over the chunk's loops).
   const bool prefetch_next = tile.t1 - tile.t0 > 1;
+  int64_t max_lo = 0, min_hi = std::numeric_limits<int64_t>::max();
+  for (int64_t r = 0; r < R; ++r) {
+    max_lo = std::max<int64_t>(max_lo, s.lo[static_cast<size_t>(r)]);
+    min_hi = std::min<int64_t>(min_hi, s.hi[static_cast<size_t>(r)]);
+  }
   const int64_t first = tile.span_lo - tile.span_lo % C;
   const int64_t first_cn = std::min(C, tile.span_hi - first + 1);
   int64_t num_seg = attention_detail::plan_segments(kv, tile.kv_head, D, first, first_cn, N, seg);
@@ -360,24 +394,32 @@ void TileBody(const Job& job, const Tile& tile, Scratch& s) {
       }
     }
 
+    // A whole chunk inside every row's window (all but the diagonal and window-edge chunks)
+    // needs no mask, and unless softcapped its scores stay as they are.
+    const bool unmasked = cn == C && c0 >= max_lo && c0 + cn - 1 <= min_hi;
     for (int64_t r = 0; r < R; ++r) {
       float* row = s.c.data() + r * C;
-      const auto lo_v = hn::Set(di, s.lo[static_cast<size_t>(r)]);
-      const auto hi_v = hn::Set(di, static_cast<int32_t>(std::min<int64_t>(s.hi[static_cast<size_t>(r)], c0 + cn - 1)));
       VF mx = neg_inf;
-      for (int64_t i = 0; i < cn; i += N) {
-        VF sv = hn::LoadU(d, row + i);
-        if (softcap) sv = hn::Mul(cap, hn::Tanh(d, hn::Mul(sv, inv_cap)));
-        const auto pos = hn::Iota(di, static_cast<int32_t>(c0 + i));
-        const auto invalid = hn::RebindMask(d, hn::Or(hn::Gt(lo_v, pos), hn::Gt(pos, hi_v)));
-        sv = hn::IfThenElse(invalid, neg_inf, sv);
-        hn::StoreU(sv, d, row + i);
-        mx = hn::Max(mx, sv);
+      if (unmasked && !softcap) {
+        for (int64_t i = 0; i < cn; i += N) mx = hn::Max(mx, hn::LoadU(d, row + i));
+      } else {
+        const auto lo_v = hn::Set(di, s.lo[static_cast<size_t>(r)]);
+        const auto hi_v = hn::Set(di, static_cast<int32_t>(std::min<int64_t>(s.hi[static_cast<size_t>(r)], c0 + cn - 1)));
+        for (int64_t i = 0; i < cn; i += N) {
+          VF sv = hn::LoadU(d, row + i);
+          if (softcap) sv = hn::Mul(cap, hn::Tanh(d, hn::Mul(sv, inv_cap)));
+          const auto pos = hn::Iota(di, static_cast<int32_t>(c0 + i));
+          const auto invalid = hn::RebindMask(d, hn::Or(hn::Gt(lo_v, pos), hn::Gt(pos, hi_v)));
+          sv = hn::IfThenElse(invalid, neg_inf, sv);
+          hn::StoreU(sv, d, row + i);
+          mx = hn::Max(mx, sv);
+        }
       }
       const float m_old = s.m[static_cast<size_t>(r)];
       const float m_new = std::max(m_old, hn::GetLane(hn::MaxOfLanes(d, mx)));
       const float safe = m_new == -std::numeric_limits<float>::infinity() ? 0.0f : m_new;
-      const float alpha = std::exp(m_old - safe);
+      // exp(0) is exactly 1: a running max that did not move skips the call.
+      const float alpha = m_old == safe ? 1.0f : std::exp(m_old - safe);
       const VF safe_v = hn::Set(d, safe);
       VF sum = hn::Zero(d);
       for (int64_t i = 0; i < cn; i += N) {
