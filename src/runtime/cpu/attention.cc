@@ -19,7 +19,6 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "runtime/cpu/attention.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
 
@@ -309,13 +308,10 @@ void TileBody(const Job& job, const Tile& tile, Scratch& s) {
   s.l.assign(static_cast<size_t>(R), 0.0f);
   s.lo.resize(static_cast<size_t>(R));
   s.hi.resize(static_cast<size_t>(R));
-  s.seg.resize(static_cast<size_t>(2 * C));
-  s.vp.resize(static_cast<size_t>(2 * C));
+  s.seg.resize(static_cast<size_t>(C));
+  s.vp.resize(static_cast<size_t>(C));
   const float** vp = s.vp.data();
-  const float** vp_next = vp + C;
   Segment* seg = s.seg.data();
-  Segment* seg_next = seg + C;
-  const int64_t row_bytes = D * static_cast<int64_t>(sizeof(float));
   for (int64_t r = 0; r < R; ++r) {
     const int64_t t = tile.t0 + r / ng, h = tile.kv_head * group + tile.g0 + r % ng;
     const float* qr = job.q + (seq.q_begin + t) * job.q_stride + h * D;
@@ -334,41 +330,21 @@ void TileBody(const Job& job, const Tile& tile, Scratch& s) {
   float* acc_rows[4];
   const float* p_rows[4];
 
-  // A tile of several query tokens (prefill) pulls the next chunk's K^T lines and V rows towards
-  // L1 while this chunk computes. In the model (`loom bench --prompt-tokens 512 --profile`, runs
-  // alternating with the build before this layout) prefill attention took 0.22-0.29 s without
-  // it against 0.19-0.22 before, and 0.21-0.26 with it against 0.20-0.26. A decode tile leaves
-  // it to the hardware prefetchers (a kv head's K^T and V in a page are each one contiguous
-  // run): with four query rows a chunk computes too briefly to hide the burst, and
-  // kernels_bench AttentionDecode measured 20-30% slower on K/V in cache with it and no faster
-  // from memory (also not when spread over the chunk's loops).
-  const bool prefetch_next = tile.t1 - tile.t0 > 1;
+  // No software prefetch: a kv head's K^T and V in a page are each one contiguous run, which
+  // the hardware prefetchers follow. Prefetching the next chunk from prefill tiles (512 lines in
+  // a burst) measured slower once scores were stored whole: in the model (`loom bench
+  // --prompt-tokens 1024 --profile`, alternating builds) prefill attention took 0.61-0.71 s
+  // without it against 0.65-0.79 s with it; kernels_bench AttentionPrefill 154 against 121-133
+  // GFLOP/s. Decode tiles measured 20-30% slower with it on K/V in cache and no faster from memory.
   int64_t max_lo = 0, min_hi = std::numeric_limits<int64_t>::max();
   for (int64_t r = 0; r < R; ++r) {
     max_lo = std::max<int64_t>(max_lo, s.lo[static_cast<size_t>(r)]);
     min_hi = std::min<int64_t>(min_hi, s.hi[static_cast<size_t>(r)]);
   }
-  const int64_t first = tile.span_lo - tile.span_lo % C;
-  const int64_t first_cn = std::min(C, tile.span_hi - first + 1);
-  int64_t num_seg = attention_detail::plan_segments(kv, tile.kv_head, D, first, first_cn, N, seg);
-  attention_detail::v_rows(kv, D, tile.kv_head, first, first_cn, vp);
-  for (int64_t c0 = first; c0 <= tile.span_hi; c0 += C) {
+  for (int64_t c0 = tile.span_lo - tile.span_lo % C; c0 <= tile.span_hi; c0 += C) {
     const int64_t cn = std::min(C, tile.span_hi - c0 + 1);
-    // The next chunk is planned here once, for its prefetch and for its own turn.
-    const int64_t next_cn = std::min(C, tile.span_hi - (c0 + C) + 1);
-    int64_t next_seg = 0;
-    if (next_cn > 0) {
-      next_seg = attention_detail::plan_segments(kv, tile.kv_head, D, c0 + C, next_cn, N, seg_next);
-      attention_detail::v_rows(kv, D, tile.kv_head, c0 + C, next_cn, vp_next);
-    }
-    if (prefetch_next && next_cn > 0) {
-      for (int64_t i = 0; i < next_cn; ++i)
-        for (int64_t b = 0; b < row_bytes; b += 64) hwy::Prefetch(reinterpret_cast<const char*>(vp_next[i]) + b);
-      for (int64_t g = 0; g < next_seg; ++g) {
-        if (!seg_next[g].kt) continue;
-        for (int64_t k = 0; k < D; ++k) hwy::Prefetch(seg_next[g].kt + k * seg_next[g].stride);
-      }
-    }
+    const int64_t num_seg = attention_detail::plan_segments(kv, tile.kv_head, D, c0, cn, N, seg);
+    attention_detail::v_rows(kv, D, tile.kv_head, c0, cn, vp);
 
     // Segments of a page no longer held score 0 here and are masked below.
     int64_t live = 0;
@@ -448,9 +424,6 @@ void TileBody(const Job& job, const Tile& tile, Scratch& s) {
         default: AxpyRows<1>(acc_rows, p_rows, vp, cn, D, D_vec); break;
       }
     }
-    std::swap(seg, seg_next);
-    num_seg = next_seg;
-    std::swap(vp, vp_next);
   }
 
   for (int64_t r = 0; r < R; ++r) {
