@@ -27,7 +27,7 @@ struct F32Tile {
   LOOM_TARGET_AVX2 LOOM_INLINE void run() const {
     const F32Loader w{static_cast<const float*>(t.b)};
     if (t.blocked) {
-      tile_body<MR, kKc, 0>(t, w);
+      tile_body<MR, kXs, 0>(t, w);
     } else {
       tile_body<MR, 0, kStreamPrefetchBytes>(t, w);
     }

@@ -32,7 +32,7 @@ struct F32Tile {
     const F32Loader w{static_cast<const float*>(t.b)};
     if constexpr (NP == 1) {
       if (t.blocked) {
-        tile_body<MR, 1, kKc, 0>(t, w);
+        tile_body<MR, 1, kXs, 0>(t, w);
         return;
       }
     }

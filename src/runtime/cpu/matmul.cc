@@ -22,6 +22,7 @@ namespace loom::cpu {
 namespace {
 
 using detail::kKc;
+using detail::kXs;
 using detail::kNr;
 using detail::KernelTable;
 using detail::TileArgs;
@@ -106,7 +107,7 @@ struct Problem {
   const uint16_t* x_bf16;  // non-null on the vdpbf16ps path
   int64_t x_bf16_stride;
   // Blocked path: x packed once per call, k block b of row m at
-  // xpack[(b·M + m)·kKc], shared by all threads; null: each thread packs its own.
+  // xpack[(b·M + m)·kXs], shared by all threads; null: each thread packs its own.
   const float* xpack = nullptr;
 };
 
@@ -179,7 +180,7 @@ void stream_panels(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0
 }
 
 // Rows [m_begin, m_end) × panels [p0, p1), blocked: for each block of rows and of
-// k, x is packed at stride kKc and each panel's k block is widened to f32 once,
+// k, x is packed at stride kXs and each panel's k block is widened to f32 once,
 // then swept by every row tile while it sits in L1.
 void blocked(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0, int64_t p1) {
   const PackedLinear& w = *pb.w;
@@ -187,7 +188,7 @@ void blocked(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0, int6
   const int64_t N = w.out_features(), K = w.in_features();
   const int max_mr = pb.kt->max_mr;
   const int64_t mc = std::max<int64_t>(max_mr, kMc / max_mr * max_mr);
-  float* xblk = pb.x_bf16 || pb.xpack ? nullptr : static_cast<float*>(t_scratch.x_block.get(sizeof(float) * mc * kKc));
+  float* xblk = pb.x_bf16 || pb.xpack ? nullptr : static_cast<float*>(t_scratch.x_block.get(sizeof(float) * mc * kXs));
   float* wblk = static_cast<float*>(t_scratch.w_block.get(sizeof(float) * kKc * kNr));
   // Packed bytes per k step of a panel (bf16 pairs: 2 bytes per k and column).
   const int64_t k_bytes = dt == DType::kF32 ? kNr * 4 : kNr * 2;
@@ -201,10 +202,10 @@ void blocked(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0, int6
       const float* xb = xblk;
       if (xblk) {
         for (int64_t r = 0; r < rows; ++r) {
-          std::memcpy(xblk + r * kKc, pb.x + (mb + r) * pb.x_stride + kb, sizeof(float) * kc);
+          std::memcpy(xblk + r * kXs, pb.x + (mb + r) * pb.x_stride + kb, sizeof(float) * kc);
         }
       } else if (pb.xpack) {
-        xb = pb.xpack + (kb / kKc * pb.M + mb) * kKc;
+        xb = pb.xpack + (kb / kKc * pb.M + mb) * kXs;
       }
       for (int64_t p = p0; p < p1; ++p) {
         const uint8_t* src = w.panel(p) + kb * k_bytes;  // kb is even, so bf16 pairs start here
@@ -235,8 +236,8 @@ void blocked(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0, int6
             t.a = pb.x_bf16 + (mb + m0) * pb.x_bf16_stride + kb;
             t.lda = pb.x_bf16_stride;
           } else {
-            t.a = xb + m0 * kKc;
-            t.lda = kKc;
+            t.a = xb + m0 * kXs;
+            t.lda = kXs;
           }
           t.b = b;
           t.k = kc;
@@ -451,12 +452,12 @@ void linear(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, 
         // x packed once into k blocks for every thread, rather than by each
         // thread for each of its chunks.
         const int64_t kblocks = (K + kKc - 1) / kKc;
-        float* xpack = static_cast<float*>(t_scratch.x_pack.get(sizeof(float) * kblocks * M * kKc));
+        float* xpack = static_cast<float*>(t_scratch.x_pack.get(sizeof(float) * kblocks * M * kXs));
         pool.parallel_for(M, [&](int64_t r0, int64_t r1, int) {
           for (int64_t r = r0; r < r1; ++r) {
             for (int64_t b = 0; b < kblocks; ++b) {
               const int64_t kc = std::min<int64_t>(kKc, K - b * kKc);
-              std::memcpy(xpack + (b * M + r) * kKc, x + r * x_stride + b * kKc, sizeof(float) * kc);
+              std::memcpy(xpack + (b * M + r) * kXs, x + r * x_stride + b * kKc, sizeof(float) * kc);
             }
           }
         });

@@ -30,6 +30,10 @@ constexpr int kNr = PackedLinear::kPanel;
 // block; 256 × 32 f32 weights = 32 KB, which stays in L1 while every row block of x
 // streams past it.
 constexpr int kKc = 256;
+// Row stride of the packed x block: kKc plus one cache line, so the 12 rows a tile
+// broadcasts from do not fall into the same few L1 sets (a 1 KB stride maps every
+// fourth row to one set).
+constexpr int kXs = kKc + 16;
 // How far ahead the streaming (decode) kernels prefetch weights, into L2
 // (_MM_HINT_T1). Measured on the 501 MB bf16 lm_head at M = 1, 2 threads, best of
 // 30 interleaved with a plain 2-thread read of the same size: no prefetch 19 GB/s,
@@ -59,7 +63,7 @@ struct TileArgs {
   int64_t panel_stride = 0;  // bytes between the panels' weight blocks
   int n_valid = 0;  // 1..panels·kNr columns of the panel(s) that exist in y
   bool accumulate = false;       // C holds the sum over earlier k blocks
-  // Blocked path: a is the driver's packed x block (lda == kKc, compile-time
+  // Blocked path: a is the driver's packed x block (lda == kXs, compile-time
   // addressing) and b sits in L1; otherwise weights stream from memory.
   bool blocked = false;
   const float* bias = nullptr;   // kNr values added at the end, or null
