@@ -21,6 +21,8 @@
 // only (its rate per token is what matters; all 64 take ~15 min on 2 cores).
 // LOOM_BENCH_PROFILE=1 prints, after each case, its time per op and scope (stderr).
 // LOOM_BENCH_GROUP_PREFETCH=0 turns off the batched-decode weight prefetch, for A/B runs.
+// LOOM_BENCH_KV_DTYPE=bfloat16 keeps every case's KV cache in bf16 (kv_cache_dtype; the
+// contiguous caches of one-at-a-time, static and decode-at-batch too), float32 by default.
 // BM_DecodeAtBatch: LOOM_BENCH_CONCURRENT (32), LOOM_BENCH_DECODE_STEPS (16);
 // it also reports this machine's bound for that step, computed as the issue
 // does: weight bytes ÷ measured read bandwidth + the step's multiply-adds ÷
@@ -54,6 +56,13 @@ int64_t env_int(const char* name, int64_t fallback) {
   const char* v = std::getenv(name);
   return v ? std::atoll(v) : fallback;
 }
+
+// LOOM_BENCH_KV_DTYPE as kv_cache_dtype's name ("float32" unless set).
+std::string kv_dtype_name() {
+  const char* v = std::getenv("LOOM_BENCH_KV_DTYPE");
+  return v && *v ? v : "float32";
+}
+DType kv_dtype() { return kv_dtype_name() == "bfloat16" ? DType::kBF16 : DType::kF32; }
 
 struct Setup {
   std::shared_ptr<const models::Model> model;
@@ -157,6 +166,7 @@ void BM_OneAtATime(benchmark::State& state) {
       GenerateOptions o;
       o.max_new_tokens = s.lengths[i];
       o.logprobs = false;  // as generate_batch without return_logprobs
+      o.kv_cache_dtype = kv_dtype();
       generated += static_cast<int64_t>(generate(*s.runner, p, o).value().generated_ids.size());
     }
     report(state, generated, seconds_since(t0));
@@ -175,7 +185,8 @@ void BM_Static(benchmark::State& state) {
   for (auto _ : state) {
     start_profile("static");
     const auto t0 = std::chrono::steady_clock::now();
-    runtime::ContiguousKvCache cache(s.runner->kv_layout(), static_cast<int>(b), static_cast<int64_t>(longest) + s.new_tokens);
+    runtime::ContiguousKvCache cache(s.runner->kv_layout(), static_cast<int>(b), static_cast<int64_t>(longest) + s.new_tokens,
+                                     kv_dtype());
     // Left-padded to the longest prompt (the pad positions are computed too, as in a padded batch).
     std::vector<std::vector<int32_t>> padded;
     std::vector<SequenceChunk> chunks;
@@ -232,6 +243,7 @@ void BM_Continuous(benchmark::State& state) {
   cfg.num_blocks = static_cast<int64_t>(s.prompts.size()) * ((static_cast<int64_t>(longest) + s.new_tokens) / 64 + 2);
   cfg.max_batch_tokens = env_int("LOOM_BENCH_MAX_BATCH_TOKENS", 512);
   cfg.allow_block_sharing = false;
+  cfg.kv_cache_dtype = kv_dtype_name();
   GenerationConfig gc;
   GenerateBatchOptions opts;
   opts.warmup = false;
@@ -261,7 +273,7 @@ void BM_DecodeAtBatch(benchmark::State& state) {
   for (auto& q : seqs)
     for (auto& t : q) t = tok(rng);
   for (auto _ : state) {
-    runtime::ContiguousKvCache cache(s.runner->kv_layout(), static_cast<int>(b), prompt + steps + 1);
+    runtime::ContiguousKvCache cache(s.runner->kv_layout(), static_cast<int>(b), prompt + steps + 1, kv_dtype());
     std::vector<SequenceChunk> chunks;
     for (int64_t i = 0; i < b; ++i) chunks.push_back({seqs[static_cast<size_t>(i)].data(), prompt, 0});
     Tensor logits = s.runner->step(chunks, cache).value();
@@ -313,6 +325,7 @@ void BM_TimeToFirstToken(benchmark::State& state) {
   cfg.num_blocks = static_cast<int64_t>(prefix.size()) / 16 * 4 + 64;
   cfg.max_batch_tokens = env_int("LOOM_BENCH_MAX_BATCH_TOKENS", 512);
   cfg.allow_block_sharing = cached;
+  cfg.kv_cache_dtype = kv_dtype_name();
   auto m = ContinuousBatchingManager::create(s.runner, GenerationConfig(), cfg).value();
   (void)m->start();
   RequestOptions o;

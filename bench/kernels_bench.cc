@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
@@ -43,7 +44,7 @@ constexpr int64_t kHq = 32, kHkv = 8, kD = 64, kPage = 16;
 // One sequence's paged K/V for one layer.
 struct Kv {
   std::vector<std::vector<float>> k, v;
-  std::vector<const float*> kp, vp;
+  std::vector<const void*> kp, vp;
   int64_t tokens;
   int64_t page;
   explicit Kv(int64_t n, int64_t page_size = kPage) : tokens(n), page(page_size) {
@@ -92,35 +93,42 @@ BENCHMARK(BM_AttentionDecode)
 // benchmark's 32-concurrent case), a different layer's K/V each call, 24 layers = 430 MB in
 // all, more than this machine's L3, so K/V come from memory. Args: threads.
 // Pages come from one mapping, as the batching KV pool's do; Args: threads, whether that
-// mapping is advised for transparent huge pages.
+// mapping is advised for transparent huge pages, and the cache's element type (kv_cache_dtype:
+// 0 float32, 1 bfloat16). bytes_per_second counts the bytes of K/V actually read.
 void BM_AttentionDecodeFromMemory(benchmark::State& state) {
+  const bool bf16 = state.range(2) != 0;
+  const size_t elem = bf16 ? 2 : 4;
   constexpr int64_t kContext = 136, kBatch = 32, kLayers = 24, kPageTokens = 64;
   ThreadPool& pool = pool_of(static_cast<int>(state.range(0)));
   constexpr int64_t kPages = (kContext + kPageTokens - 1) / kPageTokens;
   const size_t page_floats = static_cast<size_t>(kPageTokens * kHkv * kD);
-  const size_t bytes = static_cast<size_t>(kLayers * kBatch * kPages * 2) * page_floats * sizeof(float);
+  const size_t bytes = static_cast<size_t>(kLayers * kBatch * kPages * 2) * page_floats * elem;
   void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
     state.SkipWithError("mmap failed");
     return;
   }
   if (state.range(1)) madvise(mem, bytes, MADV_HUGEPAGE);
-  float* next_page = static_cast<float*>(mem);
+  char* next_page = static_cast<char*>(mem);
   const std::vector<float> fill = random_vector(page_floats, 5);
-  std::vector<std::vector<const float*>> page_ptrs;  // per sequence: K pages then V pages
+  std::vector<uint16_t> fill_bf16(page_floats);
+  for (size_t i = 0; i < page_floats; ++i) fill_bf16[i] = f32_to_bf16(fill[i]);
+  std::vector<std::vector<const void*>> page_ptrs;  // per sequence: K pages then V pages
   std::vector<int32_t> positions(static_cast<size_t>(kBatch), static_cast<int32_t>(kContext - 1));
   std::vector<std::vector<AttentionSequence>> layers(kLayers);
   page_ptrs.reserve(static_cast<size_t>(kLayers * kBatch));
   for (auto& seqs : layers) {
     for (int64_t s = 0; s < kBatch; ++s) {
-      std::vector<const float*> ptrs;
-      for (int64_t i = 0; i < 2 * kPages; ++i, next_page += page_floats) {
-        std::copy(fill.begin(), fill.end(), next_page);
+      std::vector<const void*> ptrs;
+      for (int64_t i = 0; i < 2 * kPages; ++i, next_page += page_floats * elem) {
+        std::memcpy(next_page, bf16 ? static_cast<const void*>(fill_bf16.data()) : fill.data(), page_floats * elem);
         ptrs.push_back(next_page);
       }
       page_ptrs.push_back(std::move(ptrs));
-      const std::vector<const float*>& p = page_ptrs.back();
-      seqs.push_back({s, 1, &positions[static_cast<size_t>(s)], KvPages{p.data(), p.data() + kPages, kPages, kPageTokens, kContext}});
+      const std::vector<const void*>& p = page_ptrs.back();
+      seqs.push_back({s, 1, &positions[static_cast<size_t>(s)],
+                      KvPages{p.data(), p.data() + kPages, kPages, kPageTokens, kContext,
+                              bf16 ? DType::kBF16 : DType::kF32}});
     }
   }
   const std::vector<float> q = random_vector(static_cast<size_t>(kBatch * kHq * kD), 7);
@@ -132,15 +140,17 @@ void BM_AttentionDecodeFromMemory(benchmark::State& state) {
     layer = (layer + 1) % layers.size();
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetBytesProcessed(state.iterations() * kBatch * kContext * kHkv * kD * 2 * 4);
+  state.SetBytesProcessed(state.iterations() * kBatch * kContext * kHkv * kD * 2 * static_cast<int64_t>(elem));
   munmap(mem, bytes);
 }
 BENCHMARK(BM_AttentionDecodeFromMemory)
-    ->ArgNames({"threads", "huge_pages"})
-    ->Args({1, 0})
-    ->Args({2, 0})
-    ->Args({1, 1})
-    ->Args({2, 1})
+    ->ArgNames({"threads", "huge_pages", "bf16"})
+    ->Args({1, 0, 0})
+    ->Args({2, 0, 0})
+    ->Args({1, 1, 0})
+    ->Args({2, 1, 0})
+    ->Args({1, 1, 1})
+    ->Args({2, 1, 1})
     ->Unit(benchmark::kMicrosecond);
 
 void BM_AttentionDecodeRef(benchmark::State& state) {

@@ -44,8 +44,8 @@ int open_backing_file(const std::string& path, size_t bytes) {
 }  // namespace
 
 PageStorage::PageStorage(KvPageShape shape, int64_t num_pages, const std::string& file_path)
-    : floats_(shape.page_floats()), num_pages_(num_pages) {
-  if (num_pages <= 0 || floats_ <= 0)
+    : half_bytes_(shape.half_bytes()), num_pages_(num_pages) {
+  if (num_pages <= 0 || shape.page_elements() <= 0)
     throw Error(invalid_argument("KV page storage: num_pages (" + std::to_string(num_pages) +
                                  ") and the page shape must be positive"));
   bytes_ = static_cast<size_t>(num_pages) * shape.page_bytes();
@@ -66,7 +66,7 @@ PageStorage::PageStorage(KvPageShape shape, int64_t num_pages, const std::string
   if (p == MAP_FAILED)
     throw Error(resource_exhausted("KV page storage: cannot reserve " + std::to_string(bytes_) + " bytes for " +
                                    std::to_string(num_pages) + " pages"));
-  base_ = static_cast<float*>(p);
+  base_ = static_cast<std::byte*>(p);
 }
 
 PageStorage::~PageStorage() {

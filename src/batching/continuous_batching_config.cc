@@ -127,7 +127,7 @@ const std::set<std::string>& known_keys() {
       "max_blocks_per_request", "allow_block_sharing", "use_async_batching", "use_cuda_graph",
       "q_padding_interval_size", "kv_padding_interval_size", "varlen_compile_config", "decode_compile_config",
       "default_compile_level", "scheduler_type", "safety_margin", "return_logprobs", "seed", "auto_switch_to_flash",
-      "cpu_offload_space", "cpu_offload_space_safety_threshold", "cpu_offload_path", "max_queue_size",
+      "cpu_offload_space", "cpu_offload_space_safety_threshold", "cpu_offload_path", "kv_cache_dtype", "max_queue_size",
       "per_request_processors",
       "drop_unsupported_processors", "disable_nccl_graph_mixing", "cpu_group_timeout",
       "use_default_compile_configs", "max_cached_graphs", "block_size"};
@@ -135,6 +135,8 @@ const std::set<std::string>& known_keys() {
 }
 
 }  // namespace
+
+DType ContinuousBatchingConfig::kv_dtype() const { return kv_cache_dtype == "bfloat16" ? DType::kBF16 : DType::kF32; }
 
 int64_t ContinuousBatchingConfig::effective_page_size() const {
   if (block_size && page_size == 256) return *block_size;
@@ -164,6 +166,8 @@ Status ContinuousBatchingConfig::validate() const {
     return field_error("default_compile_level", "must be in [0, 3], got " + std::to_string(default_compile_level));
   if (scheduler_type != "fifo" && scheduler_type != "prefill_first")
     return field_error("scheduler_type", "must be 'fifo' or 'prefill_first', got '" + scheduler_type + "'");
+  if (kv_cache_dtype != "float32" && kv_cache_dtype != "bfloat16")
+    return field_error("kv_cache_dtype", "must be 'float32' or 'bfloat16', got '" + kv_cache_dtype + "'");
   if (safety_margin && !(*safety_margin >= 0.0 && *safety_margin < 1.0))
     return field_error("safety_margin", "must be in [0, 1), got " + std::to_string(*safety_margin));
   if (cpu_offload_space && !(*cpu_offload_space >= 0.0 && std::isfinite(*cpu_offload_space)))
@@ -201,6 +205,7 @@ Result<ContinuousBatchingConfig> ContinuousBatchingConfig::from_json(const nlohm
   LOOM_RETURN_IF_ERROR(r.get_object("decode_compile_config", &c.decode_compile_config));
   LOOM_RETURN_IF_ERROR(r.get("default_compile_level", &c.default_compile_level));
   LOOM_RETURN_IF_ERROR(r.get("scheduler_type", &c.scheduler_type));
+  LOOM_RETURN_IF_ERROR(r.get("kv_cache_dtype", &c.kv_cache_dtype));
   LOOM_RETURN_IF_ERROR(r.get("safety_margin", &c.safety_margin));
   LOOM_RETURN_IF_ERROR(r.get("return_logprobs", &c.return_logprobs));
   LOOM_RETURN_IF_ERROR(r.get("seed", &c.seed));
@@ -257,6 +262,7 @@ nlohmann::json ContinuousBatchingConfig::to_json() const {
   j["cpu_offload_space"] = opt(cpu_offload_space);
   j["cpu_offload_space_safety_threshold"] = cpu_offload_space_safety_threshold;
   j["cpu_offload_path"] = opt(cpu_offload_path);
+  j["kv_cache_dtype"] = kv_cache_dtype;
   j["max_queue_size"] = max_queue_size;
   j["per_request_processors"] = per_request_processors;
   j["drop_unsupported_processors"] = drop_unsupported_processors;

@@ -21,7 +21,7 @@ Result<GenerateResult> generate(ModelRunner& runner, const std::vector<int32_t>&
     return r;
   }
   const int64_t capacity = static_cast<int64_t>(prompt_ids.size()) + o.max_new_tokens;
-  runtime::ContiguousKvCache cache(runner.kv_layout(), 1, capacity);
+  runtime::ContiguousKvCache cache(runner.kv_layout(), 1, capacity, o.kv_cache_dtype);
   generation::Rng rng(o.seed);
   generation::StopStringMatcher stops(o.stop_strings);
   std::vector<int32_t> context = prompt_ids;

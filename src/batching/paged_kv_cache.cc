@@ -59,7 +59,7 @@ PagedKvCache::PagedKvCache(const KvCacheLayout& layout, const PagedKvCacheOption
     : layout_(layout),
       page_size_(o.page_size),
       max_step_tokens_(std::max<int64_t>(1, o.max_step_tokens)),
-      pool_(KvPageShape{o.page_size, layout.num_kv_heads, layout.head_dim},
+      pool_(KvPageShape{o.page_size, layout.num_kv_heads, layout.head_dim, o.kv_dtype},
             o.page_size > 0 ? o.num_pages : 0, layer_counts(layout)) {
   const Grouping g = group_layers(layout_);
   layer_group_.assign(static_cast<size_t>(layout_.num_layers), 0);
@@ -261,7 +261,7 @@ bool PagedKvCache::fork(const SequenceKv& src, SequenceKv& dst, int64_t num_comp
   if (available_pages() < need) return false;
   evict_for(need);
   if (pool_.free_pages() < need) return false;
-  const size_t bytes = static_cast<size_t>(pool_.shape().page_floats()) * sizeof(float);
+  const size_t bytes = pool_.shape().half_bytes();
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (int64_t p = 0; p < pages; ++p) {
       const BlockId b = src.tables[g][static_cast<size_t>(p)];
@@ -294,7 +294,7 @@ bool PagedKvCache::swap_out(SequenceKv& s) {
       if (b != kNoBlock) need += static_cast<int64_t>(groups_[g].layers.size());
   std::vector<int32_t> host = swap_->allocate(need);
   if (static_cast<int64_t>(host.size()) != need) return false;
-  const size_t bytes = static_cast<size_t>(pool_.shape().page_floats()) * sizeof(float);
+  const size_t bytes = pool_.shape().half_bytes();
   size_t next = 0;
   s.host.assign(groups_.size(), {});
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -333,7 +333,7 @@ bool PagedKvCache::swap_in(SequenceKv& s) {
   evict_for(need);
   if (pool_.free_pages() < need) return false;
   init_tables(s);
-  const size_t bytes = static_cast<size_t>(pool_.shape().page_floats()) * sizeof(float);
+  const size_t bytes = pool_.shape().half_bytes();
   for (size_t g = 0; g < groups_.size(); ++g) {
     const size_t n = groups_[g].layers.size();
     s.tables[g].assign(static_cast<size_t>(s.num_pages), kNoBlock);
@@ -372,6 +372,7 @@ void PagedKvCache::bind(StepKvView& view, const std::vector<const SequenceKv*>& 
   view.num_seqs_ = static_cast<int>(seqs.size());
   view.num_layers_ = L;
   view.page_size_ = page_size_;
+  view.dtype_ = pool_.shape().dtype;
   view.k_.clear();
   view.v_.clear();
   view.entries_.clear();
@@ -399,6 +400,7 @@ graph::KvPageTable StepKvView::pages(int layer, int seq) {
   t.v_pages = v_.data() + e.offset;
   t.num_pages = e.count;
   t.page_size = page_size_;
+  t.dtype = dtype_;
   return t;
 }
 

@@ -33,6 +33,7 @@ struct CbFlags {
       per_request_processors, drop_unsupported_processors, disable_nccl_graph_mixing;
   bool no_block_sharing = false;
   std::optional<std::string> cpu_offload_path;
+  std::optional<std::string> kv_cache_dtype;
   std::optional<std::string> scheduler_type, use_cuda_graph, varlen_compile_config, decode_compile_config;
   std::optional<int64_t> q_padding_interval_size, kv_padding_interval_size, default_compile_level, max_queue_size;
 };
@@ -73,6 +74,8 @@ void add_cb_options(CLI::App* cmd, CbFlags* f) {
                   "Clamp --cpu-offload-space to this share of RAM (of free disk with --cpu-offload-path)");
   cmd->add_option("--cpu-offload-path", f->cpu_offload_path,
                   "Keep the swap pool in a file (a new file name, or a directory) instead of RAM");
+  cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype,
+                  "KV cache elements: float32 (default) or bfloat16 (half the memory, rounded once when written)");
   cmd->add_option("--max-queue-size", f->max_queue_size, "Most requests waiting for admission (0: no limit)");
   cmd->add_option("--per-request-processors", f->per_request_processors,
                   "Honour per-line sampling settings (true/false; default true for this command)");
@@ -118,6 +121,7 @@ batching::ContinuousBatchingConfig make_cb_config(const CbFlags& f, uint64_t see
     j["decode_compile_config"] = parse_json_flag("--decode-compile-config", *f.decode_compile_config);
   set("default_compile_level", f.default_compile_level);
   set("scheduler_type", f.scheduler_type);
+  set("kv_cache_dtype", f.kv_cache_dtype);
   set("safety_margin", f.safety_margin);
   set("return_logprobs", f.return_logprobs);
   if (!j.contains("seed") || j["seed"].is_null()) j["seed"] = seed;

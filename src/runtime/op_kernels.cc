@@ -360,19 +360,32 @@ OpKernel attention_kernel() {
           return out_of_range("attention layer " + std::to_string(layer) + ": sequence " + std::to_string(s) +
                               " has no KV page for position " + std::to_string(pos));
         const float* k_src = k_new.data_as<float>() + row * kv_row;
-        for (int64_t kvh = 0; kvh < p.num_kv_heads; ++kvh)
-          for (int64_t d = 0; d < p.head_dim; ++d)
-            t.k_pages[page][cpu::k_page_index(off, kvh, d, t.page_size, p.head_dim)] = k_src[kvh * p.head_dim + d];
         const float* v_src = v_new.data_as<float>() + row * kv_row;
-        for (int64_t kvh = 0; kvh < p.num_kv_heads; ++kvh)
-          std::memcpy(t.v_pages[page] + cpu::v_page_index(off, kvh, 0, t.page_size, p.head_dim), v_src + kvh * p.head_dim,
-                      static_cast<size_t>(p.head_dim) * sizeof(float));
+        if (t.dtype == DType::kBF16) {
+          // Rounded to nearest even once, as a bf16 model's cache holds them.
+          uint16_t* kp = static_cast<uint16_t*>(t.k_pages[page]);
+          uint16_t* vp = static_cast<uint16_t*>(t.v_pages[page]);
+          for (int64_t kvh = 0; kvh < p.num_kv_heads; ++kvh)
+            for (int64_t d = 0; d < p.head_dim; ++d) {
+              kp[cpu::k_page_index(off, kvh, d, t.page_size, p.head_dim)] = f32_to_bf16(k_src[kvh * p.head_dim + d]);
+              vp[cpu::v_page_index(off, kvh, d, t.page_size, p.head_dim)] = f32_to_bf16(v_src[kvh * p.head_dim + d]);
+            }
+        } else {
+          float* kp = static_cast<float*>(t.k_pages[page]);
+          float* vp = static_cast<float*>(t.v_pages[page]);
+          for (int64_t kvh = 0; kvh < p.num_kv_heads; ++kvh)
+            for (int64_t d = 0; d < p.head_dim; ++d)
+              kp[cpu::k_page_index(off, kvh, d, t.page_size, p.head_dim)] = k_src[kvh * p.head_dim + d];
+          for (int64_t kvh = 0; kvh < p.num_kv_heads; ++kvh)
+            std::memcpy(vp + cpu::v_page_index(off, kvh, 0, t.page_size, p.head_dim), v_src + kvh * p.head_dim,
+                        static_cast<size_t>(p.head_dim) * sizeof(float));
+        }
       }
       cpu::AttentionSequence as;
       as.q_begin = sq.q_begin;
       as.q_len = sq.q_len;
       as.positions = step.positions.data() + sq.q_begin;
-      as.kv = cpu::KvPages{t.k_pages, t.v_pages, t.num_pages, t.page_size, sq.past_len + sq.q_len};
+      as.kv = cpu::KvPages{t.k_pages, t.v_pages, t.num_pages, t.page_size, sq.past_len + sq.q_len, t.dtype};
       seqs.push_back(as);
     }
     const int64_t q_row = p.num_q_heads * p.head_dim;

@@ -41,15 +41,19 @@ TEST(BlockPool, ReferenceCountsAndDistinctPages) {
   EXPECT_EQ(pool.release(a), 1);
   EXPECT_THROW(pool.free(a), Error);  // still referenced
   // Every page of every live block is distinct memory, K apart from V.
-  std::vector<float*> pages = {pool.k_page(a, 0), pool.k_page(a, 1), pool.v_page(a, 0), pool.v_page(a, 1),
-                               pool.k_page(b, 0), pool.k_page(b, 1), pool.v_page(b, 0), pool.v_page(b, 1)};
+  std::vector<float*> pages;
+  for (BlockId blk : {a, b})
+    for (int i : {0, 1}) {
+      pages.push_back(static_cast<float*>(pool.k_page(blk, i)));
+      pages.push_back(static_cast<float*>(pool.v_page(blk, i)));
+    }
   for (size_t i = 0; i < pages.size(); ++i)
     for (size_t j = i + 1; j < pages.size(); ++j) {
       const auto gap = std::abs(pages[i] - pages[j]);
-      EXPECT_GE(gap, kShape.page_floats()) << i << " " << j;
+      EXPECT_GE(gap, kShape.page_elements()) << i << " " << j;
     }
   // Pages are writable over their whole extent.
-  for (float* p : pages) std::fill(p, p + kShape.page_floats(), 1.0f);
+  for (float* p : pages) std::fill(p, p + kShape.page_elements(), 1.0f);
   EXPECT_EQ(pool.release(a), 0);
   pool.free(a);
   EXPECT_THROW(pool.release(a), Error);  // already free
@@ -94,4 +98,17 @@ TEST(BlockPool, RejectsUnusableShapes) {
 }
 
 }  // namespace
+
+TEST(BlockPool, Bf16PagesTakeHalfTheBytes) {
+  const KvPageShape f32{4, 2, 8, DType::kF32}, bf16{4, 2, 8, DType::kBF16};
+  EXPECT_EQ(f32.page_bytes(), 2u * 4 * 2 * 8 * 4);
+  EXPECT_EQ(bf16.page_bytes(), f32.page_bytes() / 2);
+  BlockPool pool(bf16, 4, {2});
+  EXPECT_EQ(pool.budget_bytes(), 4 * bf16.page_bytes());
+  const BlockId b = pool.allocate(0).value();
+  auto* k0 = static_cast<char*>(pool.k_page(b, 0));
+  auto* v0 = static_cast<char*>(pool.v_page(b, 0));
+  EXPECT_GE(std::abs(v0 - k0), static_cast<std::ptrdiff_t>(bf16.half_bytes()));
+}
+
 }  // namespace loom::batching

@@ -18,6 +18,8 @@ TEST(ContinuousBatchingConfig, DefaultsAreTransformers) {
   EXPECT_EQ(c.cpu_offload_space.value(), 0.0);
   EXPECT_DOUBLE_EQ(c.cpu_offload_space_safety_threshold, 0.8);
   EXPECT_EQ(c.max_queue_size, 0);
+  EXPECT_EQ(c.kv_cache_dtype, "float32");
+  EXPECT_EQ(c.kv_dtype(), DType::kF32);
   EXPECT_FALSE(c.per_request_processors);
   EXPECT_TRUE(c.drop_unsupported_processors);
   EXPECT_TRUE(c.disable_nccl_graph_mixing);
@@ -37,7 +39,7 @@ TEST(ContinuousBatchingConfig, LoadsEveryFieldFromJsonAndRoundTrips) {
                   {"cpu_offload_space", 1.5}, {"cpu_offload_space_safety_threshold", 0.5}, {"max_queue_size", 100},
                   {"per_request_processors", true}, {"drop_unsupported_processors", false},
                   {"disable_nccl_graph_mixing", false}, {"cpu_group_timeout", nullptr},
-                  {"use_default_compile_configs", true}, {"max_cached_graphs", 4}};
+                  {"use_default_compile_configs", true}, {"max_cached_graphs", 4}, {"kv_cache_dtype", "bfloat16"}};
   const ContinuousBatchingConfig c = ContinuousBatchingConfig::from_json(j, "cb.json").value();
   EXPECT_EQ(c.page_size, 16);
   EXPECT_EQ(*c.num_blocks, 40);
@@ -50,6 +52,7 @@ TEST(ContinuousBatchingConfig, LoadsEveryFieldFromJsonAndRoundTrips) {
   EXPECT_EQ(*c.seed, 42u);
   EXPECT_FALSE(c.cpu_group_timeout);
   EXPECT_EQ(*c.cpu_offload_space, 1.5);
+  EXPECT_EQ(c.kv_dtype(), DType::kBF16);
   const ContinuousBatchingConfig back = ContinuousBatchingConfig::from_json(c.to_json()).value();
   EXPECT_EQ(back.to_json(), c.to_json());
   // Every GPU-only field set above is reported as having no effect on CPU.
@@ -76,6 +79,10 @@ TEST(ContinuousBatchingConfig, BadValuesNameTheField) {
   EXPECT_NE(err({{"max_batch_tokens", 0}}).find("max_batch_tokens"), std::string::npos);
   EXPECT_NE(err({{"max_memory_percent", 1.5}}).find("max_memory_percent"), std::string::npos);
   EXPECT_NE(err({{"scheduler_type", "lifo"}}).find("scheduler_type"), std::string::npos);
+  EXPECT_NE(err({{"kv_cache_dtype", "float16"}}).find("kv_cache_dtype must be 'float32' or 'bfloat16'"),
+            std::string::npos)
+      << err({{"kv_cache_dtype", "float16"}});
+  EXPECT_NE(err({{"kv_cache_dtype", 16}}).find("kv_cache_dtype"), std::string::npos);
   EXPECT_NE(err({{"safety_margin", 1.0}}).find("safety_margin"), std::string::npos);
   EXPECT_NE(err({{"cpu_offload_space", -2}}).find("cpu_offload_space"), std::string::npos);
   EXPECT_NE(err({{"cpu_offload_space_safety_threshold", 0}}).find("cpu_offload_space_safety_threshold"), std::string::npos);

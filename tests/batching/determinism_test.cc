@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <iostream>
 #include <map>
 #include <random>
 
@@ -58,6 +59,7 @@ struct Condition {
   // fifo admits as much as fits and running requests must preempt to grow.
   double safety_margin = -1;
   const char* offload_path = nullptr;  // file-backed swap pool (a directory) instead of RAM
+  const char* kv_cache_dtype = "float32";
 };
 
 void run_condition(const std::shared_ptr<ModelRunner>& runner, const Workload& w,
@@ -74,6 +76,7 @@ void run_condition(const std::shared_ptr<ModelRunner>& runner, const Workload& w
   cfg.use_async_batching = c.async;
   if (c.safety_margin >= 0) cfg.safety_margin = c.safety_margin;
   if (c.offload_path) cfg.cpu_offload_path = c.offload_path;
+  cfg.kv_cache_dtype = c.kv_cache_dtype;
   auto m = ContinuousBatchingManager::create(runner, testing::no_eos_config(), cfg).value();
   ASSERT_TRUE(m->start().ok());
   std::map<std::string, size_t> index;
@@ -141,6 +144,56 @@ TEST(Determinism, FullAttentionMatchesRunningAlone) {
       {"tiny pool recompute prefill_first sync page8", 8, 90, 32, true, 0.0, "prefill_first", false},
   };
   for (const Condition& c : tight) run_condition(runner, w, expected, c, true);
+}
+
+// A bf16 KV cache rounds K/V once when written, so its reference is each request run alone
+// through a manager with the same cache (one request per step, its whole prompt in one step),
+// not generate()'s f32 cache. Batching, chunking, preemption by recompute and by swap (which
+// copies bf16 pages out and back) must not change a token.
+std::vector<std::vector<int32_t>> run_alone_bf16_kv(const std::shared_ptr<ModelRunner>& runner, const Workload& w) {
+  ContinuousBatchingConfig cfg;
+  cfg.page_size = 16;
+  cfg.num_blocks = 400;
+  cfg.max_batch_tokens = 1024;
+  cfg.max_requests_per_batch = 1;
+  cfg.kv_cache_dtype = "bfloat16";
+  auto m = ContinuousBatchingManager::create(runner, testing::no_eos_config(), cfg).value();
+  EXPECT_TRUE(m->start().ok());
+  std::vector<std::vector<int32_t>> out;
+  for (size_t i = 0; i < w.prompts.size(); ++i) {
+    RequestOptions o;
+    o.max_new_tokens = w.max_new[i];
+    const std::string id = m->add_request(w.prompts[i], o).value();
+    auto r = m->get_result(id, 60.0);
+    EXPECT_TRUE(r.has_value());
+    out.push_back(r ? r->generated_tokens : std::vector<int32_t>{});
+  }
+  EXPECT_TRUE(m->stop(true, 30.0).ok());
+  return out;
+}
+
+TEST(Determinism, Bf16KvCacheMatchesRunningAloneWithIt) {
+  auto model = load_fixture("llama-f32");
+  auto runner = make_runner(model);
+  const Workload w = make_workload(24, 300, 24, model->vocab_size(), 4321);
+  const auto expected = run_alone_bf16_kv(runner, w);
+  // bf16 K/V is a rounding of the f32 cache, not a misreading of it: most requests' first
+  // tokens agree with generate()'s f32 run (a garbled cache would agree by chance only).
+  const auto f32 = run_alone(*runner, w);
+  int same_first = 0;
+  for (size_t i = 0; i < w.prompts.size(); ++i)
+    same_first += !expected[i].empty() && !f32[i].empty() && expected[i][0] == f32[i][0];
+  std::cerr << "bf16 KV: " << same_first << " of " << w.prompts.size() << " first tokens as with f32\n";
+  EXPECT_GE(same_first, static_cast<int>(w.prompts.size()) * 3 / 4);
+  Condition batched{"bf16 page16 mbt32 sharing fifo async", 16, 1200, 32, true, 0.0, "fifo", true};
+  batched.kv_cache_dtype = "bfloat16";
+  run_condition(runner, w, expected, batched, false);
+  Condition recompute{"bf16 tiny pool recompute prefill_first", 16, 24, 64, true, 0.0, "prefill_first", false, 0.0};
+  recompute.kv_cache_dtype = "bfloat16";
+  run_condition(runner, w, expected, recompute, true);
+  Condition swap{"bf16 tiny pool swap fifo async", 16, 24, 64, false, 1.0 / 16, "fifo", true, 0.0};
+  swap.kv_cache_dtype = "bfloat16";
+  run_condition(runner, w, expected, swap, true);
 }
 
 TEST(Determinism, HybridSlidingWindowStackMatchesRunningAlone) {

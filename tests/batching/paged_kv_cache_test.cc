@@ -210,8 +210,8 @@ TEST_P(SwapBacking, SwapOutAndInRestoresEveryLivePageBitwise) {
     for (int64_t p = 0; p < t.num_pages; ++p) {
       if (!t.k_pages[p]) continue;
       for (int64_t i = 0; i < 2 * 2 * 4; ++i) {
-        t.k_pages[p][i] = value++;
-        t.v_pages[p][i] = -value;
+        static_cast<float*>(t.k_pages[p])[i] = value++;
+        static_cast<float*>(t.v_pages[p])[i] = -value;
       }
     }
   }
@@ -230,8 +230,8 @@ TEST_P(SwapBacking, SwapOutAndInRestoresEveryLivePageBitwise) {
     for (int64_t p = 0; p < t.num_pages; ++p) {
       if (!t.k_pages[p]) continue;
       for (int64_t i = 0; i < 2 * 2 * 4; ++i) {
-        ASSERT_EQ(t.k_pages[p][i], value++);
-        ASSERT_EQ(t.v_pages[p][i], -value);
+        ASSERT_EQ(static_cast<const float*>(t.k_pages[p])[i], value++);
+        ASSERT_EQ(static_cast<const float*>(t.v_pages[p])[i], -value);
       }
     }
   }

@@ -21,8 +21,10 @@ namespace {
 // last page past num_tokens hold NaN so that a kernel reading them would poison its output.
 struct PagedKv {
   int64_t page_size = 0, num_kv_heads = 0, head_dim = 0, num_tokens = 0;
+  DType dtype = DType::kF32;
   std::vector<std::unique_ptr<std::vector<float>>> k_store, v_store;
-  std::vector<const float*> k_ptrs, v_ptrs;
+  std::vector<std::unique_ptr<std::vector<uint16_t>>> k_bf16, v_bf16;
+  std::vector<const void*> k_ptrs, v_ptrs;
 
   PagedKv(int64_t tokens, int64_t ps, int64_t kv_heads, int64_t d, std::mt19937& rng, int64_t first_live = 0)
       : page_size(ps), num_kv_heads(kv_heads), head_dim(d), num_tokens(tokens) {
@@ -52,14 +54,30 @@ struct PagedKv {
     }
   }
   KvPages view() const {
-    return {k_ptrs.data(), v_ptrs.data(), static_cast<int64_t>(k_ptrs.size()), page_size, num_tokens};
+    return {k_ptrs.data(), v_ptrs.data(), static_cast<int64_t>(k_ptrs.size()), page_size, num_tokens, dtype};
+  }
+  // Rounds every page to bf16 (NaN padding stays NaN), as a bf16 cache stores what is written.
+  void to_bf16() {
+    auto round = [](const std::vector<float>& src) {
+      auto dst = std::make_unique<std::vector<uint16_t>>(src.size());
+      for (size_t i = 0; i < src.size(); ++i) (*dst)[i] = f32_to_bf16(src[i]);
+      return dst;
+    };
+    for (size_t p = 0; p < k_store.size(); ++p) {
+      if (!k_store[p]) continue;
+      k_bf16.push_back(round(*k_store[p]));
+      v_bf16.push_back(round(*v_store[p]));
+      k_ptrs[p] = k_bf16.back()->data();
+      v_ptrs[p] = v_bf16.back()->data();
+    }
+    dtype = DType::kBF16;
   }
   // K or V value, NaN where the page is gone.
   float at(bool key, int64_t pos, int64_t h, int64_t d) const {
-    const float* page = (key ? k_ptrs : v_ptrs)[static_cast<size_t>(pos / page_size)];
+    const void* page = (key ? k_ptrs : v_ptrs)[static_cast<size_t>(pos / page_size)];
     if (page == nullptr) return std::numeric_limits<float>::quiet_NaN();
-    return key ? page[k_page_index(pos % page_size, h, d, page_size, head_dim)]
-               : page[v_page_index(pos % page_size, h, d, page_size, head_dim)];
+    return key ? kv_element(page, k_page_index(pos % page_size, h, d, page_size, head_dim), dtype)
+               : kv_element(page, v_page_index(pos % page_size, h, d, page_size, head_dim), dtype);
   }
 };
 
@@ -376,6 +394,50 @@ TEST(PagedAttention, RowResultDoesNotDependOnItsTileOrChunk) {
     }
 }
 
+// bf16 pages: the kernel widens K and V on load and must match the reference reading the same
+// bf16 values as tightly as for f32 pages; and bf16 rounding must stay a rounding (close to the
+// f32 result), not a misread.
+void to_bf16(Case& c) {
+  for (size_t s = 0; s < c.kvs.size(); ++s) {
+    c.kvs[s]->to_bf16();
+    c.seqs[s].kv = c.kvs[s]->view();
+  }
+}
+
+TEST(PagedAttention, Bf16PagesMatchReference) {
+  std::vector<Case> cases;
+  for (const HeadConfig& h : kHeads)
+    for (int64_t page_size : {16, 64, 7})
+      cases.push_back(make_case("bf16_prefill_" + head_name(h) + "_ps" + std::to_string(page_size), h.hq, h.hkv, h.d,
+                                page_size, {{150, range_positions(0, 150)}}));
+  cases.push_back(make_case("bf16_decode_batch", 8, 2, 64, 16,
+                            {{300, {299}}, {17, {16}}, {1, {0}}, {129, {128}}}));
+  cases.push_back(make_case("bf16_chunked", 8, 2, 64, 16, {{200, range_positions(120, 80)}}));
+  cases.push_back(make_case("bf16_window", 4, 2, 64, 8, {{90, range_positions(70, 20)}}, /*window=*/13));
+  cases.push_back(make_case("bf16_softcap_peaky", 4, 4, 64, 16, {{70, range_positions(0, 70)}}, 0, 5.0f, 3, 4.0f));
+  for (Case& c : cases) {
+    const std::vector<float> f32_ref = run_ref(c);
+    to_bf16(c);
+    check_against_ref(c);
+    const std::vector<float> bf16_ref = run_ref(c);
+    expect_close(bf16_ref, f32_ref, c.out_stride, c.p.num_q_heads * c.p.head_dim, c.total_q, 3e-2, 3e-2,
+                 c.name + " bf16 vs f32");
+  }
+}
+
+TEST(PagedAttention, RejectsUnsupportedKvDtype) {
+  Case c = make_case("f16", 4, 2, 8, 4, {{10, range_positions(5, 5)}});
+  c.seqs[0].kv.dtype = DType::kF16;
+  std::vector<float> out(static_cast<size_t>(c.total_q * c.out_stride));
+  ThreadPool pool(1);
+  try {
+    paged_attention(c.q.data(), c.q_stride, c.seqs.data(), 1, c.p, out.data(), c.out_stride, pool);
+    FAIL() << "an F16 cache was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KV dtype F16"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PagedAttention, BadArgumentsThrowNamedErrors) {
   Case c = make_case("bad", 4, 2, 8, 4, {{10, range_positions(5, 5)}}, /*window=*/3);
   std::vector<float> out(static_cast<size_t>(c.total_q * c.out_stride));
@@ -411,7 +473,7 @@ TEST(PagedAttention, BadArgumentsThrowNamedErrors) {
   expect_error(c.p, seqs, "position 10 of token 4 outside the 10 tokens");
 
   // Window 3 at positions 5..9 reads from position 3 on; page 0 (positions 0..3) is needed.
-  std::vector<const float*> k_ptrs = c.kvs[0]->k_ptrs;
+  std::vector<const void*> k_ptrs = c.kvs[0]->k_ptrs;
   k_ptrs[0] = nullptr;
   seqs = c.seqs;
   seqs[0].kv.k_pages = k_ptrs.data();

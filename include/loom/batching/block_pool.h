@@ -1,6 +1,6 @@
 // The KV memory of the paged cache: a fixed budget of pages, reserved once and
 // handed out as reference-counted blocks. A page holds page_size positions of
-// one layer's K and V (page_size × num_kv_heads × head_dim f32 each; the layout inside a
+// one layer's K and V (page_size × num_kv_heads × head_dim elements each, f32 or bf16; the layout inside a
 // page is the attention kernel's, see runtime/cpu/attention.h). A block is
 // one page for every layer of a layer group — the full-attention layers, or the
 // sliding-window layers of one window size — so for a model without sliding
@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/dtype.h"
 #include "loom/core/status.h"
 
 namespace loom::batching {
@@ -30,8 +31,10 @@ struct KvPageShape {
   int64_t page_size = 0;
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
-  int64_t page_floats() const { return page_size * num_kv_heads * head_dim; }  // of K (or V)
-  size_t page_bytes() const { return 2 * static_cast<size_t>(page_floats()) * sizeof(float); }  // K and V
+  DType dtype = DType::kF32;  // of the K/V elements: F32 or BF16
+  int64_t page_elements() const { return page_size * num_kv_heads * head_dim; }  // of K (or V)
+  size_t half_bytes() const { return static_cast<size_t>(page_elements()) * dtype_size(dtype); }  // K (or V)
+  size_t page_bytes() const { return 2 * half_bytes(); }                                          // K and V
 };
 
 // Page memory reserved with mmap: the budget is address space up front and RAM
@@ -47,14 +50,14 @@ class PageStorage {
   PageStorage(const PageStorage&) = delete;
   PageStorage& operator=(const PageStorage&) = delete;
 
-  float* k(int64_t page) const { return base_ + (2 * page) * floats_; }
-  float* v(int64_t page) const { return base_ + (2 * page + 1) * floats_; }
+  void* k(int64_t page) const { return base_ + static_cast<size_t>(2 * page) * half_bytes_; }
+  void* v(int64_t page) const { return base_ + static_cast<size_t>(2 * page + 1) * half_bytes_; }
   size_t bytes() const { return bytes_; }
   int64_t num_pages() const { return num_pages_; }
 
  private:
-  float* base_ = nullptr;
-  int64_t floats_ = 0;
+  std::byte* base_ = nullptr;
+  size_t half_bytes_ = 0;  // one page's K (or V)
   int64_t num_pages_ = 0;
   size_t bytes_ = 0;
 };
@@ -80,8 +83,8 @@ class BlockPool {
 
   int32_t ref_count(BlockId b) const { return blocks_.at(static_cast<size_t>(b)).refs; }
   int group_of(BlockId b) const { return blocks_.at(static_cast<size_t>(b)).group; }
-  float* k_page(BlockId b, int index_in_group) const { return storage_.k(page_of(b, index_in_group)); }
-  float* v_page(BlockId b, int index_in_group) const { return storage_.v(page_of(b, index_in_group)); }
+  void* k_page(BlockId b, int index_in_group) const { return storage_.k(page_of(b, index_in_group)); }
+  void* v_page(BlockId b, int index_in_group) const { return storage_.v(page_of(b, index_in_group)); }
 
   // Accounting, in pages of one layer (K and V).
   int64_t capacity_pages() const { return storage_.num_pages(); }

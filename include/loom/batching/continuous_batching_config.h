@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/core/dtype.h"
 #include "loom/core/status.h"
 
 namespace loom::batching {
@@ -58,6 +59,12 @@ struct ContinuousBatchingConfig {
   // loom only: back the host swap pool with a file instead of RAM — a file path,
   // or a directory to create an anonymous (already unlinked) file in. Unset: RAM.
   std::optional<std::string> cpu_offload_path;
+  // loom only: element type of the paged K/V cache, "float32" or "bfloat16". bf16 halves
+  // the KV memory (twice the blocks for the same budget) and what each decode step reads;
+  // K and V are rounded to bf16 once when written, as a bf16 model's cache holds them
+  // (Transformers and vLLM keep the cache in the model's dtype). Scores, softmax and the
+  // weighted sum stay f32.
+  std::string kv_cache_dtype = "float32";
   // Most requests waiting for admission; 0: no limit. add_request fails (or waits,
   // with a queue timeout) when the queue is full.
   int64_t max_queue_size = 0;
@@ -83,6 +90,8 @@ struct ContinuousBatchingConfig {
   std::vector<std::string> cpu_no_op_fields() const;
   // page_size, or block_size when only the deprecated name was set.
   int64_t effective_page_size() const;
+  // kv_cache_dtype as a DType (F32 or BF16); call after validate().
+  DType kv_dtype() const;
 };
 
 // The numbers a manager runs with, once unset fields are inferred.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "loom/batching/model_runner.h"
+#include "loom/core/dtype.h"
 #include "loom/generation/sampling.h"
 #include "loom/generation/stopping.h"
 
@@ -32,6 +33,7 @@ struct GenerateOptions {
   // Log-probability of each token under the raw distribution (GenerateResult::logprobs,
   // TokenEvent::logprob): a pass over the vocabulary per token. Off: empty / 0.
   bool logprobs = true;
+  DType kv_cache_dtype = DType::kF32;  // F32 or BF16 (see ContinuousBatchingConfig::kv_cache_dtype)
 };
 
 struct TokenEvent {

@@ -20,8 +20,8 @@ class HostSwapPool {
   // `n` pages, or an empty vector when fewer are free.
   std::vector<int32_t> allocate(int64_t n);
   void free(int32_t page);
-  float* k(int32_t page) const { return storage_.k(page); }
-  float* v(int32_t page) const { return storage_.v(page); }
+  void* k(int32_t page) const { return storage_.k(page); }
+  void* v(int32_t page) const { return storage_.v(page); }
 
   int64_t capacity_pages() const { return storage_.num_pages(); }
   int64_t free_pages() const { return static_cast<int64_t>(free_.size()); }

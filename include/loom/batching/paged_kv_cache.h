@@ -47,6 +47,7 @@ struct PagedKvCacheOptions {
   std::string swap_path;        // file (or directory) backing the swap pages; empty: RAM
   uint64_t salt = 0;            // prefix-key salt; 0: a random one
   int64_t max_step_tokens = 1;  // most positions one step adds to a request (bounds the sliding ring)
+  DType kv_dtype = DType::kF32;   // of the K/V elements: F32 or BF16 (half the bytes per page)
 };
 
 // One request's K/V. Owned by the request, managed by the PagedKvCache.
@@ -76,7 +77,8 @@ class StepKvView : public graph::KvStore {
   int num_seqs_ = 0;
   int num_layers_ = 0;
   int64_t page_size_ = 0;
-  std::vector<float*> k_, v_;
+  DType dtype_ = DType::kF32;
+  std::vector<void*> k_, v_;
   std::vector<Entry> entries_;  // [seq * num_layers + layer]
 };
 

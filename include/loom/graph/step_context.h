@@ -7,18 +7,22 @@
 #include <cstdint>
 #include <vector>
 
+#include "loom/core/dtype.h"
+
 namespace loom::graph {
 
 // K/V pages of one sequence in one layer. Logical page p holds positions
-// [p*page_size, (p+1)*page_size), num_kv_heads * head_dim F32 values per position; a V page
-// is [num_kv_heads, page_size, head_dim], a K page transposed [num_kv_heads, head_dim,
-// page_size] (cpu::k_page_index / v_page_index in runtime/cpu/attention.h).
+// [p*page_size, (p+1)*page_size), num_kv_heads * head_dim values of `dtype` (F32 or BF16)
+// per position; a V page is [num_kv_heads, page_size, head_dim], a K page transposed
+// [num_kv_heads, head_dim, page_size] (cpu::k_page_index / v_page_index in
+// runtime/cpu/attention.h, in elements).
 // A null page is never read (outside a sliding window).
 struct KvPageTable {
-  float* const* k_pages = nullptr;
-  float* const* v_pages = nullptr;
+  void* const* k_pages = nullptr;
+  void* const* v_pages = nullptr;
   int64_t num_pages = 0;
   int64_t page_size = 0;
+  DType dtype = DType::kF32;
 };
 
 class KvStore {

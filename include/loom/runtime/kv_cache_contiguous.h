@@ -19,8 +19,9 @@ struct KvLayout {
 
 class ContiguousKvCache : public graph::KvStore {
  public:
-  // `slots` sequences, each holding up to `capacity` positions per layer.
-  ContiguousKvCache(const KvLayout& layout, int slots, int64_t capacity);
+  // `slots` sequences, each holding up to `capacity` positions per layer, as `dtype`
+  // elements (F32, or BF16: half the bytes, K/V rounded once when written).
+  ContiguousKvCache(const KvLayout& layout, int slots, int64_t capacity, DType dtype = DType::kF32);
 
   graph::KvPageTable pages(int layer, int seq) override;
   int64_t capacity() const { return capacity_; }
@@ -32,8 +33,9 @@ class ContiguousKvCache : public graph::KvStore {
   int slots_;
   int64_t capacity_;
   int64_t stride_;  // positions per slot's page: capacity rounded up to 16
+  DType dtype_;
   std::shared_ptr<void> storage_;
-  std::vector<float*> k_ptrs_, v_ptrs_;  // [layer * slots + slot]
+  std::vector<void*> k_ptrs_, v_ptrs_;  // [layer * slots + slot]
 };
 
 }  // namespace loom::runtime

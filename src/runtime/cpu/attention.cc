@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -77,7 +78,7 @@ struct Job {
 // Up to one vector of consecutive positions of a chunk that lie in one page: their K^T rows
 // start at kt (head dim k at kt + k * stride), their scores at column i of the score rows.
 struct Segment {
-  const float* kt;  // null: page not held (before a sliding window); its scores are masked
+  const void* kt;  // KvPages::dtype elements; null: page not held (before a sliding window), masked
   int64_t stride;
   int64_t i, n;
 };
@@ -86,9 +87,13 @@ struct Segment {
 struct Scratch {
   std::vector<float> a, b, c, m, l;
   std::vector<int32_t> lo, hi;
-  std::vector<const float*> vp;
+  std::vector<const void*> vp;
   std::vector<Segment> seg;
 };
+
+inline const void* element_at(const void* page, int64_t i, DType dtype) {
+  return static_cast<const char*>(page) + i * static_cast<int64_t>(dtype_size(dtype));
+}
 
 // Cuts chunk positions [c0, c0 + cn) of kv head kvh into segments of at most `lanes`.
 inline int64_t plan_segments(const KvPages& kv, int64_t kvh, int64_t head_dim, int64_t c0, int64_t cn, int64_t lanes,
@@ -98,7 +103,8 @@ inline int64_t plan_segments(const KvPages& kv, int64_t kvh, int64_t head_dim, i
     const int64_t pos = c0 + i, page = pos / kv.page_size, off = pos % kv.page_size;
     const int64_t n = std::min({lanes, kv.page_size - off, cn - i});
     const bool present = page < kv.num_pages && kv.k_pages[page] && kv.v_pages[page];
-    out[count++] = {present ? kv.k_pages[page] + k_page_index(off, kvh, 0, kv.page_size, head_dim) : nullptr,
+    out[count++] = {present ? element_at(kv.k_pages[page], k_page_index(off, kvh, 0, kv.page_size, head_dim), kv.dtype)
+                            : nullptr,
                     kv.page_size, i, n};
     i += n;
   }
@@ -108,7 +114,7 @@ inline int64_t plan_segments(const KvPages& kv, int64_t kvh, int64_t head_dim, i
 // Rows of a null page (before a sliding window) read as zeros: chunks start at
 // absolute multiples of the chunk size, so their first rows may lie before every
 // query's window; they are masked, but must point at readable memory.
-inline const float* zero_row(int64_t head_dim) {
+inline const void* zero_row(int64_t head_dim) {
   thread_local std::vector<float> zeros;
   if (static_cast<int64_t>(zeros.size()) < head_dim) zeros.assign(static_cast<size_t>(head_dim), 0.0f);
   return zeros.data();
@@ -116,11 +122,12 @@ inline const float* zero_row(int64_t head_dim) {
 
 // Fills V row pointers for kv positions [c0, c0 + n) of kv head kvh.
 inline void v_rows(const KvPages& kv, int64_t head_dim, int64_t kvh, int64_t c0, int64_t n,
-                   const float** vp) {
+                   const void** vp) {
   int64_t page = c0 / kv.page_size, off = c0 % kv.page_size;
   for (int64_t i = 0; i < n; ++i) {
     const bool present = page < kv.num_pages && kv.k_pages[page] && kv.v_pages[page];
-    vp[i] = present ? kv.v_pages[page] + v_page_index(off, kvh, 0, kv.page_size, head_dim) : zero_row(head_dim);
+    vp[i] = present ? element_at(kv.v_pages[page], v_page_index(off, kvh, 0, kv.page_size, head_dim), kv.dtype)
+                    : zero_row(head_dim);
     if (++off == kv.page_size) {
       off = 0;
       ++page;
@@ -187,20 +194,44 @@ HWY_INLINE void StoreLanes(DF d, hn::Mask<DF> m, VF v, float* p, int64_t n) {
 #endif
 }
 
+// K/V elements as f32 lanes: f32 pages load as they are, bf16 pages widen (exactly) on load.
+using DBF = hn::Rebind<hwy::bfloat16_t, DF>;
+HWY_INLINE VF LoadKv(DF d, const float* p) { return hn::LoadU(d, p); }
+HWY_INLINE VF LoadKv(DF d, const hwy::bfloat16_t* p) {
+#if HWY_TARGET <= HWY_AVX3
+  // One permute that puts bf16 i in the high half of 32-bit lane i and zeroes the low
+  // halves, instead of Highway's zero-extend + shift (two uops on the FMA ports).
+  (void)d;
+  const __m512i idx = _mm512_set_epi16(15, 0, 14, 0, 13, 0, 12, 0, 11, 0, 10, 0, 9, 0, 8, 0, 7, 0, 6, 0, 5, 0, 4, 0,
+                                       3, 0, 2, 0, 1, 0, 0, 0);
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return VF{_mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, idx, _mm512_castsi256_si512(h)))};
+#else
+  return hn::PromoteTo(d, hn::LoadU(DBF(), p));
+#endif
+}
+HWY_INLINE VF LoadKvLanes(DF d, hn::Mask<DF> m, const float* p, int64_t n) { return LoadLanes(d, m, p, n); }
+HWY_INLINE VF LoadKvLanes(DF d, hn::Mask<DF>, const hwy::bfloat16_t* p, int64_t n) {
+  HWY_ALIGN hwy::bfloat16_t buf[HWY_MAX_BYTES / sizeof(float)];
+  std::memset(buf, 0, sizeof(buf));
+  std::memcpy(buf, p, static_cast<size_t>(n) * sizeof(hwy::bfloat16_t));
+  return hn::PromoteTo(d, hn::Load(DBF(), buf));
+}
+
 // Scores of NR rows against NS segments: sc[r][seg.i + j] = sum_k q_r[k] * K^T[k][j]. All
 // segments of a chunk share one row stride (the page size). kFull: every segment is a whole
 // vector, so loads and stores need no mask (and a later full-vector load of the scores is
 // forwarded from the store instead of waiting for it to reach L1).
-template <int NR, int NS, bool kFull>
+template <typename T, int NR, int NS, bool kFull>
 HWY_INLINE void ScoreBlock(const float* const* qr, const Segment* seg, int64_t D, float* const* sc) {
   const DF d;
   VF acc[NR][NS];
   hn::Mask<DF> mask[NS];
-  const float* kt[NS];
+  const T* kt[NS];
   const float* q[NR];
   const int64_t stride = seg[0].stride;
   for (int g = 0; g < NS; ++g) {
-    kt[g] = seg[g].kt;
+    kt[g] = static_cast<const T*>(seg[g].kt);
     mask[g] = hn::FirstN(d, static_cast<size_t>(seg[g].n));
   }
   for (int r = 0; r < NR; ++r) q[r] = qr[r];
@@ -209,7 +240,7 @@ HWY_INLINE void ScoreBlock(const float* const* qr, const Segment* seg, int64_t D
   for (int64_t k = 0, off = 0; k < D; ++k, off += stride) {
     VF kv[NS];
     for (int g = 0; g < NS; ++g)
-      kv[g] = kFull ? hn::LoadU(d, kt[g] + off) : LoadLanes(d, mask[g], kt[g] + off, seg[g].n);
+      kv[g] = kFull ? LoadKv(d, kt[g] + off) : LoadKvLanes(d, mask[g], kt[g] + off, seg[g].n);
     for (int r = 0; r < NR; ++r) {
       const VF qv = hn::Set(d, q[r][k]);
       for (int g = 0; g < NS; ++g) acc[r][g] = hn::MulAdd(qv, kv[g], acc[r][g]);
@@ -225,34 +256,34 @@ HWY_INLINE void ScoreBlock(const float* const* qr, const Segment* seg, int64_t D
     }
 }
 
-template <int NR, int NS>
+template <typename T, int NR, int NS>
 HWY_INLINE void ScoreSegments(const float* const* qr, const Segment* seg, int64_t D, float* const* sc) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   bool full = true;
   for (int g = 0; g < NS; ++g) full = full && seg[g].n == N;
   if (full) {
-    ScoreBlock<NR, NS, true>(qr, seg, D, sc);
+    ScoreBlock<T, NR, NS, true>(qr, seg, D, sc);
   } else {
-    ScoreBlock<NR, NS, false>(qr, seg, D, sc);
+    ScoreBlock<T, NR, NS, false>(qr, seg, D, sc);
   }
 }
 
-template <int NR>
+template <typename T, int NR>
 HWY_INLINE void ScoreRows(const float* const* qr, const Segment* seg, int64_t num_seg, int64_t D, float* const* sc) {
   int64_t g = 0;
-  for (; g + 4 <= num_seg; g += 4) ScoreSegments<NR, 4>(qr, seg + g, D, sc);
+  for (; g + 4 <= num_seg; g += 4) ScoreSegments<T, NR, 4>(qr, seg + g, D, sc);
   switch (num_seg - g) {
-    case 3: ScoreSegments<NR, 3>(qr, seg + g, D, sc); break;
-    case 2: ScoreSegments<NR, 2>(qr, seg + g, D, sc); break;
-    case 1: ScoreSegments<NR, 1>(qr, seg + g, D, sc); break;
+    case 3: ScoreSegments<T, NR, 3>(qr, seg + g, D, sc); break;
+    case 2: ScoreSegments<T, NR, 2>(qr, seg + g, D, sc); break;
+    case 1: ScoreSegments<T, NR, 1>(qr, seg + g, D, sc); break;
     default: break;
   }
 }
 
 // acc rows += p[row][i] * V_i over the chunk, for NR rows, KB vectors of head_dim at a time
 // kept in registers.
-template <int NR, int KB>
-HWY_INLINE void AxpyBlock(float* const* acc, const float* const* pr, const float* const* vp, int64_t cn, int64_t k0) {
+template <typename T, int NR, int KB>
+HWY_INLINE void AxpyBlock(float* const* acc, const float* const* pr, const T* const* vp, int64_t cn, int64_t k0) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   VF a[NR][KB];
@@ -260,7 +291,7 @@ HWY_INLINE void AxpyBlock(float* const* acc, const float* const* pr, const float
     for (int b = 0; b < KB; ++b) a[j][b] = hn::LoadU(d, acc[j] + k0 + b * N);
   for (int64_t i = 0; i < cn; ++i) {
     VF v[KB];
-    for (int b = 0; b < KB; ++b) v[b] = hn::LoadU(d, vp[i] + k0 + b * N);
+    for (int b = 0; b < KB; ++b) v[b] = LoadKv(d, vp[i] + k0 + b * N);
     for (int j = 0; j < NR; ++j) {
       const VF pj = hn::Set(d, pr[j][i]);
       for (int b = 0; b < KB; ++b) a[j][b] = hn::MulAdd(pj, v[b], a[j][b]);
@@ -270,23 +301,32 @@ HWY_INLINE void AxpyBlock(float* const* acc, const float* const* pr, const float
     for (int b = 0; b < KB; ++b) hn::StoreU(a[j][b], d, acc[j] + k0 + b * N);
 }
 
-template <int NR>
-HWY_INLINE void AxpyRows(float* const* acc, const float* const* pr, const float* const* vp, int64_t cn, int64_t D,
+HWY_INLINE float ToF32(float v) { return v; }
+HWY_INLINE float ToF32(hwy::bfloat16_t v) {
+  uint16_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  return bf16_to_f32(bits);
+}
+
+template <typename T, int NR>
+HWY_INLINE void AxpyRows(float* const* acc, const float* const* pr, const T* const* vp, int64_t cn, int64_t D,
                          int64_t D_vec) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   // Accumulators for NR rows × KB vectors: 16 of AVX-512's 32 registers, 8 of AVX2's 16.
   constexpr int KB = (HWY_TARGET <= HWY_AVX3 ? 16 : 8) / NR > 0 ? (HWY_TARGET <= HWY_AVX3 ? 16 : 8) / NR : 1;
   int64_t k = 0;
-  for (; k + KB * N <= D_vec; k += KB * N) AxpyBlock<NR, KB>(acc, pr, vp, cn, k);
-  for (; k < D_vec; k += N) AxpyBlock<NR, 1>(acc, pr, vp, cn, k);
+  for (; k + KB * N <= D_vec; k += KB * N) AxpyBlock<T, NR, KB>(acc, pr, vp, cn, k);
+  for (; k < D_vec; k += N) AxpyBlock<T, NR, 1>(acc, pr, vp, cn, k);
   for (k = D_vec; k < D; ++k)
     for (int j = 0; j < NR; ++j) {
       float sum = acc[j][k];
-      for (int64_t i = 0; i < cn; ++i) sum = std::fma(pr[j][i], vp[i][k], sum);
+      for (int64_t i = 0; i < cn; ++i) sum = std::fma(pr[j][i], ToF32(vp[i][k]), sum);
       acc[j][k] = sum;
     }
 }
 
+// T: the element type of the cache's pages (float or hwy::bfloat16_t).
+template <typename T>
 void TileBody(const Job& job, const Tile& tile, Scratch& s) {
   const DF d;
   const DI di;
@@ -310,7 +350,7 @@ void TileBody(const Job& job, const Tile& tile, Scratch& s) {
   s.hi.resize(static_cast<size_t>(R));
   s.seg.resize(static_cast<size_t>(C));
   s.vp.resize(static_cast<size_t>(C));
-  const float** vp = s.vp.data();
+  const T** vp = reinterpret_cast<const T**>(s.vp.data());
   Segment* seg = s.seg.data();
   for (int64_t r = 0; r < R; ++r) {
     const int64_t t = tile.t0 + r / ng, h = tile.kv_head * group + tile.g0 + r % ng;
@@ -344,7 +384,7 @@ void TileBody(const Job& job, const Tile& tile, Scratch& s) {
   for (int64_t c0 = tile.span_lo - tile.span_lo % C; c0 <= tile.span_hi; c0 += C) {
     const int64_t cn = std::min(C, tile.span_hi - c0 + 1);
     const int64_t num_seg = attention_detail::plan_segments(kv, tile.kv_head, D, c0, cn, N, seg);
-    attention_detail::v_rows(kv, D, tile.kv_head, c0, cn, vp);
+    attention_detail::v_rows(kv, D, tile.kv_head, c0, cn, s.vp.data());
 
     // Segments of a page no longer held score 0 here and are masked below.
     int64_t live = 0;
@@ -363,10 +403,10 @@ void TileBody(const Job& job, const Tile& tile, Scratch& s) {
         sc_rows[j] = s.c.data() + (r + j) * C;
       }
       switch (nr) {
-        case 4: ScoreRows<4>(q_rows, seg, live, D, sc_rows); break;
-        case 3: ScoreRows<3>(q_rows, seg, live, D, sc_rows); break;
-        case 2: ScoreRows<2>(q_rows, seg, live, D, sc_rows); break;
-        default: ScoreRows<1>(q_rows, seg, live, D, sc_rows); break;
+        case 4: ScoreRows<T, 4>(q_rows, seg, live, D, sc_rows); break;
+        case 3: ScoreRows<T, 3>(q_rows, seg, live, D, sc_rows); break;
+        case 2: ScoreRows<T, 2>(q_rows, seg, live, D, sc_rows); break;
+        default: ScoreRows<T, 1>(q_rows, seg, live, D, sc_rows); break;
       }
     }
 
@@ -418,10 +458,10 @@ void TileBody(const Job& job, const Tile& tile, Scratch& s) {
         p_rows[j] = s.c.data() + (r + j) * C;
       }
       switch (nr) {
-        case 4: AxpyRows<4>(acc_rows, p_rows, vp, cn, D, D_vec); break;
-        case 3: AxpyRows<3>(acc_rows, p_rows, vp, cn, D, D_vec); break;
-        case 2: AxpyRows<2>(acc_rows, p_rows, vp, cn, D, D_vec); break;
-        default: AxpyRows<1>(acc_rows, p_rows, vp, cn, D, D_vec); break;
+        case 4: AxpyRows<T, 4>(acc_rows, p_rows, vp, cn, D, D_vec); break;
+        case 3: AxpyRows<T, 3>(acc_rows, p_rows, vp, cn, D, D_vec); break;
+        case 2: AxpyRows<T, 2>(acc_rows, p_rows, vp, cn, D, D_vec); break;
+        default: AxpyRows<T, 1>(acc_rows, p_rows, vp, cn, D, D_vec); break;
       }
     }
   }
@@ -461,8 +501,13 @@ void PagedAttention(const float* q, int64_t q_stride, const AttentionSequence* s
   auto work = [&](int64_t, int64_t, int) {
     thread_local Scratch scratch;
     for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < num_tiles;
-         i = next.fetch_add(1, std::memory_order_relaxed))
-      TileBody(job, tile_list[i], scratch);
+         i = next.fetch_add(1, std::memory_order_relaxed)) {
+      if (seqs[tile_list[i].seq].kv.dtype == DType::kBF16) {
+        TileBody<hwy::bfloat16_t>(job, tile_list[i], scratch);
+      } else {
+        TileBody<float>(job, tile_list[i], scratch);
+      }
+    }
   };
   if (threads == 1 || num_tiles == 1 || total * p.head_dim < attention_detail::kMinParallelFlops) {
     work(0, 1, 0);

@@ -18,10 +18,12 @@ void paged_attention_ref(const float* q, int64_t q_stride, const AttentionSequen
     const AttentionSequence& seq = seqs[s];
     const KvPages& kv = seq.kv;
     auto k_at = [&](int64_t pos, int64_t kvh, int64_t d) {
-      return kv.k_pages[pos / kv.page_size][k_page_index(pos % kv.page_size, kvh, d, kv.page_size, D)];
+      return kv_element(kv.k_pages[pos / kv.page_size], k_page_index(pos % kv.page_size, kvh, d, kv.page_size, D),
+                        kv.dtype);
     };
-    auto v_row = [&](int64_t pos, int64_t kvh) {
-      return kv.v_pages[pos / kv.page_size] + v_page_index(pos % kv.page_size, kvh, 0, kv.page_size, D);
+    auto v_at = [&](int64_t pos, int64_t kvh, int64_t d) {
+      return kv_element(kv.v_pages[pos / kv.page_size], v_page_index(pos % kv.page_size, kvh, d, kv.page_size, D),
+                        kv.dtype);
     };
     for (int64_t t = 0; t < seq.q_len; ++t) {
       const int64_t pos = seq.positions[t];
@@ -44,8 +46,7 @@ void paged_attention_ref(const float* q, int64_t q_stride, const AttentionSequen
         for (int64_t c = lo; c <= pos; ++c) {
           const double w = std::exp(scores[static_cast<size_t>(c - lo)] - mx);
           sum += w;
-          const float* vr = v_row(c, kvh);
-          for (int64_t d = 0; d < D; ++d) acc[static_cast<size_t>(d)] += w * vr[d];
+          for (int64_t d = 0; d < D; ++d) acc[static_cast<size_t>(d)] += w * v_at(c, kvh, d);
         }
         float* o = out + (seq.q_begin + t) * out_stride + h * D;
         for (int64_t d = 0; d < D; ++d) o[d] = static_cast<float>(acc[static_cast<size_t>(d)] / sum);

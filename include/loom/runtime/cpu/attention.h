@@ -1,4 +1,4 @@
-// Causal attention of new query tokens over a paged KV cache (f32), for prefill, chunked
+// Causal attention of new query tokens over a paged KV cache (f32 or bf16), for prefill, chunked
 // prefill and batched decode in one call. The optimized kernel streams K/V page by page with
 // an online (flash-attention style) softmax: no dense mask, no gathering of pages into a
 // contiguous copy, so a decode step costs one read of the live K/V and nothing more.
@@ -6,24 +6,32 @@
 
 #include <cstdint>
 
+#include "loom/core/dtype.h"
 #include "loom/core/status.h"
 #include "loom/core/thread_pool.h"
 
 namespace loom::cpu {
 
 // K/V of one sequence for one layer, stored in fixed-size pages. Logical page p holds positions
-// [p*page_size, (p+1)*page_size). Both are f32 and kv-head-major, so the part of a page one kv
-// head reads is one contiguous run: a V page is [num_kv_heads, page_size, head_dim]; a K page is
-// transposed, [num_kv_heads, head_dim, page_size], so the scores of consecutive positions are one
-// vector load per head dim (k_page_index / v_page_index).
+// [p*page_size, (p+1)*page_size). Elements are `dtype` (F32, or BF16 to halve what a decode
+// step reads; scores and sums stay f32), kv-head-major, so the part of a page one kv head
+// reads is one contiguous run: a V page is [num_kv_heads, page_size, head_dim]; a K page is
+// transposed, [num_kv_heads, head_dim, page_size], so the scores of consecutive positions are
+// one vector load per head dim (k_page_index / v_page_index, in elements).
 // Entries may be null for pages no longer needed (sliding-window ring): never read.
 struct KvPages {
-  const float* const* k_pages;
-  const float* const* v_pages;
+  const void* const* k_pages;
+  const void* const* v_pages;
   int64_t num_pages;
   int64_t page_size;
   int64_t num_tokens;  // positions [0, num_tokens) hold written K/V
+  DType dtype = DType::kF32;
 };
+
+// Element i of a page as f32, whatever the cache's dtype (reference and tests).
+inline float kv_element(const void* page, int64_t i, DType dtype) {
+  return dtype == DType::kBF16 ? bf16_to_f32(static_cast<const uint16_t*>(page)[i]) : static_cast<const float*>(page)[i];
+}
 
 // Element (position-in-page off, kv head kvh, dim d) of a K / V page.
 inline int64_t k_page_index(int64_t off, int64_t kvh, int64_t d, int64_t page_size, int64_t head_dim) {
