@@ -20,6 +20,7 @@ struct GenerateFlags {
   SamplingFlags sampling;
   bool json = false;
   bool no_special_tokens = false;
+  std::string kv_cache_dtype = "float32";
 };
 
 void run_generate(const GenerateFlags& f) {
@@ -39,7 +40,8 @@ void run_generate(const GenerateFlags& f) {
     prompt = (*text)->encode(f.prompt, !f.no_special_tokens).value();
   }
 
-  const batching::GenerateOptions o = make_generate_options(f.sampling, gc, *model, static_cast<int64_t>(prompt.size()));
+  batching::GenerateOptions o = make_generate_options(f.sampling, gc, *model, static_cast<int64_t>(prompt.size()));
+  o.kv_cache_dtype = f.kv_cache_dtype == "bfloat16" ? DType::kBF16 : DType::kF32;
 
   batching::TextStream* stream = text.ok() ? text->get() : nullptr;
   if (stream) (*text)->start(prompt);
@@ -85,6 +87,9 @@ void add_generate_command(CLI::App& app) {
   add_sampling_options(cmd, &f->sampling);
   cmd->add_flag("--no-special-tokens", f->no_special_tokens, "Do not add BOS/EOS when tokenizing the prompt");
   cmd->add_flag("--json", f->json, "Print one JSON object (prompt_ids, generated_ids, text, finish_reason, timings)");
+  cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype,
+                  "KV cache elements: float32 (default) or bfloat16 (half the memory, rounded once when written)")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
   cmd->callback([f] {
     if (f->prompt.empty() && f->prompt_ids.empty()) throw Error(invalid_argument("give --prompt TEXT or --prompt-ids 1,2,3"));
     run_generate(*f);

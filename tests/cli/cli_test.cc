@@ -285,4 +285,35 @@ TEST(Cli, GenerateWithAKernelConfigGivesTheSameTokens) {
   fs::remove_all(dir);
 }
 
+// --kv-cache-dtype bfloat16 on both front ends: the contiguous cache of `generate` and the
+// paged cache of `batch` round K/V the same way and give the same tokens; an unknown dtype is
+// refused by name.
+TEST(Cli, Bf16KvCacheGivesTheSameTokensInGenerateAndBatch) {
+  const fs::path dir = fs::temp_directory_path() / ("loom_cli_bf16kv_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const auto ref = reference("llama-f32");
+  const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
+  {
+    std::ofstream in(dir / "in.jsonl");
+    in << nlohmann::json{{"id", "p"}, {"prompt_ids", prompt}, {"max_new_tokens", 24}}.dump() << "\n";
+  }
+  const std::string model = fixture("llama-f32");
+  CommandResult b = loom("batch --model " + model + " --input " + (dir / "in.jsonl").string() + " --output " +
+                         (dir / "out.jsonl").string() + " --no-progress --kv-cache-dtype bfloat16 --page-size 16");
+  ASSERT_EQ(b.exit_code, 0) << b.out;
+  std::ifstream out(dir / "out.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(out, line));
+  const auto batched = nlohmann::json::parse(line)["generated_ids"];
+  CommandResult g = loom("generate --model " + model + " --prompt-ids " + join(prompt) +
+                         " --max-new-tokens 24 --greedy --json --kv-cache-dtype bfloat16");
+  ASSERT_EQ(g.exit_code, 0) << g.out;
+  EXPECT_EQ(nlohmann::json::parse(g.out)["generated_ids"], batched);
+  EXPECT_EQ(batched.size(), 24u);
+  CommandResult bad = loom("generate --model " + model + " --prompt-ids 1,2 --kv-cache-dtype float16");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.out.find("float16"), std::string::npos) << bad.out;
+  fs::remove_all(dir);
+}
+
 }  // namespace
