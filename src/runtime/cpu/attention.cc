@@ -198,7 +198,7 @@ HWY_INLINE void StoreLanes(DF d, hn::Mask<DF> m, VF v, float* p, int64_t n) {
 using DBF = hn::Rebind<hwy::bfloat16_t, DF>;
 HWY_INLINE VF LoadKv(DF d, const float* p) { return hn::LoadU(d, p); }
 HWY_INLINE VF LoadKv(DF d, const hwy::bfloat16_t* p) {
-#if HWY_TARGET <= HWY_AVX3
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   // One permute that puts bf16 i in the high half of 32-bit lane i and zeroes the low
   // halves, instead of Highway's zero-extend + shift (two uops on the FMA ports).
   (void)d;
