@@ -24,6 +24,7 @@ struct BenchFlags {
   int64_t prompt_tokens = 512;
   int64_t decode_tokens = 128;
   int repeats = 1;
+  std::string kv_cache_dtype = "float32";
   bool bounds = true;
   bool profile = false;
 };
@@ -85,7 +86,8 @@ void run_bench(const BenchFlags& f) {
   std::string prefill_profile, decode_profile;
   for (int rep = 0; rep < f.repeats; ++rep) {
     const bool profiled = f.profile && rep + 1 == f.repeats;
-    runtime::ContiguousKvCache cache(runner->kv_layout(), 1, f.prompt_tokens + f.decode_tokens + 1);
+    runtime::ContiguousKvCache cache(runner->kv_layout(), 1, f.prompt_tokens + f.decode_tokens + 1,
+                                     f.kv_cache_dtype == "bfloat16" ? DType::kBF16 : DType::kF32);
     profile.reset();
     profile.set_enabled(profiled);
     auto t0 = Clock::now();
@@ -144,6 +146,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--prompt-tokens", f->prompt_tokens, "Prompt length for prefill")->check(CLI::PositiveNumber);
   cmd->add_option("--decode-tokens", f->decode_tokens, "Tokens decoded after the prompt")->check(CLI::PositiveNumber);
   cmd->add_option("--repeats", f->repeats, "Runs; the best is reported")->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype, "KV cache elements: float32 (default) or bfloat16")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
   cmd->add_flag("!--no-bounds", f->bounds,
                 "Skip measuring this machine's bounds (read bandwidth, oneDNN matmul) and loom's share of them");
   cmd->add_flag("--profile", f->profile,
