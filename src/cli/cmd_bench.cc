@@ -122,12 +122,14 @@ void run_bench(const BenchFlags& f) {
   std::map<DType, int64_t> per = model->checkpoint().parameters_per_dtype();
   std::string dtypes;
   for (const auto& [dt, n] : per) dtypes += (dtypes.empty() ? "" : "+") + std::string(dtype_name(dt));
-  std::printf("| model | dtype | params | threads | isa | backend | prefill tok/s (%lld) | decode tok/s (%lld) | load s |\n",
-              static_cast<long long>(f.prompt_tokens), static_cast<long long>(f.decode_tokens));
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
-  std::printf("| %s | %s | %.3gB | %d | %s | %s | %.1f | %.2f | %.2f |\n", model->module().class_name().c_str(),
+  std::printf(
+      "| model | dtype | params | threads | isa | backend | kv cache | prefill tok/s (%lld) | decode tok/s (%lld) | load s |\n",
+      static_cast<long long>(f.prompt_tokens), static_cast<long long>(f.decode_tokens));
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| %s | %s | %.3gB | %d | %s | %s | %s | %.1f | %.2f | %.2f |\n", model->module().class_name().c_str(),
               dtypes.c_str(), model->checkpoint().parameter_count() / 1e9, runner->pool().num_threads(),
-              cpu::isa_name().c_str(), runner->backend_name().c_str(), best_prefill, best_decode, load_s);
+              cpu::isa_name().c_str(), runner->backend_name().c_str(), f.kv_cache_dtype.c_str(), best_prefill,
+              best_decode, load_s);
   std::fflush(stdout);
   if (f.bounds) print_bounds(f, *model, runner->pool(), best_prefill, best_decode);
   if (f.profile) {
