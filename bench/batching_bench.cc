@@ -57,12 +57,17 @@ int64_t env_int(const char* name, int64_t fallback) {
   return v ? std::atoll(v) : fallback;
 }
 
-// LOOM_BENCH_KV_DTYPE as kv_cache_dtype's name ("float32" unless set).
+// LOOM_BENCH_KV_DTYPE as kv_cache_dtype's name ("float32" unless set); a bad name ends the run.
 std::string kv_dtype_name() {
   const char* v = std::getenv("LOOM_BENCH_KV_DTYPE");
-  return v && *v ? v : "float32";
+  const std::string name = v && *v ? v : "float32";
+  if (const Result<DType> r = kv_cache_dtype_from_name(name); !r.ok()) {
+    std::fprintf(stderr, "LOOM_BENCH_KV_DTYPE %s\n", r.status().message().c_str());
+    std::exit(2);
+  }
+  return name;
 }
-DType kv_dtype() { return kv_dtype_name() == "bfloat16" ? DType::kBF16 : DType::kF32; }
+DType kv_dtype() { return kv_cache_dtype_from_name(kv_dtype_name()).value(); }
 
 struct Setup {
   std::shared_ptr<const models::Model> model;

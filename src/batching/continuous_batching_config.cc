@@ -136,7 +136,16 @@ const std::set<std::string>& known_keys() {
 
 }  // namespace
 
-DType ContinuousBatchingConfig::kv_dtype() const { return kv_cache_dtype == "bfloat16" ? DType::kBF16 : DType::kF32; }
+Result<DType> kv_cache_dtype_from_name(std::string_view name) {
+  if (name == "float32") return DType::kF32;
+  if (name == "bfloat16") return DType::kBF16;
+  return invalid_argument("must be 'float32' or 'bfloat16', got '" + std::string(name) + "'");
+}
+
+DType ContinuousBatchingConfig::kv_dtype() const {
+  const Result<DType> r = kv_cache_dtype_from_name(kv_cache_dtype);
+  return r.ok() ? r.value() : DType::kF32;
+}
 
 int64_t ContinuousBatchingConfig::effective_page_size() const {
   if (block_size && page_size == 256) return *block_size;
@@ -166,8 +175,8 @@ Status ContinuousBatchingConfig::validate() const {
     return field_error("default_compile_level", "must be in [0, 3], got " + std::to_string(default_compile_level));
   if (scheduler_type != "fifo" && scheduler_type != "prefill_first")
     return field_error("scheduler_type", "must be 'fifo' or 'prefill_first', got '" + scheduler_type + "'");
-  if (kv_cache_dtype != "float32" && kv_cache_dtype != "bfloat16")
-    return field_error("kv_cache_dtype", "must be 'float32' or 'bfloat16', got '" + kv_cache_dtype + "'");
+  if (Result<DType> kv = kv_cache_dtype_from_name(kv_cache_dtype); !kv.ok())
+    return field_error("kv_cache_dtype", kv.status().message());
   if (safety_margin && !(*safety_margin >= 0.0 && *safety_margin < 1.0))
     return field_error("safety_margin", "must be in [0, 1), got " + std::to_string(*safety_margin));
   if (cpu_offload_space && !(*cpu_offload_space >= 0.0 && std::isfinite(*cpu_offload_space)))

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "loom/batching/continuous_batching_config.h"
 #include "loom/batching/model_runner.h"
 #include "loom/generation/sampling.h"
 #include "loom/graph/step_cost.h"
@@ -87,7 +88,7 @@ void run_bench(const BenchFlags& f) {
   for (int rep = 0; rep < f.repeats; ++rep) {
     const bool profiled = f.profile && rep + 1 == f.repeats;
     runtime::ContiguousKvCache cache(runner->kv_layout(), 1, f.prompt_tokens + f.decode_tokens + 1,
-                                     f.kv_cache_dtype == "bfloat16" ? DType::kBF16 : DType::kF32);
+                                     batching::kv_cache_dtype_from_name(f.kv_cache_dtype).value());
     profile.reset();
     profile.set_enabled(profiled);
     auto t0 = Clock::now();

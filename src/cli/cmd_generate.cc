@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/text_stream.h"
+#include "loom/batching/continuous_batching_config.h"
 #include "loom/batching/generate.h"
 #include "loom/generation/generation_config.h"
 
@@ -41,7 +42,7 @@ void run_generate(const GenerateFlags& f) {
   }
 
   batching::GenerateOptions o = make_generate_options(f.sampling, gc, *model, static_cast<int64_t>(prompt.size()));
-  o.kv_cache_dtype = f.kv_cache_dtype == "bfloat16" ? DType::kBF16 : DType::kF32;
+  o.kv_cache_dtype = batching::kv_cache_dtype_from_name(f.kv_cache_dtype).value();
 
   batching::TextStream* stream = text.ok() ? text->get() : nullptr;
   if (stream) (*text)->start(prompt);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -93,6 +94,11 @@ struct ContinuousBatchingConfig {
   // kv_cache_dtype as a DType (F32 or BF16); call after validate().
   DType kv_dtype() const;
 };
+
+// A KV cache element type by its kv_cache_dtype name: "float32" → F32, "bfloat16" → BF16;
+// anything else is InvalidArgument naming the accepted values. Shared by the config, the
+// CLI flags and the benchmarks.
+Result<DType> kv_cache_dtype_from_name(std::string_view name);
 
 // The numbers a manager runs with, once unset fields are inferred.
 struct CbResources {
