@@ -361,6 +361,129 @@ TEST(StreamTiles, MultiPanelTilesEqualScalarTilesPanelByPanel) {
   }
 }
 
+// The vdpbf16ps tile over several panels per call against itself one panel at a
+// time (it has no scalar twin: x is rounded to bf16 first): every legal (rows,
+// panels) pair, odd K, a partial last panel, bias and accumulate.
+TEST(StreamTiles, MultiPanelDotTilesEqualOnePanelAtATime) {
+#if defined(LOOM_MATMUL_X86)
+  if (!isa_supported(Isa::kAvx512Bf16)) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  const detail::KernelTable& kt = detail::kernels_avx512_bf16();
+  ASSERT_NE(kt.bf16_dot, nullptr);
+  ASSERT_NE(kt.stream_panels, nullptr);
+  uint32_t seed = 4500;
+  for (int64_t K : {1, 2, 37, 300}) {
+    const int64_t kp = (K + 1) / 2 * 2;
+    for (int mr = 1; mr <= kt.max_mr; ++mr) {
+      for (int np = 2; np <= kt.stream_panels(mr); np *= 2) {
+        for (bool accumulate : {false, true}) {
+          ++seed;
+          const int64_t N = np * detail::kNr - 5;
+          const Tensor weight = make_weight(N, K, DType::kBF16, seed);
+          const Tensor bias = Tensor::from_f32(random_floats(N, seed + 1), {N});
+          PackedLinear w = PackedLinear::pack(weight, &bias).value();
+          const std::vector<float> x = random_floats(static_cast<size_t>(mr * K), seed + 2);
+          std::vector<uint16_t> xb(static_cast<size_t>(mr * kp));
+          for (int m = 0; m < mr; ++m) detail::round_to_bf16_avx512bf16(&x[m * K], K, kp, &xb[m * kp]);
+          const int64_t ldc = np * detail::kNr + 3;
+          const std::vector<float> c0 = random_floats(static_cast<size_t>(mr * ldc), seed + 3);
+          std::vector<float> want = c0, got = c0;
+          detail::TileArgs t;
+          t.a = xb.data();
+          t.lda = kp;
+          t.k = K;
+          t.ldc = ldc;
+          t.mr = mr;
+          t.accumulate = accumulate;
+          for (int j = 0; j < np; ++j) {
+            detail::TileArgs one = t;
+            one.b = w.panel(j);
+            one.c = want.data() + j * detail::kNr;
+            one.n_valid = static_cast<int>(std::min<int64_t>(detail::kNr, N - j * detail::kNr));
+            one.bias = w.bias() + j * detail::kNr;
+            kt.bf16_dot(one);
+          }
+          t.b = w.panel(0);
+          t.c = got.data();
+          t.panels = np;
+          t.panel_stride = static_cast<int64_t>(w.panel_stride_bytes());
+          t.n_valid = static_cast<int>(N);
+          t.bias = w.bias();
+          kt.bf16_dot(t);
+          ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size()))
+              << "K=" << K << " mr=" << mr << " panels=" << np << (accumulate ? " accumulate" : "");
+        }
+      }
+    }
+  }
+#else
+  GTEST_SKIP() << "x86 only";
+#endif
+}
+
+// Restores the process-wide matmul precision after a test that changes it.
+struct RestorePrecision {
+  MatmulPrecision saved = matmul_precision();
+  ~RestorePrecision() { set_matmul_precision(saved); }
+};
+
+TEST(MatmulPrecision, NamesRoundTripAndBadNamesAreErrors) {
+  for (MatmulPrecision p : {MatmulPrecision::kHighest, MatmulPrecision::kHigh, MatmulPrecision::kMedium}) {
+    const Result<MatmulPrecision> back = matmul_precision_from_name(matmul_precision_name(p));
+    ASSERT_TRUE(back.ok()) << matmul_precision_name(p);
+    EXPECT_EQ(back.value(), p);
+  }
+  for (const char* bad : {"", "low", "Medium", "bfloat16"}) {
+    const Result<MatmulPrecision> r = matmul_precision_from_name(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("highest, high or medium"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find(std::string("\"") + bad + "\""), std::string::npos) << r.status().message();
+  }
+}
+
+// "medium" switches bf16 weights to the vdpbf16ps path exactly where the CPU has it
+// (bitwise what forcing AVX512_BF16 gives, within bf16 rounding of the reference);
+// "highest" and "high" and f32/f16 weights keep the exact f32 products.
+TEST(MatmulPrecision, MediumUsesBf16DotProductsOnlyForBf16WeightsOnCpusWithThem) {
+  RestorePrecision restore;
+  ThreadPool pool(2);
+  const bool has_dot = isa_supported(Isa::kAvx512Bf16);
+  uint32_t seed = 6000;
+  for (DType dt : {DType::kBF16, DType::kF32, DType::kF16}) {
+    for (const Shape3& s : {Shape3{1, 300, 70}, Shape3{7, 257, 65}, Shape3{200, 513, 40}}) {
+      ++seed;
+      const Tensor weight = make_weight(s.N, s.K, dt, seed);
+      const Tensor bias = Tensor::from_f32(random_floats(s.N, seed + 1), {s.N});
+      PackedLinear w = PackedLinear::pack(weight, &bias).value();
+      const std::vector<float> x = random_floats(static_cast<size_t>(s.M * s.K), seed + 2);
+      const std::string what = std::string(dtype_name(dt)) + " M=" + std::to_string(s.M);
+      set_matmul_precision(MatmulPrecision::kHighest);
+      EXPECT_FALSE(bf16_dot_products_active() && active_isa() != Isa::kAvx512Bf16);
+      const std::vector<float> highest = run_linear(x, s.M, s.K, w, pool);
+      set_matmul_precision(MatmulPrecision::kHigh);
+      ASSERT_EQ(0, std::memcmp(highest.data(), run_linear(x, s.M, s.K, w, pool).data(), sizeof(float) * highest.size()))
+          << what << ": high differs from highest";
+      set_matmul_precision(MatmulPrecision::kMedium);
+      const bool dot = has_dot && best_isa() == Isa::kAvx512 && active_isa() == Isa::kAvx512;
+      EXPECT_EQ(bf16_dot_products_active(), dot || active_isa() == Isa::kAvx512Bf16);
+      const std::vector<float> medium = run_linear(x, s.M, s.K, w, pool);
+      if (dt == DType::kBF16 && dot) {
+        std::vector<float> forced;
+        {
+          ScopedIsa force(Isa::kAvx512Bf16);
+          forced = run_linear(x, s.M, s.K, w, pool);
+        }
+        ASSERT_EQ(0, std::memcmp(forced.data(), medium.data(), sizeof(float) * medium.size())) << what;
+        EXPECT_NE(0, std::memcmp(highest.data(), medium.data(), sizeof(float) * medium.size()))
+            << what << ": medium did not round x";
+        expect_close_to_ref(medium, x, s.M, s.K, weight, &bias, true, what);
+      } else if (active_isa() != Isa::kAvx512Bf16) {
+        ASSERT_EQ(0, std::memcmp(highest.data(), medium.data(), sizeof(float) * medium.size()))
+            << what << ": medium changed a path without bf16 dot products";
+      }
+    }
+  }
+}
+
 TEST(PackedLinear, ReportsShapeDtypeAndSize) {
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
     const Tensor weight = make_weight(70, 33, dt, 3);

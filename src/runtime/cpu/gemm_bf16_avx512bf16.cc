@@ -1,7 +1,9 @@
 // vdpbf16ps tile for bf16 weights: x rounded to bf16 pairs, each instruction
-// adds two products per output. Only used when AVX512_BF16 is forced: on the
-// Xeon measured it runs at a quarter of vfmadd's instruction rate, so widening
-// to f32 (gemm_avx512.cc / gemv_avx512.cc) is faster as well as more exact.
+// adds two products per output. Used under matmul precision "medium" (matmul.h)
+// or with AVX512_BF16 forced. It is worth it where vdpbf16ps runs at vfmadd's
+// instruction rate (AMD Zen 5: bf16 linear at M = 512, 2 threads, 716 GFLOP/s
+// against 453 widening to f32); on the Sapphire Rapids class Xeon measured it
+// runs at a quarter of that rate, and widening (gemm_avx512.cc) is faster there.
 #include "runtime/cpu/gemm_avx512_tile.h"
 
 #if defined(LOOM_MATMUL_X86)
@@ -11,42 +13,61 @@ namespace {
 
 constexpr int kNv = kNr / 16;
 
-template <int MR>
+// MR rows × NP consecutive panels (TileArgs::panels; NP > 1 gives an M = 1 row
+// 2·NP independent accumulation chains). kPrefetch > 0: the weights stream from
+// memory and each pair step prefetches that many bytes ahead into L2; 0: they are
+// in L2 or L1 already, and the tile instead pulls t.prefetch's lines (the next
+// panel group or block) into L2, one per pair step.
+template <int MR, int NP, int kPrefetch>
 LOOM_TARGET_AVX512BF16 LOOM_INLINE void dot_tile(const TileArgs& t) {
-  __m512 acc[MR][kNv];
-  __mmask16 mask[kNv];
+  constexpr int NV = NP * kNv;
+  __m512 acc[MR][NV];
+  __mmask16 mask[NV];
 #pragma GCC unroll 8
-  for (int v = 0; v < kNv; ++v) {
+  for (int v = 0; v < NV; ++v) {
     const int n = t.n_valid - 16 * v;
     mask[v] = n >= 16 ? 0xffff : (n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1));
   }
 #pragma GCC unroll 16
   for (int m = 0; m < MR; ++m) {
 #pragma GCC unroll 8
-    for (int v = 0; v < kNv; ++v) {
+    for (int v = 0; v < NV; ++v) {
       acc[m][v] = t.accumulate ? _mm512_maskz_loadu_ps(mask[v], t.c + m * t.ldc + 16 * v) : _mm512_setzero_ps();
     }
   }
   const uint32_t* a = static_cast<const uint32_t*>(t.a);  // bf16 pairs
   const int64_t lda = t.lda / 2;
-  const uint16_t* b = static_cast<const uint16_t*>(t.b);
+  const uint16_t* b[NP];
+#pragma GCC unroll 4
+  for (int j = 0; j < NP; ++j) b[j] = static_cast<const uint16_t*>(t.b) + j * (t.panel_stride / 2);
   const int64_t pairs = (t.k + 1) / 2;  // the odd tail pairs a zero x with a zero weight
   for (int64_t p = 0; p < pairs; ++p) {
-    _mm_prefetch(reinterpret_cast<const char*>(b + p * kNr * 2) + kStreamPrefetchBytes, _MM_HINT_T1);
-    _mm_prefetch(reinterpret_cast<const char*>(b + p * kNr * 2) + kStreamPrefetchBytes + 64, _MM_HINT_T1);
-    __m512bh w[kNv];
+    if constexpr (kPrefetch > 0) {
+#pragma GCC unroll 4
+      for (int j = 0; j < NP; ++j) {
+        const char* next = reinterpret_cast<const char*>(b[j] + p * kNr * 2) + kPrefetch;
+        _mm_prefetch(next, _MM_HINT_T1);
+        _mm_prefetch(next + 64, _MM_HINT_T1);
+      }
+    } else {
+      if (p < t.prefetch_lines) _mm_prefetch(static_cast<const char*>(t.prefetch) + 64 * p, _MM_HINT_T1);
+    }
+    __m512bh w[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NP; ++j) {
 #pragma GCC unroll 8
-    for (int v = 0; v < kNv; ++v) w[v] = (__m512bh)_mm512_load_si512(b + (p * kNr + 16 * v) * 2);
+      for (int v = 0; v < kNv; ++v) w[j * kNv + v] = (__m512bh)_mm512_load_si512(b[j] + (p * kNr + 16 * v) * 2);
+    }
 #pragma GCC unroll 16
     for (int m = 0; m < MR; ++m) {
       const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[m * lda + p]));
 #pragma GCC unroll 8
-      for (int v = 0; v < kNv; ++v) acc[m][v] = _mm512_dpbf16_ps(acc[m][v], x, w[v]);
+      for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_dpbf16_ps(acc[m][v], x, w[v]);
     }
   }
   if (t.bias) {
 #pragma GCC unroll 8
-    for (int v = 0; v < kNv; ++v) {
+    for (int v = 0; v < NV; ++v) {
       const __m512 bias = _mm512_loadu_ps(t.bias + 16 * v);
 #pragma GCC unroll 16
       for (int m = 0; m < MR; ++m) acc[m][v] = _mm512_add_ps(acc[m][v], bias);
@@ -55,26 +76,57 @@ LOOM_TARGET_AVX512BF16 LOOM_INLINE void dot_tile(const TileArgs& t) {
 #pragma GCC unroll 16
   for (int m = 0; m < MR; ++m) {
 #pragma GCC unroll 8
-    for (int v = 0; v < kNv; ++v) _mm512_mask_storeu_ps(t.c + m * t.ldc + 16 * v, mask[v], acc[m][v]);
+    for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(t.c + m * t.ldc + 16 * v, mask[v], acc[m][v]);
+  }
+}
+
+template <int MR, int NP>
+LOOM_TARGET_AVX512BF16 LOOM_INLINE void dot_tile_for(const TileArgs& t) {
+  // Blocked tiles (their block was pulled into L2 during the previous one) and
+  // streaming tiles whose group is already in L2 do not stream-prefetch.
+  if (t.weights_in_l2) {
+    dot_tile<MR, NP, 0>(t);
+  } else {
+    dot_tile<MR, NP, kStreamPrefetchBytes>(t);
   }
 }
 
 }  // namespace
 
+// TileArgs::panels is 4 only for mr ≤ 3 and 2 only for mr ≤ 6 (stream_panels_avx512).
 LOOM_TARGET_AVX512BF16 void bf16_dot_tile_avx512bf16(const TileArgs& t) {
+  if (t.panels == 4) {
+    switch (t.mr) {
+      case 1: return dot_tile_for<1, 4>(t);
+      case 2: return dot_tile_for<2, 4>(t);
+      case 3: return dot_tile_for<3, 4>(t);
+      default: __builtin_unreachable();
+    }
+  }
+  if (t.panels == 2) {
+    switch (t.mr) {
+      case 1: return dot_tile_for<1, 2>(t);
+      case 2: return dot_tile_for<2, 2>(t);
+      case 3: return dot_tile_for<3, 2>(t);
+      case 4: return dot_tile_for<4, 2>(t);
+      case 5: return dot_tile_for<5, 2>(t);
+      case 6: return dot_tile_for<6, 2>(t);
+      default: __builtin_unreachable();
+    }
+  }
   switch (t.mr) {
-    case 1: dot_tile<1>(t); break;
-    case 2: dot_tile<2>(t); break;
-    case 3: dot_tile<3>(t); break;
-    case 4: dot_tile<4>(t); break;
-    case 5: dot_tile<5>(t); break;
-    case 6: dot_tile<6>(t); break;
-    case 7: dot_tile<7>(t); break;
-    case 8: dot_tile<8>(t); break;
-    case 9: dot_tile<9>(t); break;
-    case 10: dot_tile<10>(t); break;
-    case 11: dot_tile<11>(t); break;
-    case 12: dot_tile<12>(t); break;
+    case 1: return dot_tile_for<1, 1>(t);
+    case 2: return dot_tile_for<2, 1>(t);
+    case 3: return dot_tile_for<3, 1>(t);
+    case 4: return dot_tile_for<4, 1>(t);
+    case 5: return dot_tile_for<5, 1>(t);
+    case 6: return dot_tile_for<6, 1>(t);
+    case 7: return dot_tile_for<7, 1>(t);
+    case 8: return dot_tile_for<8, 1>(t);
+    case 9: return dot_tile_for<9, 1>(t);
+    case 10: return dot_tile_for<10, 1>(t);
+    case 11: return dot_tile_for<11, 1>(t);
+    case 12: return dot_tile_for<12, 1>(t);
     default: __builtin_unreachable();
   }
 }

@@ -59,6 +59,17 @@ constexpr int64_t kMc = 192;
 // thread still leaves a late or descheduled thread's second half to the others.
 constexpr int64_t kBlockedChunksPerThread = 2;
 
+std::atomic<int> g_precision{static_cast<int>(MatmulPrecision::kHighest)};
+
+// The code path linear() runs: the active one, moved up to AVX512_BF16 when medium
+// precision permits bf16 dot products and the CPU has them.
+Isa matmul_isa() {
+  const Isa isa = active_isa();
+  if (isa == Isa::kAvx512 && matmul_precision() == MatmulPrecision::kMedium && isa_supported(Isa::kAvx512Bf16))
+    return Isa::kAvx512Bf16;
+  return isa;
+}
+
 const KernelTable& table_for(Isa isa) {
 #if defined(LOOM_MATMUL_X86)
   switch (isa) {
@@ -127,7 +138,7 @@ void stream_panels(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0
   const int64_t tiles = (rows + pb.kt->max_mr - 1) / pb.kt->max_mr;
   const int64_t base_mr = rows / tiles, extra = rows % tiles;
   const int first_mr = static_cast<int>(base_mr + (extra > 0 ? 1 : 0));
-  int group = pb.kt->stream_panels && !pb.x_bf16 ? pb.kt->stream_panels(first_mr) : 1;
+  int group = pb.kt->stream_panels ? pb.kt->stream_panels(first_mr) : 1;
   if (const int limit = g_stream_panels_limit.load(std::memory_order_relaxed); limit > 0) group = std::min(group, limit);
   const int64_t panel_stride = static_cast<int64_t>(w.panel_stride_bytes());
   // Tiles take 1, 2 or 4 panels.
@@ -247,6 +258,7 @@ void blocked(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0, int6
           t.n_valid = static_cast<int>(std::min<int64_t>(kNr, N - p * kNr));
           t.accumulate = kb > 0;
           t.blocked = !pb.x_bf16;
+          t.weights_in_l2 = pb.x_bf16 != nullptr;  // the dot tile reads the block where it lies
           if (m0 + max_mr < rows) {
             t.c_next = t.c + max_mr * pb.y_stride;
             t.c_next_rows = static_cast<int>(std::min<int64_t>(max_mr, rows - m0 - max_mr));
@@ -330,6 +342,29 @@ void set_stream_panels_limit(int panels) { g_stream_panels_limit.store(panels > 
 void set_work_stealing(bool on) { g_steal.store(on); }
 void set_stream_group_prefetch(bool on) { g_stream_group_prefetch.store(on); }
 }  // namespace detail
+
+void set_matmul_precision(MatmulPrecision precision) {
+  g_precision.store(static_cast<int>(precision), std::memory_order_relaxed);
+}
+MatmulPrecision matmul_precision() { return static_cast<MatmulPrecision>(g_precision.load(std::memory_order_relaxed)); }
+
+const char* matmul_precision_name(MatmulPrecision precision) {
+  switch (precision) {
+    case MatmulPrecision::kHighest: return "highest";
+    case MatmulPrecision::kHigh: return "high";
+    case MatmulPrecision::kMedium: return "medium";
+  }
+  return "?";
+}
+
+Result<MatmulPrecision> matmul_precision_from_name(std::string_view name) {
+  for (MatmulPrecision p : {MatmulPrecision::kHighest, MatmulPrecision::kHigh, MatmulPrecision::kMedium}) {
+    if (name == matmul_precision_name(p)) return p;
+  }
+  return invalid_argument("matmul precision must be highest, high or medium, got \"" + std::string(name) + "\"");
+}
+
+bool bf16_dot_products_active() { return matmul_isa() == Isa::kAvx512Bf16; }
 
 Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias) {
   if (!weight.defined()) return invalid_argument("PackedLinear::pack: weight tensor is undefined");
@@ -419,7 +454,7 @@ void linear(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, 
   if (x_stride < K) fail("linear: x_stride " + std::to_string(x_stride) + " < in_features " + std::to_string(K));
   if (y_stride < N) fail("linear: y_stride " + std::to_string(y_stride) + " < out_features " + std::to_string(N));
 
-  const KernelTable& kt = table_for(active_isa());
+  const KernelTable& kt = table_for(matmul_isa());
   Problem pb{x, M, x_stride, &w, y, y_stride, &kt, nullptr, 0};
 
   if (w.weight_dtype() == DType::kBF16 && kt.bf16_dot) {

@@ -7,13 +7,17 @@
 // never depends on M, the row's position, strides, thread count or blocking, a row
 // of y is bitwise the same whether it is computed alone or in a batch — which is
 // what makes batched greedy decoding reproduce single-request decoding. The
-// SCALAR, AVX2 and AVX512 paths agree bitwise; AVX512_BF16 (forced only, see
-// cpu_features.h) rounds x to bf16 for bf16 weights and differs at bf16 precision.
+// SCALAR, AVX2 and AVX512 paths agree bitwise. With matmul precision "medium"
+// (below) on a CPU with AVX512_BF16, or with that path forced (cpu_features.h), x is
+// rounded to bf16 for bf16 weights and products of bf16 pairs are accumulated in
+// f32 (vdpbf16ps): results differ at bf16 precision, but are again the same for a
+// row whatever M, its position or the thread count.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "loom/core/dtype.h"
 #include "loom/core/status.h"
@@ -68,6 +72,27 @@ class PackedLinear {
 // Throws loom::Error (InvalidArgument) for bad strides or an empty PackedLinear.
 void linear(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, float* y, int64_t y_stride,
             ThreadPool& pool = ThreadPool::global());
+
+// How linear() may compute with bf16 weights, after PyTorch's
+// torch.set_float32_matmul_precision, process-wide as there:
+//   highest (default)  x stays f32, weights are widened exactly: f32 products;
+//   high               the same here (loom has no TF32 / bf16x3 kernels, and "high"
+//                      falls back to "highest" where those are missing);
+//   medium             where the CPU has fast bf16 dot products (AVX512_BF16), x is
+//                      rounded to bf16 (nearest even) and each output accumulates
+//                      products of bf16 pairs in f32, as a bf16 model's matmuls run
+//                      upstream; elsewhere the same as highest.
+// F32 and F16 weights always compute as highest. Set it before starting work: a
+// change while linear() runs on another thread takes effect on its next call.
+enum class MatmulPrecision { kHighest, kHigh, kMedium };
+void set_matmul_precision(MatmulPrecision precision);
+MatmulPrecision matmul_precision();
+const char* matmul_precision_name(MatmulPrecision precision);
+// "highest" | "high" | "medium"; anything else is InvalidArgument naming the choices.
+Result<MatmulPrecision> matmul_precision_from_name(std::string_view name);
+// Whether linear() now rounds x to bf16 for bf16 weights (medium on an AVX512_BF16
+// CPU, or the AVX512_BF16 path forced).
+bool bf16_dot_products_active();
 
 // Scalar reference with double accumulation, straight from the [N, K] weight
 // tensor (F32|BF16|F16) and optional [N] bias; x is [M, K], y is [M, N], dense.
