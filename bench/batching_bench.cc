@@ -23,6 +23,8 @@
 // LOOM_BENCH_GROUP_PREFETCH=0 turns off the batched-decode weight prefetch, for A/B runs.
 // LOOM_BENCH_KV_DTYPE=bfloat16 keeps every case's KV cache in bf16 (kv_cache_dtype; the
 // contiguous caches of one-at-a-time, static and decode-at-batch too), float32 by default.
+// LOOM_BENCH_MATMUL_PRECISION=medium runs every case's bf16 linears on bf16 dot products
+// where the CPU has them (matmul.h, set_matmul_precision); highest by default.
 // BM_DecodeAtBatch: LOOM_BENCH_CONCURRENT (32), LOOM_BENCH_DECODE_STEPS (16);
 // it also reports this machine's bound for that step, computed as the issue
 // does: weight bytes ÷ measured read bandwidth + the step's multiply-adds ÷
@@ -82,6 +84,16 @@ Setup& setup() {
     Setup x;
     // A/B switch for the batched-decode weight prefetch (matmul.cc stream_panels).
     if (env_int("LOOM_BENCH_GROUP_PREFETCH", 1) == 0) cpu::detail::set_stream_group_prefetch(false);
+    if (const char* p = std::getenv("LOOM_BENCH_MATMUL_PRECISION"); p && *p) {
+      const Result<cpu::MatmulPrecision> precision = cpu::matmul_precision_from_name(p);
+      if (!precision.ok()) {
+        std::fprintf(stderr, "LOOM_BENCH_MATMUL_PRECISION: %s\n", precision.status().message().c_str());
+        std::exit(2);
+      }
+      cpu::set_matmul_precision(precision.value());
+    }
+    std::fprintf(stderr, "matmul precision %s%s\n", cpu::matmul_precision_name(cpu::matmul_precision()),
+                 cpu::bf16_dot_products_active() ? " (bf16 dot products)" : "");
     const char* dir = std::getenv("LOOM_BENCH_MODEL");
     x.model = models::Model::load(dir ? dir : "/work/bench-models/llama-1b-bf16").value();
     x.runner = std::shared_ptr<ModelRunner>(ModelRunner::create(x.model, "cpu").value().release());

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <random>
@@ -233,6 +234,16 @@ int main(int argc, char** argv) {
               loom::cpu::baseline::OpenblasLinear::core_name().c_str());
   if (loom::cpu::baseline::OpenblasLinear::core_name() == "Prescott" && loom::cpu::isa_supported(loom::cpu::Isa::kAvx512)) {
     std::printf("  (OpenBLAS did not recognise this CPU; rerun with OPENBLAS_CORETYPE=COOPERLAKE for its AVX-512 kernels)\n");
+  }
+  // LOOM_BENCH_MATMUL_PRECISION=medium: the loom_AVX512 cases (and rows/, share/, ...) run
+  // bf16 weights on bf16 dot products where the CPU has them (set_matmul_precision).
+  if (const char* p = std::getenv("LOOM_BENCH_MATMUL_PRECISION"); p && *p) {
+    const auto precision = loom::cpu::matmul_precision_from_name(p);
+    if (!precision.ok()) {
+      std::fprintf(stderr, "LOOM_BENCH_MATMUL_PRECISION: %s\n", precision.status().message().c_str());
+      return 2;
+    }
+    loom::cpu::set_matmul_precision(precision.value());
   }
   loom::cpu::register_all();
   benchmark::Initialize(&argc, argv);

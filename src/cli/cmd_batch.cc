@@ -185,7 +185,7 @@ Result<batching::BatchInput> parse_line(const std::string& line, size_t number, 
 
 void run_batch(const BatchFlags& f) {
   const std::string dir = resolve_model_dir(f.model).value();
-  apply_threads(f.model);
+  apply_process_options(f.model);
   GenerationConfig gc = GenerationConfig::from_dir_or_default(dir).value();
   auto model = load_model(dir, f.model).value();
   gc.inherit_special_tokens(model->config().eos_token_ids, model->config().bos_token_id, model->config().pad_token_id);

@@ -14,6 +14,7 @@
 #include "loom/generation/sampling.h"
 #include "loom/graph/step_cost.h"
 #include "loom/runtime/cpu/cpu_features.h"
+#include "loom/runtime/cpu/matmul.h"
 #include "loom/runtime/cpu/machine_bounds.h"
 #include "loom/runtime/op_profile.h"
 
@@ -70,7 +71,7 @@ void print_bounds(const BenchFlags& f, const models::Model& model, ThreadPool& p
 void run_bench(const BenchFlags& f) {
   using Clock = std::chrono::steady_clock;
   const std::string dir = resolve_model_dir(f.model).value();
-  apply_threads(f.model);
+  apply_process_options(f.model);
   auto t_load = Clock::now();
   auto model = load_model(dir, f.model).value();
   auto runner = batching::ModelRunner::create(model, f.model.backend).value();
@@ -124,13 +125,17 @@ void run_bench(const BenchFlags& f) {
   std::string dtypes;
   for (const auto& [dt, n] : per) dtypes += (dtypes.empty() ? "" : "+") + std::string(dtype_name(dt));
   std::printf(
-      "| model | dtype | params | threads | isa | backend | kv cache | prefill tok/s (%lld) | decode tok/s (%lld) | load s |\n",
+      "| model | dtype | params | threads | isa | backend | matmul | kv cache | prefill tok/s (%lld) | decode tok/s (%lld) | "
+      "load s |\n",
       static_cast<long long>(f.prompt_tokens), static_cast<long long>(f.decode_tokens));
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
-  std::printf("| %s | %s | %.3gB | %d | %s | %s | %s | %.1f | %.2f | %.2f |\n", model->module().class_name().c_str(),
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  // The matmul column says whether bf16 weights ran on bf16 dot products (medium on an AVX512_BF16 CPU).
+  const std::string matmul = std::string(cpu::matmul_precision_name(cpu::matmul_precision())) +
+                             (cpu::bf16_dot_products_active() ? " (bf16 dot)" : "");
+  std::printf("| %s | %s | %.3gB | %d | %s | %s | %s | %s | %.1f | %.2f | %.2f |\n", model->module().class_name().c_str(),
               dtypes.c_str(), model->checkpoint().parameter_count() / 1e9, runner->pool().num_threads(),
-              cpu::isa_name().c_str(), runner->backend_name().c_str(), f.kv_cache_dtype.c_str(), best_prefill,
-              best_decode, load_s);
+              cpu::isa_name().c_str(), runner->backend_name().c_str(), matmul.c_str(), f.kv_cache_dtype.c_str(),
+              best_prefill, best_decode, load_s);
   std::fflush(stdout);
   if (f.bounds) print_bounds(f, *model, runner->pool(), best_prefill, best_decode);
   if (f.profile) {

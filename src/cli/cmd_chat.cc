@@ -39,7 +39,7 @@ Result<tok::ChatTemplate> load_template(const Tokenizer& t, const std::string& n
 
 void run_chat(const ChatFlags& f) {
   const std::string dir = resolve_model_dir(f.model).value();
-  apply_threads(f.model);
+  apply_process_options(f.model);
   GenerationConfig gc = GenerationConfig::from_dir_or_default(dir).value();
   auto model = load_model(dir, f.model).value();
   auto runner = batching::ModelRunner::create(model, f.model.backend).value();

@@ -26,7 +26,7 @@ struct GenerateFlags {
 
 void run_generate(const GenerateFlags& f) {
   const std::string dir = resolve_model_dir(f.model).value();
-  apply_threads(f.model);
+  apply_process_options(f.model);
   GenerationConfig gc = GenerationConfig::from_dir_or_default(dir).value();
   auto model = load_model(dir, f.model).value();
   auto runner = batching::ModelRunner::create(model, f.model.backend).value();

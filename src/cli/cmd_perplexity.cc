@@ -39,7 +39,7 @@ void progress(int64_t done, int64_t total, double seconds, bool quiet) {
 
 void run_perplexity(const PerplexityFlags& f) {
   const std::string dir = resolve_model_dir(f.model).value();
-  apply_threads(f.model);
+  apply_process_options(f.model);
   std::ifstream in(f.file, std::ios::binary);
   if (!in) throw Error(not_found("cannot read --file '" + f.file + "'"));
   std::stringstream ss;

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "loom/core/thread_pool.h"
+#include "loom/runtime/cpu/matmul.h"
 
 namespace loom::cli {
 
@@ -37,6 +38,11 @@ void add_model_options(CLI::App* cmd, ModelOptions* o, bool model_required) {
                   "KernelConfig JSON file: kernels replacing modules of this model ({\"RMSNorm\": \"loom:FusedRMSNorm\"})");
   cmd->add_option("--plugin-dir", o->plugin_dirs, "A directory of plugin kernels (loading them needs trust_remote_code)");
   cmd->add_option("--trusted-plugin-dir", o->trusted_plugin_dirs, "A directory of trusted plugin kernels");
+  cmd->add_option("--matmul-precision", o->matmul_precision,
+                  "Linear layers with bf16 weights (as torch.set_float32_matmul_precision): highest (default: f32 "
+                  "activations, exact products), high (the same here), medium (activations rounded to bf16 and bf16 "
+                  "dot products, where the CPU has AVX512_BF16)")
+      ->check(CLI::IsMember({"highest", "high", "medium"}));
 }
 
 Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const ModelOptions& o) {
@@ -77,8 +83,9 @@ Result<std::string> resolve_model_dir(const ModelOptions& o) {
   return dir;
 }
 
-void apply_threads(const ModelOptions& o) {
+void apply_process_options(const ModelOptions& o) {
   if (o.threads > 0) ThreadPool::set_global_threads(o.threads);
+  cpu::set_matmul_precision(cpu::matmul_precision_from_name(o.matmul_precision).value());  // checked by the flag
 }
 
 void add_sampling_options(CLI::App* cmd, SamplingFlags* f) {

@@ -21,11 +21,12 @@ struct ModelOptions {
   int threads = 0;  // 0: LOOM_NUM_THREADS or all cores
   std::string backend = "cpu";
   std::string kernel_config;  // a KernelConfig JSON file; empty: no kernels
+  std::string matmul_precision = "highest";  // cpu::MatmulPrecision by name
   std::vector<std::string> plugin_dirs, trusted_plugin_dirs;
 };
 
 // Adds --model, --threads, --backend, --kernel-config, --plugin-dir,
-// --trusted-plugin-dir to `cmd`.
+// --trusted-plugin-dir, --matmul-precision to `cmd`.
 void add_model_options(CLI::App* cmd, ModelOptions* o, bool model_required = false);
 // Model::load with the kernel flags (plugin directories without
 // --kernel-config are an error: nothing would use them).
@@ -36,7 +37,8 @@ Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const 
 std::string default_model_dir();
 // Resolves the model dir (default when empty), applies --threads.
 Result<std::string> resolve_model_dir(const ModelOptions& o);
-void apply_threads(const ModelOptions& o);
+// The process-wide settings among the flags: --threads and --matmul-precision.
+void apply_process_options(const ModelOptions& o);
 
 // Sampling and stopping flags shared by generate and chat.
 struct SamplingFlags {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include "loom/batching/generate.h"
 #include "loom/batching/model_runner.h"
 #include "loom/models/model.h"
+#include "loom/runtime/cpu/matmul.h"
 #include "models/models_test_util.h"
 
 namespace loom {
@@ -71,6 +73,54 @@ TEST_P(Parity, LogitsAndGreedyTokensMatchPyTorch) {
   // bf16 weights are widened exactly and both sides compute in f32, so tokens
   // must agree for bf16 checkpoints too.
   EXPECT_EQ(r.generated_ids, want) << name << ": greedy continuation differs from PyTorch";
+}
+
+// Matmul precision "medium" (runtime/cpu/matmul.h) rounds the activations entering
+// bf16-weight linears to bf16 where the CPU has bf16 dot products, as a bf16 model's
+// matmuls run upstream: the logits stay within the bf16 parity budget of the f32
+// PyTorch reference and the greedy run keeps the reference's first token. F32
+// checkpoints are untouched by it.
+TEST_P(Parity, MediumMatmulPrecisionStaysWithinTheParityBudget) {
+  const std::string name = GetParam();
+  const nlohmann::json ref = load_reference(name);
+  auto model = models::Model::load((fixtures_dir() / name).string()).value();
+  auto runner = batching::ModelRunner::create(model, "cpu").value();
+  const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
+  const auto expected = ref["logits"].get<std::vector<double>>();
+  struct Restore {
+    cpu::MatmulPrecision saved = cpu::matmul_precision();
+    ~Restore() { cpu::set_matmul_precision(saved); }
+  } restore;
+  auto logits_at = [&](cpu::MatmulPrecision p) {
+    cpu::set_matmul_precision(p);
+    runtime::ContiguousKvCache cache(runner->kv_layout(), 1, static_cast<int64_t>(prompt.size()) + 8);
+    return runner->step({{prompt.data(), static_cast<int64_t>(prompt.size()), 0}}, cache,
+                        batching::LogitsRows::kAllTokens).value().to_f32_vector();
+  };
+  const std::vector<float> highest = logits_at(cpu::MatmulPrecision::kHighest);
+  const std::vector<float> medium = logits_at(cpu::MatmulPrecision::kMedium);
+  ASSERT_EQ(medium.size(), expected.size());
+  const bool rounds = ref["checkpoint_dtype"] != "float32" && cpu::bf16_dot_products_active();
+  if (!rounds) {
+    EXPECT_EQ(0, std::memcmp(highest.data(), medium.data(), sizeof(float) * medium.size()))
+        << name << ": medium changed logits without bf16 weights and bf16 dot products";
+    return;
+  }
+  double err = 0, energy = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    err += (medium[i] - expected[i]) * (medium[i] - expected[i]);
+    energy += expected[i] * expected[i];
+  }
+  EXPECT_LE(err / energy, 1e-4) << name << ": NMSE of medium-precision logits";
+  EXPECT_NE(0, std::memcmp(highest.data(), medium.data(), sizeof(float) * medium.size()))
+      << name << ": medium did not round the activations";
+  RecordProperty("medium_nmse", std::to_string(err / energy));
+  batching::GenerateOptions o;
+  o.max_new_tokens = 1;
+  cpu::set_matmul_precision(cpu::MatmulPrecision::kMedium);
+  const auto r = batching::generate(*runner, prompt, o).value();
+  ASSERT_EQ(r.generated_ids.size(), 1u);
+  EXPECT_EQ(r.generated_ids[0], ref["greedy_ids_cached"][0].get<int32_t>()) << name << ": first greedy token";
 }
 
 TEST_P(Parity, ReferenceBackendAgreesWithCpuBackend) {
