@@ -77,9 +77,9 @@ TEST_P(Parity, LogitsAndGreedyTokensMatchPyTorch) {
 
 // Matmul precision "medium" (runtime/cpu/matmul.h) rounds the activations entering
 // bf16-weight linears to bf16 where the CPU has bf16 dot products, as a bf16 model's
-// matmuls run upstream: the logits stay within the bf16 parity budget of the f32
-// PyTorch reference and the greedy run keeps the reference's first token. F32
-// checkpoints are untouched by it.
+// matmuls run upstream: its logits must be at least as close to the f32 PyTorch
+// reference as PyTorch's own bf16 forward is (reference.json logits_bf16_compute), and
+// the greedy run keeps the reference's first token. F32 checkpoints are untouched.
 TEST_P(Parity, MediumMatmulPrecisionStaysWithinTheParityBudget) {
   const std::string name = GetParam();
   const nlohmann::json ref = load_reference(name);
@@ -106,12 +106,17 @@ TEST_P(Parity, MediumMatmulPrecisionStaysWithinTheParityBudget) {
         << name << ": medium changed logits without bf16 weights and bf16 dot products";
     return;
   }
-  double err = 0, energy = 0;
+  const auto torch_bf16 = ref["logits_bf16_compute"].get<std::vector<double>>();
+  ASSERT_EQ(torch_bf16.size(), expected.size());
+  double err = 0, torch_err = 0, energy = 0;
   for (size_t i = 0; i < expected.size(); ++i) {
     err += (medium[i] - expected[i]) * (medium[i] - expected[i]);
+    torch_err += (torch_bf16[i] - expected[i]) * (torch_bf16[i] - expected[i]);
     energy += expected[i] * expected[i];
   }
-  EXPECT_LE(err / energy, 1e-4) << name << ": NMSE of medium-precision logits";
+  EXPECT_LE(err / energy, torch_err / energy)
+      << name << ": NMSE of medium-precision logits against the f32 reference, bound: PyTorch's bf16 forward";
+  RecordProperty("torch_bf16_nmse", std::to_string(torch_err / energy));
   EXPECT_NE(0, std::memcmp(highest.data(), medium.data(), sizeof(float) * medium.size()))
       << name << ": medium did not round the activations";
   RecordProperty("medium_nmse", std::to_string(err / energy));

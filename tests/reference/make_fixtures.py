@@ -254,6 +254,12 @@ def generate(name, spec, feature, out_dir, digest):
         "spec": spec,
         "inputs_hash": digest,
     }
+    if cfg["torch_dtype"] == "bfloat16":
+        # Transformers' eager bf16 forward (bf16 activations, f32 accumulation): how far
+        # upstream's own bf16 execution sits from the f32 logits above, the budget for
+        # loom's matmul precision "medium".
+        bf16_logits = reference_model.Model(tmp, torch.bfloat16).forward(prompt).float()
+        ref["logits_bf16_compute"] = [float(f"{v:.9g}") for v in bf16_logits.reshape(-1).tolist()]
     with open(os.path.join(tmp, "reference.json"), "w") as f:
         json.dump(ref, f, separators=(",", ":"))
         f.write("\n")
