@@ -15,6 +15,7 @@
 #include <random>
 
 #include "batching_test_util.h"
+#include "loom/runtime/cpu/matmul.h"
 
 namespace loom::batching {
 namespace {
@@ -198,6 +199,28 @@ TEST(Determinism, Bf16KvCacheMatchesRunningAloneWithIt) {
   Condition swap{"bf16 tiny pool swap fifo async", 16, 24, 64, false, 1.0 / 16, "fifo", true, 0.0};
   swap.kv_cache_dtype = "bfloat16";
   run_condition(runner, w, expected, swap, true);
+}
+
+// Matmul precision "medium" rounds what enters each bf16-weight linear to bf16 and
+// accumulates bf16 dot products (runtime/cpu/matmul.h). That arithmetic is also the
+// same for a row whatever else is in the step, so batching, chunked prefill and
+// preemption still reproduce each request run alone — under medium too.
+TEST(Determinism, MediumMatmulPrecisionMatchesRunningAlone) {
+  struct Restore {
+    cpu::MatmulPrecision saved = cpu::matmul_precision();
+    ~Restore() { cpu::set_matmul_precision(saved); }
+  } restore;
+  cpu::set_matmul_precision(cpu::MatmulPrecision::kMedium);
+  auto model = load_fixture("llama-bf16");
+  auto runner = make_runner(model);
+  const Workload w = make_workload(24, 300, 24, model->vocab_size(), 2468);
+  const auto expected = run_alone(*runner, w);
+  const Condition batched{"medium page16 mbt32 sharing fifo async", 16, 1200, 32, true, 0.0, "fifo", true};
+  run_condition(runner, w, expected, batched, false);
+  const Condition big_steps{"medium page64 mbt512 prefill_first sync", 64, 300, 512, false, 0.0, "prefill_first", false};
+  run_condition(runner, w, expected, big_steps, false);
+  const Condition recompute{"medium tiny pool recompute fifo", 16, 24, 64, true, 0.0, "fifo", true, 0.0};
+  run_condition(runner, w, expected, recompute, true);
 }
 
 TEST(Determinism, HybridSlidingWindowStackMatchesRunningAlone) {
