@@ -11,7 +11,8 @@
 //
 // Workload knobs (defaults from issue 5): LOOM_BENCH_REQUESTS=64,
 // LOOM_BENCH_PROMPT_MIN=128, LOOM_BENCH_PROMPT_MAX=512, LOOM_BENCH_NEW_TOKENS=128,
-// LOOM_BENCH_PREFIX=1000 (TTFT), LOOM_BENCH_MAX_BATCH_TOKENS=512.
+// LOOM_BENCH_PREFIX=1000 (TTFT), LOOM_BENCH_MAX_BATCH_TOKENS=512, LOOM_BENCH_PAGE_SIZE=64
+// (continuous).
 // LOOM_BENCH_NEW_TOKENS_MIN=m draws each request's length uniformly from
 // [m, LOOM_BENCH_NEW_TOKENS] instead (as if EOS came at different times): a static
 // batch then decodes until its longest request is done.
@@ -254,10 +255,11 @@ void BM_Continuous(benchmark::State& state) {
     inputs.push_back(std::move(in));
   }
   ContinuousBatchingConfig cfg;
-  cfg.page_size = 64;
+  const int64_t page = env_int("LOOM_BENCH_PAGE_SIZE", 64);
+  cfg.page_size = page;
   size_t longest = 0;
   for (const auto& p : s.prompts) longest = std::max(longest, p.size());
-  cfg.num_blocks = static_cast<int64_t>(s.prompts.size()) * ((static_cast<int64_t>(longest) + s.new_tokens) / 64 + 2);
+  cfg.num_blocks = static_cast<int64_t>(s.prompts.size()) * ((static_cast<int64_t>(longest) + s.new_tokens) / page + 2);
   cfg.max_batch_tokens = env_int("LOOM_BENCH_MAX_BATCH_TOKENS", 512);
   cfg.allow_block_sharing = false;
   cfg.kv_cache_dtype = kv_dtype_name();
