@@ -316,4 +316,39 @@ TEST(Cli, Bf16KvCacheGivesTheSameTokensInGenerateAndBatch) {
   fs::remove_all(dir);
 }
 
+// --matmul-precision medium on a bf16 checkpoint: generate and batch agree with each other
+// (batching does not change a request's tokens under it either), and with the f32
+// PyTorch reference on the first greedy token; a bad value names the flag and the choices.
+TEST(Cli, MediumMatmulPrecisionAgreesBetweenGenerateAndBatch) {
+  const fs::path dir = fs::temp_directory_path() / ("loom_cli_medium_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const auto ref = reference("llama-bf16");
+  const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
+  {
+    std::ofstream in(dir / "in.jsonl");
+    in << nlohmann::json{{"id", "p"}, {"prompt_ids", prompt}, {"max_new_tokens", 16}}.dump() << "\n";
+    in << nlohmann::json{{"id", "q"}, {"prompt_ids", std::vector<int32_t>(prompt.begin(), prompt.begin() + 9)},
+                         {"max_new_tokens", 16}}.dump() << "\n";
+  }
+  const std::string model = fixture("llama-bf16");
+  CommandResult b = loom("batch --model " + model + " --input " + (dir / "in.jsonl").string() + " --output " +
+                         (dir / "out.jsonl").string() + " --no-progress --matmul-precision medium --page-size 16");
+  ASSERT_EQ(b.exit_code, 0) << b.out;
+  std::ifstream out(dir / "out.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(out, line));
+  const auto batched = nlohmann::json::parse(line)["generated_ids"];
+  CommandResult g = loom("generate --model " + model + " --prompt-ids " + join(prompt) +
+                         " --max-new-tokens 16 --greedy --json --matmul-precision medium");
+  ASSERT_EQ(g.exit_code, 0) << g.out;
+  EXPECT_EQ(nlohmann::json::parse(g.out)["generated_ids"], batched);
+  ASSERT_EQ(batched.size(), 16u);
+  EXPECT_EQ(batched[0].get<int32_t>(), ref["greedy_ids_cached"][0].get<int32_t>());
+  CommandResult bad = loom("generate --model " + model + " --prompt-ids 1,2 --matmul-precision low");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.out.find("--matmul-precision"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("medium"), std::string::npos) << bad.out;
+  fs::remove_all(dir);
+}
+
 }  // namespace
