@@ -12,7 +12,7 @@
 // Workload knobs (defaults from issue 5): LOOM_BENCH_REQUESTS=64,
 // LOOM_BENCH_PROMPT_MIN=128, LOOM_BENCH_PROMPT_MAX=512, LOOM_BENCH_NEW_TOKENS=128,
 // LOOM_BENCH_PREFIX=1000 (TTFT), LOOM_BENCH_MAX_BATCH_TOKENS=512, LOOM_BENCH_PAGE_SIZE=64
-// (continuous).
+// and LOOM_BENCH_ASYNC=0 (continuous: use_async_batching).
 // LOOM_BENCH_NEW_TOKENS_MIN=m draws each request's length uniformly from
 // [m, LOOM_BENCH_NEW_TOKENS] instead (as if EOS came at different times): a static
 // batch then decodes until its longest request is done.
@@ -263,6 +263,7 @@ void BM_Continuous(benchmark::State& state) {
   cfg.max_batch_tokens = env_int("LOOM_BENCH_MAX_BATCH_TOKENS", 512);
   cfg.allow_block_sharing = false;
   cfg.kv_cache_dtype = kv_dtype_name();
+  cfg.use_async_batching = env_int("LOOM_BENCH_ASYNC", 0) != 0;
   GenerationConfig gc;
   GenerateBatchOptions opts;
   opts.warmup = false;
