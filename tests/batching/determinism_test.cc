@@ -206,11 +206,7 @@ TEST(Determinism, Bf16KvCacheMatchesRunningAloneWithIt) {
 // same for a row whatever else is in the step, so batching, chunked prefill and
 // preemption still reproduce each request run alone — under medium too.
 TEST(Determinism, MediumMatmulPrecisionMatchesRunningAlone) {
-  struct Restore {
-    cpu::MatmulPrecision saved = cpu::matmul_precision();
-    ~Restore() { cpu::set_matmul_precision(saved); }
-  } restore;
-  cpu::set_matmul_precision(cpu::MatmulPrecision::kMedium);
+  cpu::ScopedMatmulPrecision medium(cpu::MatmulPrecision::kMedium);
   auto model = load_fixture("llama-bf16");
   auto runner = make_runner(model);
   const Workload w = make_workload(24, 300, 24, model->vocab_size(), 2468);

@@ -87,10 +87,7 @@ TEST_P(Parity, MediumMatmulPrecisionStaysWithinTheParityBudget) {
   auto runner = batching::ModelRunner::create(model, "cpu").value();
   const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
   const auto expected = ref["logits"].get<std::vector<double>>();
-  struct Restore {
-    cpu::MatmulPrecision saved = cpu::matmul_precision();
-    ~Restore() { cpu::set_matmul_precision(saved); }
-  } restore;
+  cpu::ScopedMatmulPrecision restore(cpu::matmul_precision());
   auto logits_at = [&](cpu::MatmulPrecision p) {
     cpu::set_matmul_precision(p);
     runtime::ContiguousKvCache cache(runner->kv_layout(), 1, static_cast<int64_t>(prompt.size()) + 8);

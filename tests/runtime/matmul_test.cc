@@ -420,12 +420,6 @@ TEST(StreamTiles, MultiPanelDotTilesEqualOnePanelAtATime) {
 #endif
 }
 
-// Restores the process-wide matmul precision after a test that changes it.
-struct RestorePrecision {
-  MatmulPrecision saved = matmul_precision();
-  ~RestorePrecision() { set_matmul_precision(saved); }
-};
-
 TEST(MatmulPrecision, NamesRoundTripAndBadNamesAreErrors) {
   for (MatmulPrecision p : {MatmulPrecision::kHighest, MatmulPrecision::kHigh, MatmulPrecision::kMedium}) {
     const Result<MatmulPrecision> back = matmul_precision_from_name(matmul_precision_name(p));
@@ -444,7 +438,7 @@ TEST(MatmulPrecision, NamesRoundTripAndBadNamesAreErrors) {
 // (bitwise what forcing AVX512_BF16 gives, within bf16 rounding of the reference);
 // "highest" and "high" and f32/f16 weights keep the exact f32 products.
 TEST(MatmulPrecision, MediumUsesBf16DotProductsOnlyForBf16WeightsOnCpusWithThem) {
-  RestorePrecision restore;
+  ScopedMatmulPrecision restore(matmul_precision());
   ThreadPool pool(2);
   const bool has_dot = isa_supported(Isa::kAvx512Bf16);
   uint32_t seed = 6000;

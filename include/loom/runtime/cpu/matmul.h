@@ -90,6 +90,19 @@ MatmulPrecision matmul_precision();
 const char* matmul_precision_name(MatmulPrecision precision);
 // "highest" | "high" | "medium"; anything else is InvalidArgument naming the choices.
 Result<MatmulPrecision> matmul_precision_from_name(std::string_view name);
+// Sets the precision for a scope and restores the previous one (tests, benchmarks).
+class ScopedMatmulPrecision {
+ public:
+  explicit ScopedMatmulPrecision(MatmulPrecision precision) : previous_(matmul_precision()) {
+    set_matmul_precision(precision);
+  }
+  ~ScopedMatmulPrecision() { set_matmul_precision(previous_); }
+  ScopedMatmulPrecision(const ScopedMatmulPrecision&) = delete;
+  ScopedMatmulPrecision& operator=(const ScopedMatmulPrecision&) = delete;
+
+ private:
+  MatmulPrecision previous_;
+};
 // Whether linear() now rounds x to bf16 for bf16 weights (medium on an AVX512_BF16
 // CPU, or the AVX512_BF16 path forced).
 bool bf16_dot_products_active();
