@@ -1,11 +1,13 @@
 // PackedLinear packing and the linear() driver: picks the kernel table of the
-// active code path, then either streams each weight panel over the whole K for
-// all rows (decode and batched decode) or blocks over k and rows with weights
-// widened once per block (prefill). Both give bitwise the same result; see
-// matmul_kernels.h for the kernels' contract. oneDNN and OpenBLAS versions of
-// this layer live in matmul_baselines.h for the benchmark only: on the target
-// CPU they are not faster (f32 prefill within noise, bf16 prefill 1.6-1.8x
-// slower, decode slower) and their summation order depends on M.
+// active code path (AVX512_BF16's under matmul precision "medium"), then either
+// streams each weight panel over the whole K for all rows (decode and batched
+// decode; the bf16 dot path at every M, 128 rows per pass) or blocks over k and
+// rows with weights widened once per block (prefill). Both give bitwise the same
+// result; see matmul_kernels.h for the kernels' contract. oneDNN and OpenBLAS
+// versions of this layer live in matmul_baselines.h for the benchmark only: they
+// are not faster (Xeon: f32 prefill within noise, bf16 prefill 1.6-1.8x slower,
+// decode slower; Zen 5, bf16 dot products at M = 512: oneDNN 965 GFLOP/s against
+// loom's 955-1010) and their summation order depends on M.
 #include "loom/runtime/cpu/matmul.h"
 
 #include <algorithm>
