@@ -41,7 +41,7 @@ void add_model_options(CLI::App* cmd, ModelOptions* o, bool model_required) {
   cmd->add_option("--matmul-precision", o->matmul_precision,
                   "Linear layers with bf16 weights (as torch.set_float32_matmul_precision): highest (default: f32 "
                   "activations, exact products), high (the same here), medium (activations rounded to bf16 and bf16 "
-                  "dot products, where the CPU has AVX512_BF16)")
+                  "dot products, where the CPU runs them fast: AVX512_BF16 on AMD Zen 4 and later)")
       ->check(CLI::IsMember({"highest", "high", "medium"}));
 }
 

@@ -44,6 +44,13 @@ TEST(CpuFeatures, AgreesWithCompilerBuiltinDetection) {
   EXPECT_EQ(f.avx512vl, static_cast<bool>(__builtin_cpu_supports("avx512vl")));
   EXPECT_EQ(f.avx512_vnni, static_cast<bool>(__builtin_cpu_supports("avx512vnni")));
   EXPECT_EQ(f.avx512_bf16, static_cast<bool>(__builtin_cpu_supports("avx512bf16")));
+  // Fast bf16 dot products are claimed for AMD cores with AVX512_BF16 only.
+  if (f.fast_bf16_dot) {
+    EXPECT_TRUE(f.avx512_bf16);
+    EXPECT_TRUE(__builtin_cpu_is("amd"));
+  }
+  if (f.avx512_bf16 && __builtin_cpu_is("amd") && __builtin_cpu_is("amdfam19h")) EXPECT_TRUE(f.fast_bf16_dot);
+  if (__builtin_cpu_is("intel")) EXPECT_FALSE(f.fast_bf16_dot);
 }
 #endif
 

@@ -434,13 +434,13 @@ TEST(MatmulPrecision, NamesRoundTripAndBadNamesAreErrors) {
   }
 }
 
-// "medium" switches bf16 weights to the vdpbf16ps path exactly where the CPU has it
+// "medium" switches bf16 weights to the vdpbf16ps path exactly where the CPU runs it fast
 // (bitwise what forcing AVX512_BF16 gives, within bf16 rounding of the reference);
 // "highest" and "high" and f32/f16 weights keep the exact f32 products.
 TEST(MatmulPrecision, MediumUsesBf16DotProductsOnlyForBf16WeightsOnCpusWithThem) {
   ScopedMatmulPrecision restore(matmul_precision());
   ThreadPool pool(2);
-  const bool has_dot = isa_supported(Isa::kAvx512Bf16);
+  const bool has_dot = isa_supported(Isa::kAvx512Bf16) && cpu_features().fast_bf16_dot;
   uint32_t seed = 6000;
   for (DType dt : {DType::kBF16, DType::kF32, DType::kF16}) {
     for (const Shape3& s : {Shape3{1, 300, 70}, Shape3{7, 257, 65}, Shape3{200, 513, 40}}) {

@@ -13,6 +13,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#include <cstring>
 #define LOOM_X86 1
 #endif
 
@@ -64,6 +65,12 @@ CpuFeatures detect() {
     f.avx_vnni = f.avx && ((a >> 4) & 1);
     f.avx512_bf16 = f.avx512f && ((a >> 5) & 1);
   }
+  unsigned vendor[3] = {};
+  __cpuid(0, a, vendor[0], vendor[2], vendor[1]);  // "AuthenticAMD" in ebx, edx, ecx
+  const bool amd = std::memcmp(vendor, "AuthenticAMD", 12) == 0;
+  __cpuid(1, a, b, c, d);
+  const unsigned family = ((a >> 8) & 0xf) + (((a >> 8) & 0xf) == 0xf ? ((a >> 20) & 0xff) : 0);
+  f.fast_bf16_dot = f.avx512_bf16 && amd && family >= 0x19;  // Zen 4 (0x19), Zen 5 (0x1a)
 #endif
   return f;
 }

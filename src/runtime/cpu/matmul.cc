@@ -74,10 +74,11 @@ constexpr int64_t kBlockedChunksPerThread = 2;
 std::atomic<int> g_precision{static_cast<int>(MatmulPrecision::kHighest)};
 
 // The code path linear() runs: the active one, moved up to AVX512_BF16 when medium
-// precision permits bf16 dot products and the CPU has them.
+// precision permits bf16 dot products and the CPU has fast ones.
 Isa matmul_isa() {
   const Isa isa = active_isa();
-  if (isa == Isa::kAvx512 && matmul_precision() == MatmulPrecision::kMedium && isa_supported(Isa::kAvx512Bf16))
+  if (isa == Isa::kAvx512 && matmul_precision() == MatmulPrecision::kMedium && isa_supported(Isa::kAvx512Bf16) &&
+      cpu_features().fast_bf16_dot)
     return Isa::kAvx512Bf16;
   return isa;
 }

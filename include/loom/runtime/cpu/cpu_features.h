@@ -29,6 +29,11 @@ struct CpuFeatures {
   bool amx_tile = false;  // hardware bits and XCR0 tile state; Linux still needs arch_prctl to use it
   bool amx_bf16 = false;
   bool amx_int8 = false;
+  // vdpbf16ps retires at vfmadd's rate (two bf16 products per lane against one f32):
+  // AMD Zen 4 and later with AVX512_BF16. Intel cores with AVX512_BF16 run it at a
+  // quarter of that rate (measured on a Sapphire Rapids class Xeon). Matmul precision
+  // "medium" uses bf16 dot products only where this holds.
+  bool fast_bf16_dot = false;
   // Per-core L2 size in bytes (0 if unknown): sizes the blocks kernels keep there.
   int64_t l2_cache_bytes = 0;
 };

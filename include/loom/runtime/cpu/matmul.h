@@ -78,7 +78,8 @@ void linear(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, 
 //   highest (default)  x stays f32, weights are widened exactly: f32 products;
 //   high               the same here (loom has no TF32 / bf16x3 kernels, and "high"
 //                      falls back to "highest" where those are missing);
-//   medium             where the CPU has fast bf16 dot products (AVX512_BF16), x is
+//   medium             where the CPU has fast bf16 dot products (AVX512_BF16 at
+//                      vfmadd's rate: CpuFeatures::fast_bf16_dot), x is
 //                      rounded to bf16 (nearest even) and each output accumulates
 //                      products of bf16 pairs in f32, as a bf16 model's matmuls run
 //                      upstream; elsewhere the same as highest.
@@ -103,8 +104,8 @@ class ScopedMatmulPrecision {
  private:
   MatmulPrecision previous_;
 };
-// Whether linear() now rounds x to bf16 for bf16 weights (medium on an AVX512_BF16
-// CPU, or the AVX512_BF16 path forced).
+// Whether linear() now rounds x to bf16 for bf16 weights (medium on a CPU with fast
+// bf16 dot products, or the AVX512_BF16 path forced).
 bool bf16_dot_products_active();
 
 // Scalar reference with double accumulation, straight from the [N, K] weight
