@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -285,70 +286,63 @@ TEST(Cli, GenerateWithAKernelConfigGivesTheSameTokens) {
   fs::remove_all(dir);
 }
 
+// Runs `loom batch` over the prompts (the first is the one compared) and `loom generate`
+// on the first, both with `flags`; returns the two generated_ids.
+std::pair<nlohmann::json, nlohmann::json> batch_and_generate(const std::string& model,
+                                                             const std::vector<std::vector<int32_t>>& prompts,
+                                                             int max_new, const std::string& flags) {
+  const fs::path dir = fs::temp_directory_path() / ("loom_cli_bg_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream in(dir / "in.jsonl");
+    for (size_t i = 0; i < prompts.size(); ++i)
+      in << nlohmann::json{{"id", std::to_string(i)}, {"prompt_ids", prompts[i]}, {"max_new_tokens", max_new}}.dump()
+         << "\n";
+  }
+  CommandResult b = loom("batch --model " + model + " --input " + (dir / "in.jsonl").string() + " --output " +
+                         (dir / "out.jsonl").string() + " --no-progress --page-size 16 " + flags);
+  EXPECT_EQ(b.exit_code, 0) << b.out;
+  std::ifstream out(dir / "out.jsonl");
+  std::string line;
+  EXPECT_TRUE(std::getline(out, line));
+  const auto batched = line.empty() ? nlohmann::json() : nlohmann::json::parse(line)["generated_ids"];
+  CommandResult g = loom("generate --model " + model + " --prompt-ids " + join(prompts[0]) + " --max-new-tokens " +
+                         std::to_string(max_new) + " --greedy --json " + flags);
+  EXPECT_EQ(g.exit_code, 0) << g.out;
+  fs::remove_all(dir);
+  return {batched, g.exit_code == 0 ? nlohmann::json::parse(g.out)["generated_ids"] : nlohmann::json()};
+}
+
 // --kv-cache-dtype bfloat16 on both front ends: the contiguous cache of `generate` and the
 // paged cache of `batch` round K/V the same way and give the same tokens; an unknown dtype is
 // refused by name.
 TEST(Cli, Bf16KvCacheGivesTheSameTokensInGenerateAndBatch) {
-  const fs::path dir = fs::temp_directory_path() / ("loom_cli_bf16kv_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const auto ref = reference("llama-f32");
-  const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
-  {
-    std::ofstream in(dir / "in.jsonl");
-    in << nlohmann::json{{"id", "p"}, {"prompt_ids", prompt}, {"max_new_tokens", 24}}.dump() << "\n";
-  }
+  const auto prompt = reference("llama-f32")["prompt_ids"].get<std::vector<int32_t>>();
   const std::string model = fixture("llama-f32");
-  CommandResult b = loom("batch --model " + model + " --input " + (dir / "in.jsonl").string() + " --output " +
-                         (dir / "out.jsonl").string() + " --no-progress --kv-cache-dtype bfloat16 --page-size 16");
-  ASSERT_EQ(b.exit_code, 0) << b.out;
-  std::ifstream out(dir / "out.jsonl");
-  std::string line;
-  ASSERT_TRUE(std::getline(out, line));
-  const auto batched = nlohmann::json::parse(line)["generated_ids"];
-  CommandResult g = loom("generate --model " + model + " --prompt-ids " + join(prompt) +
-                         " --max-new-tokens 24 --greedy --json --kv-cache-dtype bfloat16");
-  ASSERT_EQ(g.exit_code, 0) << g.out;
-  EXPECT_EQ(nlohmann::json::parse(g.out)["generated_ids"], batched);
+  const auto [batched, generated] = batch_and_generate(model, {prompt}, 24, "--kv-cache-dtype bfloat16");
+  EXPECT_EQ(generated, batched);
   EXPECT_EQ(batched.size(), 24u);
   CommandResult bad = loom("generate --model " + model + " --prompt-ids 1,2 --kv-cache-dtype float16");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.out.find("float16"), std::string::npos) << bad.out;
-  fs::remove_all(dir);
 }
 
-// --matmul-precision medium on a bf16 checkpoint: generate and batch agree with each other
-// (batching does not change a request's tokens under it either), and with the f32
-// PyTorch reference on the first greedy token; a bad value names the flag and the choices.
+// --matmul-precision medium on a bf16 checkpoint: generate and batch (with a second,
+// shorter request in the batch) agree with each other, and with the f32 PyTorch reference
+// on the first greedy token; a bad value names the flag and the choices.
 TEST(Cli, MediumMatmulPrecisionAgreesBetweenGenerateAndBatch) {
-  const fs::path dir = fs::temp_directory_path() / ("loom_cli_medium_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
   const auto ref = reference("llama-bf16");
   const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
-  {
-    std::ofstream in(dir / "in.jsonl");
-    in << nlohmann::json{{"id", "p"}, {"prompt_ids", prompt}, {"max_new_tokens", 16}}.dump() << "\n";
-    in << nlohmann::json{{"id", "q"}, {"prompt_ids", std::vector<int32_t>(prompt.begin(), prompt.begin() + 9)},
-                         {"max_new_tokens", 16}}.dump() << "\n";
-  }
   const std::string model = fixture("llama-bf16");
-  CommandResult b = loom("batch --model " + model + " --input " + (dir / "in.jsonl").string() + " --output " +
-                         (dir / "out.jsonl").string() + " --no-progress --matmul-precision medium --page-size 16");
-  ASSERT_EQ(b.exit_code, 0) << b.out;
-  std::ifstream out(dir / "out.jsonl");
-  std::string line;
-  ASSERT_TRUE(std::getline(out, line));
-  const auto batched = nlohmann::json::parse(line)["generated_ids"];
-  CommandResult g = loom("generate --model " + model + " --prompt-ids " + join(prompt) +
-                         " --max-new-tokens 16 --greedy --json --matmul-precision medium");
-  ASSERT_EQ(g.exit_code, 0) << g.out;
-  EXPECT_EQ(nlohmann::json::parse(g.out)["generated_ids"], batched);
+  const std::vector<int32_t> shorter(prompt.begin(), prompt.begin() + 9);
+  const auto [batched, generated] = batch_and_generate(model, {prompt, shorter}, 16, "--matmul-precision medium");
+  EXPECT_EQ(generated, batched);
   ASSERT_EQ(batched.size(), 16u);
   EXPECT_EQ(batched[0].get<int32_t>(), ref["greedy_ids_cached"][0].get<int32_t>());
   CommandResult bad = loom("generate --model " + model + " --prompt-ids 1,2 --matmul-precision low");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.out.find("--matmul-precision"), std::string::npos) << bad.out;
   EXPECT_NE(bad.out.find("medium"), std::string::npos) << bad.out;
-  fs::remove_all(dir);
 }
 
 }  // namespace

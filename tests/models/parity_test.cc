@@ -35,19 +35,37 @@ TEST(Fixtures, Exist) {
 
 class Parity : public ::testing::TestWithParam<std::string> {};
 
+// A fixture variant loaded for the optimized backend, with its reference outputs.
+struct Case {
+  nlohmann::json ref;
+  std::shared_ptr<const models::Model> model;
+  std::unique_ptr<batching::ModelRunner> runner;
+  std::vector<int32_t> prompt;
+  std::vector<double> expected;  // the reference's logits over the whole prompt
+
+  explicit Case(const std::string& name)
+      : ref(load_reference(name)),
+        model(models::Model::load((fixtures_dir() / name).string()).value()),
+        runner(batching::ModelRunner::create(model, "cpu").value()),
+        prompt(ref["prompt_ids"].get<std::vector<int32_t>>()),
+        expected(ref["logits"].get<std::vector<double>>()) {}
+
+  // Logits of every prompt position, the prompt prefilled in one step.
+  Tensor prompt_logits() const {
+    runtime::ContiguousKvCache cache(runner->kv_layout(), 1, static_cast<int64_t>(prompt.size()) + 8);
+    return runner->step({{prompt.data(), static_cast<int64_t>(prompt.size()), 0}}, cache,
+                        batching::LogitsRows::kAllTokens).value();
+  }
+};
+
 TEST_P(Parity, LogitsAndGreedyTokensMatchPyTorch) {
   const std::string name = GetParam();
-  const nlohmann::json ref = load_reference(name);
-  auto model = models::Model::load((fixtures_dir() / name).string()).value();
-  auto runner = batching::ModelRunner::create(model, "cpu").value();
-  const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
-  const auto expected = ref["logits"].get<std::vector<double>>();
+  const Case c(name);
+  const auto& [ref, model, runner, prompt, expected] = c;
   const int64_t vocab = model->vocab_size();
   ASSERT_EQ(expected.size(), prompt.size() * static_cast<size_t>(vocab));
 
-  runtime::ContiguousKvCache cache(runner->kv_layout(), 1, static_cast<int64_t>(prompt.size()) + 8);
-  Tensor logits = runner->step({{prompt.data(), static_cast<int64_t>(prompt.size()), 0}}, cache,
-                               batching::LogitsRows::kAllTokens).value();
+  Tensor logits = c.prompt_logits();
   ASSERT_EQ(logits.numel(), static_cast<int64_t>(expected.size()));
   const float* got = logits.data_as<float>();
   double max_abs = 0, err = 0, energy = 0;
@@ -82,22 +100,19 @@ TEST_P(Parity, LogitsAndGreedyTokensMatchPyTorch) {
 // the greedy run keeps the reference's first token. F32 checkpoints are untouched.
 TEST_P(Parity, MediumMatmulPrecisionStaysWithinTheParityBudget) {
   const std::string name = GetParam();
-  const nlohmann::json ref = load_reference(name);
-  auto model = models::Model::load((fixtures_dir() / name).string()).value();
-  auto runner = batching::ModelRunner::create(model, "cpu").value();
-  const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
-  const auto expected = ref["logits"].get<std::vector<double>>();
-  cpu::ScopedMatmulPrecision restore(cpu::matmul_precision());
+  const Case c(name);
+  const auto& [ref, model, runner, prompt, expected] = c;
   auto logits_at = [&](cpu::MatmulPrecision p) {
-    cpu::set_matmul_precision(p);
-    runtime::ContiguousKvCache cache(runner->kv_layout(), 1, static_cast<int64_t>(prompt.size()) + 8);
-    return runner->step({{prompt.data(), static_cast<int64_t>(prompt.size()), 0}}, cache,
-                        batching::LogitsRows::kAllTokens).value().to_f32_vector();
+    cpu::ScopedMatmulPrecision precision(p);
+    return c.prompt_logits().to_f32_vector();
   };
   const std::vector<float> highest = logits_at(cpu::MatmulPrecision::kHighest);
   const std::vector<float> medium = logits_at(cpu::MatmulPrecision::kMedium);
   ASSERT_EQ(medium.size(), expected.size());
-  const bool rounds = ref["checkpoint_dtype"] != "float32" && cpu::bf16_dot_products_active();
+  const bool rounds = ref["checkpoint_dtype"] != "float32" && [] {
+    cpu::ScopedMatmulPrecision medium_precision(cpu::MatmulPrecision::kMedium);
+    return cpu::bf16_dot_products_active();
+  }();
   if (!rounds) {
     EXPECT_EQ(0, std::memcmp(highest.data(), medium.data(), sizeof(float) * medium.size()))
         << name << ": medium changed logits without bf16 weights and bf16 dot products";
@@ -119,7 +134,7 @@ TEST_P(Parity, MediumMatmulPrecisionStaysWithinTheParityBudget) {
   RecordProperty("medium_nmse", std::to_string(err / energy));
   batching::GenerateOptions o;
   o.max_new_tokens = 1;
-  cpu::set_matmul_precision(cpu::MatmulPrecision::kMedium);
+  cpu::ScopedMatmulPrecision medium_precision(cpu::MatmulPrecision::kMedium);
   const auto r = batching::generate(*runner, prompt, o).value();
   ASSERT_EQ(r.generated_ids.size(), 1u);
   EXPECT_EQ(r.generated_ids[0], ref["greedy_ids_cached"][0].get<int32_t>()) << name << ": first greedy token";
