@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
 #include "loom/core/thread_pool.h"
+#include "loom/runtime/cpu/cpu_features.h"
 #include "loom/runtime/cpu/matmul.h"
 
 namespace loom::cli {
@@ -86,6 +88,12 @@ Result<std::string> resolve_model_dir(const ModelOptions& o) {
 void apply_process_options(const ModelOptions& o) {
   if (o.threads > 0) ThreadPool::set_global_threads(o.threads);
   cpu::set_matmul_precision(cpu::matmul_precision_from_name(o.matmul_precision).value());  // checked by the flag
+  if (cpu::matmul_precision() == cpu::MatmulPrecision::kMedium && !cpu::bf16_dot_products_active()) {
+    std::fprintf(stderr,
+                 "note: --matmul-precision medium: no fast bf16 dot products on this CPU and code path (%s; they "
+                 "need AVX512_BF16 on AMD Zen 4 or later), so linear layers compute as with highest\n",
+                 cpu::isa_name().c_str());
+  }
 }
 
 void add_sampling_options(CLI::App* cmd, SamplingFlags* f) {

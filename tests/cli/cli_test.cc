@@ -310,7 +310,11 @@ std::pair<nlohmann::json, nlohmann::json> batch_and_generate(const std::string& 
                          std::to_string(max_new) + " --greedy --json " + flags);
   EXPECT_EQ(g.exit_code, 0) << g.out;
   fs::remove_all(dir);
-  return {batched, g.exit_code == 0 ? nlohmann::json::parse(g.out)["generated_ids"] : nlohmann::json()};
+  // generate --json prints one line; notes on stderr come before it.
+  const std::string last = g.out.substr(g.out.rfind('\n', g.out.size() - 2) == std::string::npos
+                                            ? 0
+                                            : g.out.rfind('\n', g.out.size() - 2) + 1);
+  return {batched, g.exit_code == 0 ? nlohmann::json::parse(last)["generated_ids"] : nlohmann::json()};
 }
 
 // --kv-cache-dtype bfloat16 on both front ends: the contiguous cache of `generate` and the
@@ -339,6 +343,12 @@ TEST(Cli, MediumMatmulPrecisionAgreesBetweenGenerateAndBatch) {
   EXPECT_EQ(generated, batched);
   ASSERT_EQ(batched.size(), 16u);
   EXPECT_EQ(batched[0].get<int32_t>(), ref["greedy_ids_cached"][0].get<int32_t>());
+  // On a code path without bf16 dot products, medium says it computes as highest.
+  setenv("LOOM_FORCE_ISA", "avx2", 1);
+  CommandResult fallback = loom("generate --model " + model + " --prompt-ids 1,2 -n 1 --greedy --matmul-precision medium");
+  unsetenv("LOOM_FORCE_ISA");
+  EXPECT_EQ(fallback.exit_code, 0) << fallback.out;
+  EXPECT_NE(fallback.out.find("compute as with highest"), std::string::npos) << fallback.out;
   CommandResult bad = loom("generate --model " + model + " --prompt-ids 1,2 --matmul-precision low");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.out.find("--matmul-precision"), std::string::npos) << bad.out;
