@@ -1,8 +1,8 @@
 // vdpbf16ps tile for bf16 weights: x rounded to bf16 pairs, each instruction
 // adds two products per output. Used under matmul precision "medium" (matmul.h)
 // or with AVX512_BF16 forced. It is worth it where vdpbf16ps runs at vfmadd's
-// instruction rate (AMD Zen 5: bf16 linear at M = 512, 2 threads, 716 GFLOP/s
-// against 453 widening to f32); on the Sapphire Rapids class Xeon measured it
+// instruction rate (AMD Zen 5: bf16 linear at M = 512, 2 threads, 955-1010 GFLOP/s
+// against 426-453 widening to f32); on the Sapphire Rapids class Xeon measured it
 // runs at a quarter of that rate, and widening (gemm_avx512.cc) is faster there.
 #include "runtime/cpu/gemm_avx512_tile.h"
 
@@ -80,8 +80,10 @@ LOOM_TARGET_AVX512BF16 LOOM_INLINE void dot_tile(const TileArgs& t) {
   }
 }
 
+// Not inlined: dispatch_stream (gemm_avx512_tile.h) is compiled for plain AVX-512 and
+// calls it once per tile.
 template <int MR, int NP>
-LOOM_TARGET_AVX512BF16 LOOM_INLINE void dot_tile_for(const TileArgs& t) {
+LOOM_TARGET_AVX512BF16 void dot_tile_for(const TileArgs& t) {
   // Blocked tiles (their block was pulled into L2 during the previous one) and
   // streaming tiles whose group is already in L2 do not stream-prefetch.
   if (t.weights_in_l2) {
@@ -91,45 +93,18 @@ LOOM_TARGET_AVX512BF16 LOOM_INLINE void dot_tile_for(const TileArgs& t) {
   }
 }
 
+struct DotTile {
+  const TileArgs& t;
+  template <int MR, int NP>
+  LOOM_TARGET_AVX512 LOOM_INLINE void run() const {
+    dot_tile_for<MR, NP>(t);
+  }
+};
+
 }  // namespace
 
 // TileArgs::panels is 4 only for mr ≤ 3 and 2 only for mr ≤ 6 (stream_panels_avx512).
-LOOM_TARGET_AVX512BF16 void bf16_dot_tile_avx512bf16(const TileArgs& t) {
-  if (t.panels == 4) {
-    switch (t.mr) {
-      case 1: return dot_tile_for<1, 4>(t);
-      case 2: return dot_tile_for<2, 4>(t);
-      case 3: return dot_tile_for<3, 4>(t);
-      default: __builtin_unreachable();
-    }
-  }
-  if (t.panels == 2) {
-    switch (t.mr) {
-      case 1: return dot_tile_for<1, 2>(t);
-      case 2: return dot_tile_for<2, 2>(t);
-      case 3: return dot_tile_for<3, 2>(t);
-      case 4: return dot_tile_for<4, 2>(t);
-      case 5: return dot_tile_for<5, 2>(t);
-      case 6: return dot_tile_for<6, 2>(t);
-      default: __builtin_unreachable();
-    }
-  }
-  switch (t.mr) {
-    case 1: return dot_tile_for<1, 1>(t);
-    case 2: return dot_tile_for<2, 1>(t);
-    case 3: return dot_tile_for<3, 1>(t);
-    case 4: return dot_tile_for<4, 1>(t);
-    case 5: return dot_tile_for<5, 1>(t);
-    case 6: return dot_tile_for<6, 1>(t);
-    case 7: return dot_tile_for<7, 1>(t);
-    case 8: return dot_tile_for<8, 1>(t);
-    case 9: return dot_tile_for<9, 1>(t);
-    case 10: return dot_tile_for<10, 1>(t);
-    case 11: return dot_tile_for<11, 1>(t);
-    case 12: return dot_tile_for<12, 1>(t);
-    default: __builtin_unreachable();
-  }
-}
+LOOM_TARGET_AVX512BF16 void bf16_dot_tile_avx512bf16(const TileArgs& t) { avx512::dispatch_stream(t, DotTile{t}); }
 
 LOOM_TARGET_AVX512BF16 void round_to_bf16_avx512bf16(const float* src, int64_t n, int64_t n_padded, uint16_t* dst) {
   int64_t i = 0;

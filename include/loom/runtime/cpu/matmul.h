@@ -8,10 +8,10 @@
 // of y is bitwise the same whether it is computed alone or in a batch — which is
 // what makes batched greedy decoding reproduce single-request decoding. The
 // SCALAR, AVX2 and AVX512 paths agree bitwise. With matmul precision "medium"
-// (below) on a CPU with AVX512_BF16, or with that path forced (cpu_features.h), x is
-// rounded to bf16 for bf16 weights and products of bf16 pairs are accumulated in
-// f32 (vdpbf16ps): results differ at bf16 precision, but are again the same for a
-// row whatever M, its position or the thread count.
+// (below) on a CPU with fast bf16 dot products, or with AVX512_BF16 forced
+// (cpu_features.h), x is rounded to bf16 for bf16 weights and products of bf16
+// pairs are accumulated in f32 (vdpbf16ps): results differ at bf16 precision, but
+// are again the same for a row whatever M, its position or the thread count.
 #pragma once
 
 #include <cstddef>
