@@ -20,6 +20,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "runtime/cpu/attention.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
 
@@ -88,7 +89,7 @@ struct Scratch {
   std::vector<float> a, b, c, m, l;
   std::vector<int32_t> lo, hi;
   std::vector<const void*> vp;
-  std::vector<Segment> seg;
+  std::vector<Segment> seg, next_seg;
 };
 
 inline const void* element_at(const void* page, int64_t i, DType dtype) {
@@ -218,12 +219,35 @@ HWY_INLINE VF LoadKvLanes(DF d, hn::Mask<DF>, const hwy::bfloat16_t* p, int64_t 
   return hn::PromoteTo(d, hn::Load(DBF(), buf));
 }
 
+// What a chunk's loops pull toward L1 while they run, one run of K/V ahead of the loads (see
+// TileBody): the scores loop over head dims prefetches this chunk's V rows, the p·V loop over
+// positions the K^T rows of the chunk that comes next.
+struct Lookahead {
+  const void* const* v_rows = nullptr;  // this chunk's V rows (null: none)
+  int64_t v_count = 0, v_row_bytes = 0;
+  const Segment* k_seg = nullptr;       // the next chunk's K^T segments (null: none)
+  int64_t k_num_seg = 0, k_rows = 0, k_elem = 0;
+};
+
+// Prefetches the lines of V rows [i0, i1) and of K^T rows [k0, k1) named by `la`.
+HWY_INLINE void PrefetchV(const Lookahead& la, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1 && i < la.v_count; ++i)
+    for (int64_t b = 0; b < la.v_row_bytes; b += 64) hwy::Prefetch(static_cast<const char*>(la.v_rows[i]) + b);
+}
+HWY_INLINE void PrefetchKt(const Lookahead& la, int64_t k0, int64_t k1) {
+  for (int64_t k = k0; k < k1 && k < la.k_rows; ++k)
+    for (int64_t g = 0; g < la.k_num_seg; ++g)
+      if (la.k_seg[g].kt)
+        hwy::Prefetch(static_cast<const char*>(la.k_seg[g].kt) + k * la.k_seg[g].stride * la.k_elem);
+}
+
 // Scores of NR rows against NS segments: sc[r][seg.i + j] = sum_k q_r[k] * K^T[k][j]. All
 // segments of a chunk share one row stride (the page size). kFull: every segment is a whole
 // vector, so loads and stores need no mask (and a later full-vector load of the scores is
 // forwarded from the store instead of waiting for it to reach L1).
 template <typename T, int NR, int NS, bool kFull>
-HWY_INLINE void ScoreBlock(const float* const* qr, const Segment* seg, int64_t D, float* const* sc) {
+HWY_INLINE void ScoreBlock(const float* const* qr, const Segment* seg, int64_t D, float* const* sc,
+                           const Lookahead* la) {
   const DF d;
   VF acc[NR][NS];
   hn::Mask<DF> mask[NS];
@@ -237,7 +261,10 @@ HWY_INLINE void ScoreBlock(const float* const* qr, const Segment* seg, int64_t D
   for (int r = 0; r < NR; ++r) q[r] = qr[r];
   for (int r = 0; r < NR; ++r)
     for (int g = 0; g < NS; ++g) acc[r][g] = hn::Zero(d);
+  // V rows to prefetch per head dim, so the loop covers the chunk's V once.
+  const int64_t v_per_k = la && la->v_rows ? (la->v_count + D - 1) / D : 0;
   for (int64_t k = 0, off = 0; k < D; ++k, off += stride) {
+    if (v_per_k) PrefetchV(*la, k * v_per_k, (k + 1) * v_per_k);
     VF kv[NS];
     for (int g = 0; g < NS; ++g)
       kv[g] = kFull ? LoadKv(d, kt[g] + off) : LoadKvLanes(d, mask[g], kt[g] + off, seg[g].n);
@@ -257,25 +284,28 @@ HWY_INLINE void ScoreBlock(const float* const* qr, const Segment* seg, int64_t D
 }
 
 template <typename T, int NR, int NS>
-HWY_INLINE void ScoreSegments(const float* const* qr, const Segment* seg, int64_t D, float* const* sc) {
+HWY_INLINE void ScoreSegments(const float* const* qr, const Segment* seg, int64_t D, float* const* sc,
+                              const Lookahead* la) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   bool full = true;
   for (int g = 0; g < NS; ++g) full = full && seg[g].n == N;
   if (full) {
-    ScoreBlock<T, NR, NS, true>(qr, seg, D, sc);
+    ScoreBlock<T, NR, NS, true>(qr, seg, D, sc, la);
   } else {
-    ScoreBlock<T, NR, NS, false>(qr, seg, D, sc);
+    ScoreBlock<T, NR, NS, false>(qr, seg, D, sc, la);
   }
 }
 
+// la: prefetched during the first block of segments only.
 template <typename T, int NR>
-HWY_INLINE void ScoreRows(const float* const* qr, const Segment* seg, int64_t num_seg, int64_t D, float* const* sc) {
+HWY_INLINE void ScoreRows(const float* const* qr, const Segment* seg, int64_t num_seg, int64_t D, float* const* sc,
+                          const Lookahead* la) {
   int64_t g = 0;
-  for (; g + 4 <= num_seg; g += 4) ScoreSegments<T, NR, 4>(qr, seg + g, D, sc);
+  for (; g + 4 <= num_seg; g += 4, la = nullptr) ScoreSegments<T, NR, 4>(qr, seg + g, D, sc, la);
   switch (num_seg - g) {
-    case 3: ScoreSegments<T, NR, 3>(qr, seg + g, D, sc); break;
-    case 2: ScoreSegments<T, NR, 2>(qr, seg + g, D, sc); break;
-    case 1: ScoreSegments<T, NR, 1>(qr, seg + g, D, sc); break;
+    case 3: ScoreSegments<T, NR, 3>(qr, seg + g, D, sc, la); break;
+    case 2: ScoreSegments<T, NR, 2>(qr, seg + g, D, sc, la); break;
+    case 1: ScoreSegments<T, NR, 1>(qr, seg + g, D, sc, la); break;
     default: break;
   }
 }
@@ -283,13 +313,17 @@ HWY_INLINE void ScoreRows(const float* const* qr, const Segment* seg, int64_t nu
 // acc rows += p[row][i] * V_i over the chunk, for NR rows, KB vectors of head_dim at a time
 // kept in registers.
 template <typename T, int NR, int KB>
-HWY_INLINE void AxpyBlock(float* const* acc, const float* const* pr, const T* const* vp, int64_t cn, int64_t k0) {
+HWY_INLINE void AxpyBlock(float* const* acc, const float* const* pr, const T* const* vp, int64_t cn, int64_t k0,
+                          const Lookahead* la) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   VF a[NR][KB];
   for (int j = 0; j < NR; ++j)
     for (int b = 0; b < KB; ++b) a[j][b] = hn::LoadU(d, acc[j] + k0 + b * N);
+  // K^T rows of the next chunk to prefetch per position, so the loop covers them once.
+  const int64_t k_per_i = la && la->k_seg ? (la->k_rows + cn - 1) / cn : 0;
   for (int64_t i = 0; i < cn; ++i) {
+    if (k_per_i) PrefetchKt(*la, i * k_per_i, (i + 1) * k_per_i);
     VF v[KB];
     for (int b = 0; b < KB; ++b) v[b] = LoadKv(d, vp[i] + k0 + b * N);
     for (int j = 0; j < NR; ++j) {
@@ -310,13 +344,13 @@ HWY_INLINE float ToF32(hwy::bfloat16_t v) {
 
 template <typename T, int NR>
 HWY_INLINE void AxpyRows(float* const* acc, const float* const* pr, const T* const* vp, int64_t cn, int64_t D,
-                         int64_t D_vec) {
+                         int64_t D_vec, const Lookahead* la) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   // Accumulators for NR rows × KB vectors: 16 of AVX-512's 32 registers, 8 of AVX2's 16.
   constexpr int KB = (HWY_TARGET <= HWY_AVX3 ? 16 : 8) / NR > 0 ? (HWY_TARGET <= HWY_AVX3 ? 16 : 8) / NR : 1;
   int64_t k = 0;
-  for (; k + KB * N <= D_vec; k += KB * N) AxpyBlock<T, NR, KB>(acc, pr, vp, cn, k);
-  for (; k < D_vec; k += N) AxpyBlock<T, NR, 1>(acc, pr, vp, cn, k);
+  for (; k + KB * N <= D_vec; k += KB * N, la = nullptr) AxpyBlock<T, NR, KB>(acc, pr, vp, cn, k, la);
+  for (; k < D_vec; k += N, la = nullptr) AxpyBlock<T, NR, 1>(acc, pr, vp, cn, k, la);
   for (k = D_vec; k < D; ++k)
     for (int j = 0; j < NR; ++j) {
       float sum = acc[j][k];
@@ -327,7 +361,7 @@ HWY_INLINE void AxpyRows(float* const* acc, const float* const* pr, const T* con
 
 // T: the element type of the cache's pages (float or hwy::bfloat16_t).
 template <typename T>
-void TileBody(const Job& job, const Tile& tile, Scratch& s) {
+void TileBody(const Job& job, const Tile& tile, const Tile* next_tile, Scratch& s) {
   const DF d;
   const DI di;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -349,6 +383,7 @@ void TileBody(const Job& job, const Tile& tile, Scratch& s) {
   s.lo.resize(static_cast<size_t>(R));
   s.hi.resize(static_cast<size_t>(R));
   s.seg.resize(static_cast<size_t>(C));
+  s.next_seg.resize(static_cast<size_t>(C));
   s.vp.resize(static_cast<size_t>(C));
   const T** vp = reinterpret_cast<const T**>(s.vp.data());
   Segment* seg = s.seg.data();
@@ -370,12 +405,18 @@ void TileBody(const Job& job, const Tile& tile, Scratch& s) {
   float* acc_rows[4];
   const float* p_rows[4];
 
-  // No software prefetch: a kv head's K^T and V in a page are each one contiguous run, which
-  // the hardware prefetchers follow. Prefetching the next chunk from prefill tiles (512 lines in
-  // a burst) measured slower once scores were stored whole: in the model (`loom bench
-  // --prompt-tokens 1024 --profile`, alternating builds) prefill attention took 0.61-0.71 s
-  // without it against 0.65-0.79 s with it; kernels_bench AttentionPrefill 154 against 121-133
-  // GFLOP/s. Decode tiles measured 20-30% slower with it on K/V in cache and no faster from memory.
+  // Software prefetch, one run ahead: K/V of a decode tile come from memory in runs of a page
+  // (16 KB per kv head at page 64, f32), too short for the hardware prefetchers to reach speed,
+  // and the loads then wait on each line in turn. So while the scores read this chunk's K^T
+  // they prefetch its V rows, and while p·V reads V it prefetches the K^T rows of the next chunk,
+  // or of this thread's next tile after the last chunk: each run is on its way while the one
+  // before it is used. kernels_bench AttentionDecodeFromMemory, 2 threads, 32 sequences at
+  // context 448: 1.9-2.0 → 1.4-1.6 ms in f32, 1.3-1.5 → 0.7 ms in bf16; K/V already in L2 (a
+  // case the model does not meet: every layer reads other pages) costs 18% more.
+  // Only tiles of one group of rows (decode: one token, its q heads) prefetch: prefill tiles
+  // re-read each chunk from cache for every group of rows, enough work to cover the misses, and
+  // ran 6-9% slower with it (kernels_bench AttentionPrefill).
+  const bool lookahead = R <= 4;
   int64_t max_lo = 0, min_hi = std::numeric_limits<int64_t>::max();
   for (int64_t r = 0; r < R; ++r) {
     max_lo = std::max<int64_t>(max_lo, s.lo[static_cast<size_t>(r)]);
@@ -385,6 +426,26 @@ void TileBody(const Job& job, const Tile& tile, Scratch& s) {
     const int64_t cn = std::min(C, tile.span_hi - c0 + 1);
     const int64_t num_seg = attention_detail::plan_segments(kv, tile.kv_head, D, c0, cn, N, seg);
     attention_detail::v_rows(kv, D, tile.kv_head, c0, cn, s.vp.data());
+    Lookahead la_v, la_k;
+    la_v.v_rows = lookahead ? s.vp.data() : nullptr;
+    la_v.v_count = cn;
+    la_v.v_row_bytes = D * static_cast<int64_t>(sizeof(T));
+    if (!lookahead) {
+    } else if (c0 + C <= tile.span_hi) {
+      la_k.k_num_seg = attention_detail::plan_segments(kv, tile.kv_head, D, c0 + C,
+                                                       std::min(C, tile.span_hi - c0 - C + 1), N, s.next_seg.data());
+      la_k.k_elem = static_cast<int64_t>(sizeof(T));
+    } else if (next_tile) {
+      const KvPages& nkv = job.seqs[next_tile->seq].kv;
+      const int64_t n0 = next_tile->span_lo - next_tile->span_lo % C;
+      la_k.k_num_seg = attention_detail::plan_segments(nkv, next_tile->kv_head, D, n0,
+                                                       std::min(C, next_tile->span_hi - n0 + 1), N, s.next_seg.data());
+      la_k.k_elem = static_cast<int64_t>(dtype_size(nkv.dtype));
+    }
+    if (la_k.k_num_seg > 0) {
+      la_k.k_seg = s.next_seg.data();
+      la_k.k_rows = D;
+    }
 
     // Segments of a page no longer held score 0 here and are masked below.
     int64_t live = 0;
@@ -402,11 +463,12 @@ void TileBody(const Job& job, const Tile& tile, Scratch& s) {
         q_rows[j] = s.a.data() + (r + j) * D;
         sc_rows[j] = s.c.data() + (r + j) * C;
       }
+      const Lookahead* la = r == 0 ? &la_v : nullptr;
       switch (nr) {
-        case 4: ScoreRows<T, 4>(q_rows, seg, live, D, sc_rows); break;
-        case 3: ScoreRows<T, 3>(q_rows, seg, live, D, sc_rows); break;
-        case 2: ScoreRows<T, 2>(q_rows, seg, live, D, sc_rows); break;
-        default: ScoreRows<T, 1>(q_rows, seg, live, D, sc_rows); break;
+        case 4: ScoreRows<T, 4>(q_rows, seg, live, D, sc_rows, la); break;
+        case 3: ScoreRows<T, 3>(q_rows, seg, live, D, sc_rows, la); break;
+        case 2: ScoreRows<T, 2>(q_rows, seg, live, D, sc_rows, la); break;
+        default: ScoreRows<T, 1>(q_rows, seg, live, D, sc_rows, la); break;
       }
     }
 
@@ -457,11 +519,12 @@ void TileBody(const Job& job, const Tile& tile, Scratch& s) {
         acc_rows[j] = s.b.data() + (r + j) * D;
         p_rows[j] = s.c.data() + (r + j) * C;
       }
+      const Lookahead* la = r == 0 ? &la_k : nullptr;
       switch (nr) {
-        case 4: AxpyRows<T, 4>(acc_rows, p_rows, vp, cn, D, D_vec); break;
-        case 3: AxpyRows<T, 3>(acc_rows, p_rows, vp, cn, D, D_vec); break;
-        case 2: AxpyRows<T, 2>(acc_rows, p_rows, vp, cn, D, D_vec); break;
-        default: AxpyRows<T, 1>(acc_rows, p_rows, vp, cn, D, D_vec); break;
+        case 4: AxpyRows<T, 4>(acc_rows, p_rows, vp, cn, D, D_vec, la); break;
+        case 3: AxpyRows<T, 3>(acc_rows, p_rows, vp, cn, D, D_vec, la); break;
+        case 2: AxpyRows<T, 2>(acc_rows, p_rows, vp, cn, D, D_vec, la); break;
+        default: AxpyRows<T, 1>(acc_rows, p_rows, vp, cn, D, D_vec, la); break;
       }
     }
   }
@@ -498,15 +561,20 @@ void PagedAttention(const float* q, int64_t q_stride, const AttentionSequence* s
   const Tile* tile_list = tiles.data();
   const int64_t num_tiles = static_cast<int64_t>(tiles.size());
   std::atomic<int64_t> next{0};
+  // Each thread claims its next tile before running the current one, so the current one's last
+  // chunk can prefetch the next one's first.
   auto work = [&](int64_t, int64_t, int) {
     thread_local Scratch scratch;
-    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < num_tiles;
-         i = next.fetch_add(1, std::memory_order_relaxed)) {
+    int64_t i = next.fetch_add(1, std::memory_order_relaxed);
+    while (i < num_tiles) {
+      const int64_t j = next.fetch_add(1, std::memory_order_relaxed);
+      const Tile* successor = j < num_tiles ? &tile_list[j] : nullptr;
       if (seqs[tile_list[i].seq].kv.dtype == DType::kBF16) {
-        TileBody<hwy::bfloat16_t>(job, tile_list[i], scratch);
+        TileBody<hwy::bfloat16_t>(job, tile_list[i], successor, scratch);
       } else {
-        TileBody<float>(job, tile_list[i], scratch);
+        TileBody<float>(job, tile_list[i], successor, scratch);
       }
+      i = j;
     }
   };
   if (threads == 1 || num_tiles == 1 || total * p.head_dim < attention_detail::kMinParallelFlops) {
