@@ -98,9 +98,9 @@ BENCHMARK(BM_AttentionDecode)
 void BM_AttentionDecodeFromMemory(benchmark::State& state) {
   const bool bf16 = state.range(2) != 0;
   const size_t elem = bf16 ? 2 : 4;
-  constexpr int64_t kContext = 136, kBatch = 32, kLayers = 24, kPageTokens = 64;
+  const int64_t kContext = state.range(3), kBatch = 32, kLayers = 24 * 136 / kContext + 1, kPageTokens = state.range(4);
   ThreadPool& pool = pool_of(static_cast<int>(state.range(0)));
-  constexpr int64_t kPages = (kContext + kPageTokens - 1) / kPageTokens;
+  const int64_t kPages = (kContext + kPageTokens - 1) / kPageTokens;
   const size_t page_floats = static_cast<size_t>(kPageTokens * kHkv * kD);
   const size_t bytes = static_cast<size_t>(kLayers * kBatch * kPages * 2) * page_floats * elem;
   void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -144,13 +144,18 @@ void BM_AttentionDecodeFromMemory(benchmark::State& state) {
   munmap(mem, bytes);
 }
 BENCHMARK(BM_AttentionDecodeFromMemory)
-    ->ArgNames({"threads", "huge_pages", "bf16"})
-    ->Args({1, 0, 0})
-    ->Args({2, 0, 0})
-    ->Args({1, 1, 0})
-    ->Args({2, 1, 0})
-    ->Args({1, 1, 1})
-    ->Args({2, 1, 1})
+    ->ArgNames({"threads", "huge_pages", "bf16", "ctx", "page"})
+    ->Args({1, 0, 0, 136, 64})
+    ->Args({2, 0, 0, 136, 64})
+    ->Args({1, 1, 0, 136, 64})
+    ->Args({2, 1, 0, 136, 64})
+    ->Args({1, 1, 1, 136, 64})
+    ->Args({2, 1, 1, 136, 64})
+    ->Args({2, 1, 0, 448, 64})
+    ->Args({2, 1, 1, 448, 64})
+    ->Args({2, 1, 0, 448, 256})
+    ->Args({2, 1, 1, 448, 256})
+    ->Args({2, 1, 0, 448, 512})
     ->Unit(benchmark::kMicrosecond);
 
 void BM_AttentionDecodeRef(benchmark::State& state) {
