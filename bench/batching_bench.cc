@@ -12,7 +12,8 @@
 // Workload knobs (defaults from issue 5): LOOM_BENCH_REQUESTS=64,
 // LOOM_BENCH_PROMPT_MIN=128, LOOM_BENCH_PROMPT_MAX=512, LOOM_BENCH_NEW_TOKENS=128,
 // LOOM_BENCH_PREFIX=1000 (TTFT), LOOM_BENCH_MAX_BATCH_TOKENS=512, LOOM_BENCH_PAGE_SIZE=64
-// and LOOM_BENCH_ASYNC=0 (continuous: use_async_batching).
+// LOOM_BENCH_ASYNC=0 (continuous: use_async_batching) and LOOM_BENCH_SCHEDULER=fifo
+// (continuous: scheduler_type).
 // LOOM_BENCH_NEW_TOKENS_MIN=m draws each request's length uniformly from
 // [m, LOOM_BENCH_NEW_TOKENS] instead (as if EOS came at different times): a static
 // batch then decodes until its longest request is done.
@@ -264,6 +265,7 @@ void BM_Continuous(benchmark::State& state) {
   cfg.allow_block_sharing = false;
   cfg.kv_cache_dtype = kv_dtype_name();
   cfg.use_async_batching = env_int("LOOM_BENCH_ASYNC", 0) != 0;
+  if (const char* v = std::getenv("LOOM_BENCH_SCHEDULER"); v && *v) cfg.scheduler_type = v;
   GenerationConfig gc;
   GenerateBatchOptions opts;
   opts.warmup = false;
