@@ -243,6 +243,17 @@ void BM_Static(benchmark::State& state) {
     const double done = static_cast<double>(b) * (static_cast<double>(longest) * tok + seq) +
                         static_cast<double>(s.new_tokens - 1) * static_cast<double>(b) * (tok + seq);
     state.counters["work_vs_continuous"] = done / needed;
+    // The same for attention: query-key pairs (causal prefill, then each decode token against
+    // its whole context), which padding inflates more than the weight work.
+    auto pairs = [](double prompt, double generated) {  // prompt + (generated - 1) decode steps
+      const double decode = generated - 1;
+      return prompt * (prompt + 1) / 2 + decode * prompt + decode * (decode + 1) / 2;
+    };
+    double pairs_needed = 0;
+    for (size_t i = 0; i < s.prompts.size(); ++i)
+      pairs_needed += pairs(static_cast<double>(s.prompts[i].size()), static_cast<double>(s.lengths[i]));
+    const double pairs_done = static_cast<double>(b) * pairs(static_cast<double>(longest), static_cast<double>(s.new_tokens));
+    state.counters["attention_work_vs_continuous"] = pairs_done / pairs_needed;
   }
 }
 
