@@ -225,7 +225,7 @@ HWY_INLINE VF LoadKvLanes(DF d, hn::Mask<DF>, const hwy::bfloat16_t* p, int64_t 
 struct Lookahead {
   const void* const* v_rows = nullptr;  // this chunk's V rows (null: none)
   int64_t v_count = 0, v_row_bytes = 0;
-  const Segment* k_seg = nullptr;       // the next chunk's K^T segments (null: none)
+  const Segment* k_seg = nullptr;       // the next K^T run's segments (null: none)
   int64_t k_num_seg = 0, k_rows = 0, k_elem = 0;
 };
 
@@ -427,24 +427,20 @@ void TileBody(const Job& job, const Tile& tile, const Tile* next_tile, Scratch& 
     const int64_t num_seg = attention_detail::plan_segments(kv, tile.kv_head, D, c0, cn, N, seg);
     attention_detail::v_rows(kv, D, tile.kv_head, c0, cn, s.vp.data());
     Lookahead la_v, la_k;
-    la_v.v_rows = lookahead ? s.vp.data() : nullptr;
-    la_v.v_count = cn;
-    la_v.v_row_bytes = D * static_cast<int64_t>(sizeof(T));
-    if (!lookahead) {
-    } else if (c0 + C <= tile.span_hi) {
-      la_k.k_num_seg = attention_detail::plan_segments(kv, tile.kv_head, D, c0 + C,
-                                                       std::min(C, tile.span_hi - c0 - C + 1), N, s.next_seg.data());
-      la_k.k_elem = static_cast<int64_t>(sizeof(T));
-    } else if (next_tile) {
-      const KvPages& nkv = job.seqs[next_tile->seq].kv;
-      const int64_t n0 = next_tile->span_lo - next_tile->span_lo % C;
-      la_k.k_num_seg = attention_detail::plan_segments(nkv, next_tile->kv_head, D, n0,
-                                                       std::min(C, next_tile->span_hi - n0 + 1), N, s.next_seg.data());
-      la_k.k_elem = static_cast<int64_t>(dtype_size(nkv.dtype));
-    }
-    if (la_k.k_num_seg > 0) {
-      la_k.k_seg = s.next_seg.data();
-      la_k.k_rows = D;
+    if (lookahead) {
+      la_v = {s.vp.data(), cn, D * static_cast<int64_t>(sizeof(T))};
+      // The K^T run read after this chunk's V: the next chunk's, or after the last chunk the
+      // first chunk of this thread's next tile.
+      const bool last = c0 + C > tile.span_hi;
+      if (const Tile* t = last ? next_tile : &tile) {
+        const KvPages& tkv = job.seqs[t->seq].kv;
+        const int64_t n0 = last ? t->span_lo - t->span_lo % C : c0 + C;
+        la_k.k_seg = s.next_seg.data();
+        la_k.k_num_seg = attention_detail::plan_segments(tkv, t->kv_head, D, n0, std::min(C, t->span_hi - n0 + 1), N,
+                                                         s.next_seg.data());
+        la_k.k_rows = D;
+        la_k.k_elem = static_cast<int64_t>(dtype_size(tkv.dtype));
+      }
     }
 
     // Segments of a page no longer held score 0 here and are masked below.
