@@ -89,20 +89,23 @@ BENCHMARK(BM_AttentionDecode)
     ->Args({136, 32, 2})  // the batching benchmark's 32-concurrent decode step
     ->Unit(benchmark::kMicrosecond);
 
-// As in a model's decode step: 32 sequences at context 136 in pages of 64 (the batching
-// benchmark's 32-concurrent case), a different layer's K/V each call, 24 layers = 430 MB in
-// all, more than this machine's L3, so K/V come from memory. Args: threads.
-// Pages come from one mapping, as the batching KV pool's do; Args: threads, whether that
-// mapping is advised for transparent huge pages, and the cache's element type (kv_cache_dtype:
-// 0 float32, 1 bfloat16). bytes_per_second counts the bytes of K/V actually read.
+// As in a model's decode step: 32 sequences decoding one token each, a different layer's K/V
+// each call, enough layers (24 at context 136, 430 MB in f32) to exceed this machine's L3, so
+// K/V come from memory. Context 136 is the batching benchmark's 32-concurrent case, 448 the
+// mean context of its 64-request run. Pages come from one mapping, as the batching KV pool's
+// do. Args: threads, whether that mapping is advised for transparent huge pages, the cache's
+// element type (kv_cache_dtype: 0 float32, 1 bfloat16), context, tokens per page.
+// bytes_per_second counts the bytes of K/V actually read.
 void BM_AttentionDecodeFromMemory(benchmark::State& state) {
   const bool bf16 = state.range(2) != 0;
   const size_t elem = bf16 ? 2 : 4;
-  const int64_t kContext = state.range(3), kBatch = 32, kLayers = 24 * 136 / kContext + 1, kPageTokens = state.range(4);
+  const int64_t context = state.range(3), page_tokens = state.range(4);
+  const int64_t num_layers = 24 * 136 / context + 1;
+  constexpr int64_t kBatch = 32;
   ThreadPool& pool = pool_of(static_cast<int>(state.range(0)));
-  const int64_t kPages = (kContext + kPageTokens - 1) / kPageTokens;
-  const size_t page_floats = static_cast<size_t>(kPageTokens * kHkv * kD);
-  const size_t bytes = static_cast<size_t>(kLayers * kBatch * kPages * 2) * page_floats * elem;
+  const int64_t pages = (context + page_tokens - 1) / page_tokens;
+  const size_t page_floats = static_cast<size_t>(page_tokens * kHkv * kD);
+  const size_t bytes = static_cast<size_t>(num_layers * kBatch * pages * 2) * page_floats * elem;
   void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
     state.SkipWithError("mmap failed");
@@ -114,20 +117,20 @@ void BM_AttentionDecodeFromMemory(benchmark::State& state) {
   std::vector<uint16_t> fill_bf16(page_floats);
   for (size_t i = 0; i < page_floats; ++i) fill_bf16[i] = f32_to_bf16(fill[i]);
   std::vector<std::vector<const void*>> page_ptrs;  // per sequence: K pages then V pages
-  std::vector<int32_t> positions(static_cast<size_t>(kBatch), static_cast<int32_t>(kContext - 1));
-  std::vector<std::vector<AttentionSequence>> layers(kLayers);
-  page_ptrs.reserve(static_cast<size_t>(kLayers * kBatch));
+  std::vector<int32_t> positions(static_cast<size_t>(kBatch), static_cast<int32_t>(context - 1));
+  std::vector<std::vector<AttentionSequence>> layers(static_cast<size_t>(num_layers));
+  page_ptrs.reserve(static_cast<size_t>(num_layers * kBatch));
   for (auto& seqs : layers) {
     for (int64_t s = 0; s < kBatch; ++s) {
       std::vector<const void*> ptrs;
-      for (int64_t i = 0; i < 2 * kPages; ++i, next_page += page_floats * elem) {
+      for (int64_t i = 0; i < 2 * pages; ++i, next_page += page_floats * elem) {
         std::memcpy(next_page, bf16 ? static_cast<const void*>(fill_bf16.data()) : fill.data(), page_floats * elem);
         ptrs.push_back(next_page);
       }
       page_ptrs.push_back(std::move(ptrs));
       const std::vector<const void*>& p = page_ptrs.back();
       seqs.push_back({s, 1, &positions[static_cast<size_t>(s)],
-                      KvPages{p.data(), p.data() + kPages, kPages, kPageTokens, kContext,
+                      KvPages{p.data(), p.data() + pages, pages, page_tokens, context,
                               bf16 ? DType::kBF16 : DType::kF32}});
     }
   }
@@ -140,7 +143,7 @@ void BM_AttentionDecodeFromMemory(benchmark::State& state) {
     layer = (layer + 1) % layers.size();
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetBytesProcessed(state.iterations() * kBatch * kContext * kHkv * kD * 2 * static_cast<int64_t>(elem));
+  state.SetBytesProcessed(state.iterations() * kBatch * context * kHkv * kD * 2 * static_cast<int64_t>(elem));
   munmap(mem, bytes);
 }
 BENCHMARK(BM_AttentionDecodeFromMemory)
