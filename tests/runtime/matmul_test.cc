@@ -299,6 +299,43 @@ TEST_P(LinearIsaTest, PropagatesNonFiniteValues) {
 
 INSTANTIATE_TEST_SUITE_P(Isa, LinearIsaTest, ::testing::ValuesIn(supported_isas()), isa_param_name);
 
+// Runs `tile` over np panels of w in one call (TileArgs::panels) and `one_panel` over the
+// same panels one call each, on rows a (lda apart) and a C wider than the panels; returns
+// whether both wrote the same bytes.
+::testing::AssertionResult multi_panel_equals_panel_by_panel(const PackedLinear& w, int64_t N, int64_t K, int np,
+                                                             const void* a, int64_t lda, int mr, bool accumulate,
+                                                             detail::TileFn one_panel, detail::TileFn tile,
+                                                             uint32_t seed) {
+  const int64_t ldc = np * detail::kNr + 3;
+  const std::vector<float> c0 = random_floats(static_cast<size_t>(mr * ldc), seed);
+  std::vector<float> want = c0, got = c0;
+  detail::TileArgs t;
+  t.a = a;
+  t.lda = lda;
+  t.k = K;
+  t.ldc = ldc;
+  t.mr = mr;
+  t.accumulate = accumulate;
+  for (int j = 0; j < np; ++j) {
+    detail::TileArgs one = t;
+    one.b = w.panel(j);
+    one.c = want.data() + j * detail::kNr;
+    one.n_valid = static_cast<int>(std::min<int64_t>(detail::kNr, N - j * detail::kNr));
+    one.bias = w.bias() + j * detail::kNr;
+    one_panel(one);
+  }
+  t.b = w.panel(0);
+  t.c = got.data();
+  t.panels = np;
+  t.panel_stride = static_cast<int64_t>(w.panel_stride_bytes());
+  t.n_valid = static_cast<int>(N);
+  t.bias = w.bias();
+  tile(t);
+  if (std::memcmp(want.data(), got.data(), sizeof(float) * want.size()) == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "K=" << K << " mr=" << mr << " panels=" << np
+                                       << (accumulate ? " accumulate" : "");
+}
+
 // The streaming tiles that take several panels per call (TileArgs::panels), called
 // directly against the scalar tile run one panel at a time: every legal
 // (rows, panels) pair, odd K (bf16 pair tail), a partial last panel, a C row
@@ -324,35 +361,11 @@ TEST(StreamTiles, MultiPanelTilesEqualScalarTilesPanelByPanel) {
               const Tensor bias = Tensor::from_f32(random_floats(N, seed + 1), {N});
               PackedLinear w = PackedLinear::pack(weight, &bias).value();
               const std::vector<float> x = random_floats(static_cast<size_t>(mr * K), seed + 2);
-              const int64_t ldc = np * detail::kNr + 3;
-              const std::vector<float> c0 = random_floats(static_cast<size_t>(mr * ldc), seed + 3);
-              std::vector<float> want = c0, got = c0;
-              detail::TileArgs t;
-              t.a = x.data();
-              t.lda = K;
-              t.k = K;
-              t.ldc = ldc;
-              t.mr = mr;
-              t.accumulate = accumulate;
               const detail::TileFn ref = dt == DType::kF32 ? scalar.f32 : dt == DType::kF16 ? scalar.f16 : scalar.bf16;
-              for (int j = 0; j < np; ++j) {
-                detail::TileArgs one = t;
-                one.b = w.panel(j);
-                one.c = want.data() + j * detail::kNr;
-                one.n_valid = static_cast<int>(std::min<int64_t>(detail::kNr, N - j * detail::kNr));
-                one.bias = w.bias() + j * detail::kNr;
-                ref(one);
-              }
-              t.b = w.panel(0);
-              t.c = got.data();
-              t.panels = np;
-              t.panel_stride = static_cast<int64_t>(w.panel_stride_bytes());
-              t.n_valid = static_cast<int>(N);
-              t.bias = w.bias();
-              (dt == DType::kF32 ? kt->f32 : dt == DType::kF16 ? kt->f16 : kt->bf16)(t);
-              ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size()))
-                  << kt->name << " " << dtype_name(dt) << " K=" << K << " mr=" << mr << " panels=" << np
-                  << (accumulate ? " accumulate" : "");
+              const detail::TileFn tile = dt == DType::kF32 ? kt->f32 : dt == DType::kF16 ? kt->f16 : kt->bf16;
+              ASSERT_TRUE(multi_panel_equals_panel_by_panel(w, N, K, np, x.data(), K, mr, accumulate, ref, tile,
+                                                            seed + 3))
+                  << kt->name << " " << dtype_name(dt);
             }
           }
         }
@@ -384,33 +397,8 @@ TEST(StreamTiles, MultiPanelDotTilesEqualOnePanelAtATime) {
           const std::vector<float> x = random_floats(static_cast<size_t>(mr * K), seed + 2);
           std::vector<uint16_t> xb(static_cast<size_t>(mr * kp));
           for (int m = 0; m < mr; ++m) detail::round_to_bf16_avx512bf16(&x[m * K], K, kp, &xb[m * kp]);
-          const int64_t ldc = np * detail::kNr + 3;
-          const std::vector<float> c0 = random_floats(static_cast<size_t>(mr * ldc), seed + 3);
-          std::vector<float> want = c0, got = c0;
-          detail::TileArgs t;
-          t.a = xb.data();
-          t.lda = kp;
-          t.k = K;
-          t.ldc = ldc;
-          t.mr = mr;
-          t.accumulate = accumulate;
-          for (int j = 0; j < np; ++j) {
-            detail::TileArgs one = t;
-            one.b = w.panel(j);
-            one.c = want.data() + j * detail::kNr;
-            one.n_valid = static_cast<int>(std::min<int64_t>(detail::kNr, N - j * detail::kNr));
-            one.bias = w.bias() + j * detail::kNr;
-            kt.bf16_dot(one);
-          }
-          t.b = w.panel(0);
-          t.c = got.data();
-          t.panels = np;
-          t.panel_stride = static_cast<int64_t>(w.panel_stride_bytes());
-          t.n_valid = static_cast<int>(N);
-          t.bias = w.bias();
-          kt.bf16_dot(t);
-          ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size()))
-              << "K=" << K << " mr=" << mr << " panels=" << np << (accumulate ? " accumulate" : "");
+          ASSERT_TRUE(multi_panel_equals_panel_by_panel(w, N, K, np, xb.data(), kp, mr, accumulate, kt.bf16_dot,
+                                                        kt.bf16_dot, seed + 3));
         }
       }
     }
