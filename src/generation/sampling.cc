@@ -7,13 +7,25 @@
 
 namespace loom::generation {
 
-Status SamplingParams::validate() const {
+Status SamplingParams::validate(int64_t vocab) const {
   if (!(temperature >= 0.0f) || !std::isfinite(temperature)) return invalid_argument("temperature must be ≥ 0, got " + std::to_string(temperature));
   if (top_k < 0) return invalid_argument("top_k must be ≥ 0, got " + std::to_string(top_k));
   if (!(top_p > 0.0f && top_p <= 1.0f)) return invalid_argument("top_p must be in (0, 1], got " + std::to_string(top_p));
   if (!(min_p >= 0.0f && min_p <= 1.0f)) return invalid_argument("min_p must be in [0, 1], got " + std::to_string(min_p));
   if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty))
     return invalid_argument("repetition_penalty must be > 0, got " + std::to_string(repetition_penalty));
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f))
+    return invalid_argument("presence_penalty must be in [-2, 2], got " + std::to_string(presence_penalty));
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
+    return invalid_argument("frequency_penalty must be in [-2, 2], got " + std::to_string(frequency_penalty));
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0 || (vocab > 0 && id >= vocab))
+      return out_of_range("logit_bias: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                          std::to_string(vocab) + ")");
+    if (!(bias >= -100.0f && bias <= 100.0f))
+      return invalid_argument("logit_bias: the bias of token " + std::to_string(id) + " must be in [-100, 100], got " +
+                              std::to_string(bias));
+  }
   return Status::Ok();
 }
 
@@ -58,6 +70,36 @@ void apply_repetition_penalty(float* logits, int64_t vocab, const std::vector<in
   }
 }
 
+void apply_presence_frequency_penalties(float* logits, int64_t vocab, const std::vector<int32_t>& context,
+                                        size_t generated_begin, float presence, float frequency) {
+  if ((presence == 0.0f && frequency == 0.0f) || generated_begin >= context.size()) return;
+  std::vector<int32_t> ids(context.begin() + static_cast<std::ptrdiff_t>(generated_begin), context.end());
+  std::sort(ids.begin(), ids.end());
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j < ids.size() && ids[j] == ids[i]) ++j;
+    if (ids[i] >= 0 && ids[i] < vocab) logits[ids[i]] -= presence + frequency * static_cast<float>(j - i);
+    i = j;
+  }
+}
+
+std::vector<TokenLogprob> top_logprobs(const float* logits, int64_t vocab, int32_t k) {
+  std::vector<TokenLogprob> out;
+  if (k <= 0 || vocab <= 0) return out;
+  k = static_cast<int32_t>(std::min<int64_t>(k, vocab));
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
+  const float lse = mx + static_cast<float>(std::log(sum));
+  std::vector<int32_t> idx(static_cast<size_t>(vocab));
+  std::iota(idx.begin(), idx.end(), 0);
+  auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), better);
+  for (int32_t i = 0; i < k; ++i) out.push_back({idx[static_cast<size_t>(i)], logits[idx[static_cast<size_t>(i)]] - lse});
+  return out;
+}
+
 float token_logprob(const float* logits, int64_t vocab, int32_t id) {
   float mx = -std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, logits[i]);
@@ -77,14 +119,17 @@ int32_t argmax(const float* logits, int64_t vocab) {
 }  // namespace
 
 SampledToken sample_next(float* logits, int64_t vocab, const SamplingParams& p, const std::vector<int32_t>& context,
-                         Rng& rng, bool with_logprob) {
+                         Rng& rng, bool with_logprob, size_t generated_begin) {
   // The logprob reported is that of the raw model distribution, as the OpenAI API does:
-  // a copy is kept only when the penalty is about to change the logits.
+  // a copy is kept only when a bias or penalty is about to change the logits.
   std::vector<float> raw;
-  const bool penalized = p.repetition_penalty != 1.0f && !context.empty();
-  if (with_logprob && penalized) raw.assign(logits, logits + vocab);
+  const bool modified = !p.logit_bias.empty() || (p.penalizes() && !context.empty());
+  if (with_logprob && modified) raw.assign(logits, logits + vocab);
   const float* unprocessed = raw.empty() ? logits : raw.data();
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id >= 0 && id < vocab) logits[id] += bias;
   apply_repetition_penalty(logits, vocab, context, p.repetition_penalty);
+  apply_presence_frequency_penalties(logits, vocab, context, generated_begin, p.presence_penalty, p.frequency_penalty);
   SampledToken out;
   if (p.greedy()) {
     out.id = argmax(logits, vocab);

@@ -128,3 +128,71 @@ TEST(StopStrings, HoldsBackPartialMatchesAndCutsAtTheStop) {
 
 }  // namespace
 }  // namespace loom::generation
+
+namespace loom::generation {
+namespace {
+
+TEST(Sampling, LogitBiasIsAddedBeforeGreedyChoice) {
+  std::vector<float> l = {3.0f, 1.0f, 2.0f};
+  SamplingParams p;
+  p.logit_bias = {{1, 2.5f}};
+  Rng rng(0);
+  const SampledToken t = sample_next(l.data(), 3, p, {}, rng);
+  EXPECT_EQ(t.id, 1);  // 1 + 2.5 beats 3
+  // The reported logprob is the raw model's, not the biased one.
+  const std::vector<float> raw = {3.0f, 1.0f, 2.0f};
+  EXPECT_NEAR(t.logprob, token_logprob(raw.data(), 3, 1), 1e-6);
+}
+
+TEST(Sampling, PresenceAndFrequencyPenaltiesCountOnlyGeneratedTokens) {
+  // OpenAI: logit -= count * frequency + (count > 0) * presence, over the generated tokens.
+  std::vector<float> l = {5.0f, 4.0f, 3.0f, 0.0f};
+  const std::vector<int32_t> context = {2, 2, /*generated:*/ 0, 0, 0, 1};
+  apply_presence_frequency_penalties(l.data(), 4, context, /*generated_begin=*/2, /*presence=*/0.5f, /*frequency=*/1.0f);
+  EXPECT_FLOAT_EQ(l[0], 5.0f - 3.0f - 0.5f);
+  EXPECT_FLOAT_EQ(l[1], 4.0f - 1.0f - 0.5f);
+  EXPECT_FLOAT_EQ(l[2], 3.0f);  // only in the prompt
+  EXPECT_FLOAT_EQ(l[3], 0.0f);
+}
+
+TEST(Sampling, FrequencyPenaltyChangesTheGreedyToken) {
+  std::vector<float> l = {2.0f, 1.5f};
+  SamplingParams p;
+  p.frequency_penalty = 1.0f;
+  Rng rng(0);
+  EXPECT_EQ(sample_next(l.data(), 2, p, {0}, rng, true, /*generated_begin=*/0).id, 1);
+  std::vector<float> again = {2.0f, 1.5f};
+  EXPECT_EQ(sample_next(again.data(), 2, p, {0}, rng, true, /*generated_begin=*/1).id, 0);  // token 0 was prompt
+}
+
+TEST(Sampling, ValidateNamesTheBadPenaltyOrBias) {
+  SamplingParams p;
+  p.presence_penalty = 2.5f;
+  EXPECT_NE(p.validate().message().find("presence_penalty"), std::string::npos);
+  p = SamplingParams{};
+  p.frequency_penalty = -3.0f;
+  EXPECT_NE(p.validate().message().find("frequency_penalty"), std::string::npos);
+  p = SamplingParams{};
+  p.logit_bias = {{7, 1.0f}};
+  EXPECT_EQ(p.validate(/*vocab=*/7).code(), ErrorCode::kOutOfRange);
+  EXPECT_TRUE(p.validate(8).ok());
+  p.logit_bias = {{1, 101.0f}};
+  EXPECT_NE(p.validate(8).message().find("logit_bias"), std::string::npos);
+}
+
+TEST(Sampling, TopLogprobsAreTheLargestInOrderAndNormalized) {
+  const std::vector<float> l = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
+  const std::vector<TokenLogprob> top = top_logprobs(l.data(), 5, 3);
+  ASSERT_EQ(top.size(), 3u);
+  EXPECT_EQ(top[0].id, 1);  // ties: the lower id first
+  EXPECT_EQ(top[1].id, 3);
+  EXPECT_EQ(top[2].id, 4);
+  double sum = 0;
+  for (float x : l) sum += std::exp(static_cast<double>(x));
+  for (const TokenLogprob& t : top) EXPECT_NEAR(t.logprob, l[static_cast<size_t>(t.id)] - std::log(sum), 1e-5);
+  EXPECT_EQ(top_logprobs(l.data(), 5, 9).size(), 5u);
+  EXPECT_TRUE(top_logprobs(l.data(), 5, 0).empty());
+}
+
+}  // namespace
+}  // namespace loom::generation

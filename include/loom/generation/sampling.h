@@ -1,11 +1,13 @@
-// Turning one row of logits into the next token: Transformers' processors and
-// warpers in Transformers' order (repetition penalty, temperature, top-k, top-p,
+// Turning one row of logits into the next token: OpenAI's logit bias, then
+// Transformers' processors and warpers in Transformers' order (repetition
+// penalty, OpenAI's presence/frequency penalties, temperature, top-k, top-p,
 // min-p), then greedy argmax or a draw from a per-request RNG, so a request's
 // samples do not depend on its batch mates.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "loom/core/status.h"
@@ -19,8 +21,17 @@ struct SamplingParams {
   float top_p = 1.0f;         // 1: off
   float min_p = 0.0f;         // 0: off
   float repetition_penalty = 1.0f;
+  // OpenAI's penalties, over the generated tokens only: a token's logit drops by
+  // presence_penalty once it has appeared, and by frequency_penalty per occurrence.
+  float presence_penalty = 0.0f;   // [-2, 2]
+  float frequency_penalty = 0.0f;  // [-2, 2]
+  // OpenAI's logit_bias: added to the raw logits of these ids before anything else.
+  std::vector<std::pair<int32_t, float>> logit_bias;  // bias in [-100, 100]
 
-  Status validate() const;
+  // Errors name the field; ids of logit_bias are checked against the vocabulary
+  // by whoever knows it (vocab > 0 here checks them too).
+  Status validate(int64_t vocab = 0) const;
+  bool penalizes() const { return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f; }
   // Temperature 0 means greedy, as in most serving APIs.
   bool greedy() const { return !do_sample || temperature <= 0.0f; }
 };
@@ -42,18 +53,33 @@ struct SampledToken {
   float logprob = 0.0f;  // log p(id) under the model's unprocessed distribution
 };
 
+struct TokenLogprob {
+  int32_t id = -1;
+  float logprob = 0.0f;
+};
+
 // Applies the penalty in place: for every token in `context`, a positive logit is
 // divided by `penalty`, a negative one multiplied (Transformers' semantics).
 void apply_repetition_penalty(float* logits, int64_t vocab, const std::vector<int32_t>& context, float penalty);
 
+// OpenAI's presence/frequency penalties in place, counting context[generated_begin:].
+void apply_presence_frequency_penalties(float* logits, int64_t vocab, const std::vector<int32_t>& context,
+                                        size_t generated_begin, float presence, float frequency);
+
 // Picks the next token from `logits` (modified in place). `context` (prompt +
-// generated tokens) feeds the repetition penalty. with_logprob: also fill
-// SampledToken::logprob, a log-sum-exp over the whole vocabulary (1-2 ms for
-// 128K entries); without it logprob stays 0.
+// generated tokens) feeds the repetition penalty; its tokens from
+// `generated_begin` on (the generated ones) feed the presence and frequency
+// penalties. with_logprob: also fill SampledToken::logprob, a log-sum-exp over
+// the whole vocabulary (1-2 ms for 128K entries); without it logprob stays 0.
 SampledToken sample_next(float* logits, int64_t vocab, const SamplingParams& params,
-                         const std::vector<int32_t>& context, Rng& rng, bool with_logprob = true);
+                         const std::vector<int32_t>& context, Rng& rng, bool with_logprob = true,
+                         size_t generated_begin = 0);
 
 // log softmax of one logit: logits[id] - logsumexp(logits).
 float token_logprob(const float* logits, int64_t vocab, int32_t id);
+
+// The k most likely tokens of the (unprocessed) row with their log-probabilities,
+// most likely first; ties go to the lower id.
+std::vector<TokenLogprob> top_logprobs(const float* logits, int64_t vocab, int32_t k);
 
 }  // namespace loom::generation
