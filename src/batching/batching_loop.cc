@@ -210,7 +210,7 @@ void ContinuousBatchingManager::run_step() {
   for (const PlannedChunk& c : plan.chunks) {
     RequestState* r = c.request;
     r->inflight = c.count;
-    chunks.push_back({r->tokens.data() + c.start, c.count, c.start});
+    chunks.push_back({r->tokens.data() + c.start, c.count, c.start, r->needs_prompt_rows()});
     seqs.push_back(&r->kv);
     if (r->first_scheduled_time < 0) {
       r->first_scheduled_time = now;
@@ -254,8 +254,27 @@ void ContinuousBatchingManager::run_step() {
     return;
   }
   float* rows = logits->data_as<float>();
-  for (size_t i = 0; i < plan.chunks.size(); ++i)
-    commit(plan.chunks[i].request, plan.chunks[i].count, rows + static_cast<int64_t>(i) * vocab_);
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const PlannedChunk& c = plan.chunks[i];
+    if (chunks[i].all_rows) {
+      record_prompt_logprobs(c.request, c.start, c.count, rows);
+      rows += (c.count - 1) * vocab_;
+    }
+    commit(c.request, c.count, rows);
+    rows += vocab_;
+  }
+}
+
+void ContinuousBatchingManager::record_prompt_logprobs(RequestState* r, int64_t start, int64_t count, const float* rows) {
+  // Row i predicts the token at position start + i + 1.
+  for (int64_t i = 0; i < count; ++i) {
+    const size_t target = static_cast<size_t>(start + i + 1);
+    if (target != r->prompt_logprob_next || target >= r->prompt.size()) continue;
+    const float* row = rows + i * vocab_;
+    r->prompt_logprobs.push_back(generation::token_logprob(row, vocab_, r->prompt[target]));
+    if (r->prompt_logprobs_k > 0) r->prompt_top_logprobs.push_back(generation::top_logprobs(row, vocab_, r->prompt_logprobs_k));
+    ++r->prompt_logprob_next;
+  }
 }
 
 // A step failed. Run its sequences one by one so that only the request at fault fails.
@@ -269,9 +288,18 @@ void ContinuousBatchingManager::fail_step(StepPlan& plan, const Status& error) {
   for (const PlannedChunk& c : plan.chunks) {
     RequestState* r = c.request;
     kv_->bind(*view_, {&r->kv});
-    Result<Tensor> logits = run_model({{r->tokens.data() + c.start, c.count, c.start}});
-    if (logits.ok()) commit(r, c.count, logits->data_as<float>());
-    else finish(r, RequestStatus::kFailed, FinishReason::kError, logits.status());
+    const bool all_rows = r->needs_prompt_rows();
+    Result<Tensor> logits = run_model({{r->tokens.data() + c.start, c.count, c.start, all_rows}});
+    if (!logits.ok()) {
+      finish(r, RequestStatus::kFailed, FinishReason::kError, logits.status());
+      continue;
+    }
+    float* rows = logits->data_as<float>();
+    if (all_rows) {
+      record_prompt_logprobs(r, c.start, c.count, rows);
+      rows += (c.count - 1) * vocab_;
+    }
+    commit(r, c.count, rows);
   }
 }
 
@@ -306,6 +334,12 @@ void ContinuousBatchingManager::fork_sequences(RequestState* parent, const float
     c->max_new_tokens = parent->max_new_tokens;
     c->max_length = parent->max_length;
     c->sampling = parent->sampling;
+    c->want_logprobs = parent->want_logprobs;
+    c->top_logprobs_k = parent->top_logprobs_k;
+    c->prompt_logprobs_k = parent->prompt_logprobs_k;
+    c->prompt_logprob_next = parent->prompt_logprob_next;
+    c->prompt_logprobs = parent->prompt_logprobs;
+    c->prompt_top_logprobs = parent->prompt_top_logprobs;
     c->seed = parent->seed;
     // A distinct stream per sequence, fixed by (seed, index): reproducible whatever the batch.
     c->rng.reseed(parent->seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index));
@@ -334,9 +368,12 @@ void ContinuousBatchingManager::fork_sequences(RequestState* parent, const float
 
 bool ContinuousBatchingManager::sample_into(RequestState* r, float* row) {
   {
-    const generation::SampledToken tok = generation::sample_next(row, vocab_, r->sampling, r->tokens, r->rng, cfg_.return_logprobs);
+    // Alternatives come from the raw row, before sample_next biases and penalizes it.
+    if (r->top_logprobs_k > 0) r->top_logprobs.push_back(generation::top_logprobs(row, vocab_, r->top_logprobs_k));
+    const generation::SampledToken tok =
+        generation::sample_next(row, vocab_, r->sampling, r->tokens, r->rng, r->want_logprobs, r->prompt.size());
     r->tokens.push_back(tok.id);
-    if (cfg_.return_logprobs) r->logprobs.push_back(tok.logprob);
+    if (r->want_logprobs) r->logprobs.push_back(tok.logprob);
     if (r->record_timestamps) r->timestamps.push_back(wall_seconds());
     {
       std::lock_guard<std::mutex> sl(stats_mu_);
@@ -460,6 +497,9 @@ GenerationOutput ContinuousBatchingManager::snapshot(const RequestState& r) cons
   o.prompt_ids = r.prompt;
   o.generated_tokens.assign(r.tokens.begin() + static_cast<std::ptrdiff_t>(r.prompt.size()), r.tokens.end());
   o.logprobs = r.logprobs;
+  o.top_logprobs = r.top_logprobs;
+  o.prompt_logprobs = r.prompt_logprobs;
+  o.prompt_top_logprobs = r.prompt_top_logprobs;
   o.status = r.status;
   o.finish_reason = r.finish_reason;
   if (!r.error.ok()) {
@@ -497,6 +537,7 @@ void ContinuousBatchingManager::publish_stats() {
     stats_.preempted_recompute = ev.preempted_recompute;
     stats_.preempted_swap = ev.preempted_swap;
     stats_.prefix_hit_tokens = ev.prefix_hit_tokens;
+    stats_.prefix_query_tokens = ev.prefix_query_tokens;
     stats_.waiting = static_cast<int64_t>(scheduler_->waiting().size());
     stats_.running = static_cast<int64_t>(scheduler_->running().size());
   }

@@ -124,6 +124,9 @@ Result<std::string> ContinuousBatchingManager::add_request(std::vector<int32_t> 
       if (o.top_p) r->sampling.top_p = *o.top_p;
       if (o.min_p) r->sampling.min_p = *o.min_p;
       if (o.repetition_penalty) r->sampling.repetition_penalty = *o.repetition_penalty;
+      if (o.presence_penalty) r->sampling.presence_penalty = *o.presence_penalty;
+      if (o.frequency_penalty) r->sampling.frequency_penalty = *o.frequency_penalty;
+      r->sampling.logit_bias = o.logit_bias;
     } else if (!cfg_.drop_unsupported_processors) {
       return invalid_argument("add_request: per-request sampling settings need per_request_processors = true "
                               "(or drop_unsupported_processors = true to ignore them)");
@@ -134,7 +137,13 @@ Result<std::string> ContinuousBatchingManager::add_request(std::vector<int32_t> 
       warned_dropped_processors_ = true;
     }
   }
-  if (Status s = r->sampling.validate(); !s.ok()) return Status(s.code(), "add_request: " + s.message());
+  if (Status s = r->sampling.validate(vocab_); !s.ok()) return Status(s.code(), "add_request: " + s.message());
+  if (o.top_logprobs < 0) return invalid_argument("add_request: top_logprobs must be ≥ 0, got " + std::to_string(o.top_logprobs));
+  if (o.prompt_logprobs && *o.prompt_logprobs < 0)
+    return invalid_argument("add_request: prompt_logprobs must be ≥ 0, got " + std::to_string(*o.prompt_logprobs));
+  r->want_logprobs = cfg_.return_logprobs || o.logprobs || o.top_logprobs > 0;
+  r->top_logprobs_k = o.top_logprobs;
+  r->prompt_logprobs_k = o.prompt_logprobs.value_or(-1);
 
   const int32_t num_sequences = o.num_return_sequences.value_or(static_cast<int32_t>(gc_.num_return_sequences));
   if (num_sequences < 1)

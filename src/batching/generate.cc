@@ -10,7 +10,7 @@ Result<GenerateResult> generate(ModelRunner& runner, const std::vector<int32_t>&
   using Clock = std::chrono::steady_clock;
   if (prompt_ids.empty()) return invalid_argument("the prompt is empty (at least one token is needed)");
   if (o.max_new_tokens < 0) return invalid_argument("max_new_tokens must be ≥ 0");
-  LOOM_RETURN_IF_ERROR(o.sampling.validate());
+  LOOM_RETURN_IF_ERROR(o.sampling.validate(runner.model().vocab_size()));
   if (!o.stop_strings.empty() && !text) return invalid_argument("stop strings need a tokenizer to decode text");
 
   GenerateResult r;
@@ -42,7 +42,7 @@ Result<GenerateResult> generate(ModelRunner& runner, const std::vector<int32_t>&
       r.timings.decode_steps += 1;
     }
     const generation::SampledToken tok =
-        generation::sample_next(logits.data_as<float>(), vocab, o.sampling, context, rng, o.logprobs);
+        generation::sample_next(logits.data_as<float>(), vocab, o.sampling, context, rng, o.logprobs, prompt_ids.size());
     r.generated_ids.push_back(tok.id);
     if (o.logprobs) r.logprobs.push_back(tok.logprob);
     context.push_back(tok.id);

@@ -45,9 +45,9 @@ Result<Tensor> ModelRunner::step(const std::vector<SequenceChunk>& chunks, graph
                             std::to_string(vocab) + ")");
       ids_.push_back(id);
       ctx_.positions.push_back(static_cast<int32_t>(c.past_len + i));
-      if (rows == LogitsRows::kAllTokens) rows_.push_back(static_cast<int32_t>(ids_.size() - 1));
+      if (rows == LogitsRows::kAllTokens || c.all_rows) rows_.push_back(static_cast<int32_t>(ids_.size() - 1));
     }
-    if (rows == LogitsRows::kLastOfEachSequence) rows_.push_back(static_cast<int32_t>(ids_.size() - 1));
+    if (rows == LogitsRows::kLastOfEachSequence && !c.all_rows) rows_.push_back(static_cast<int32_t>(ids_.size() - 1));
     ctx_.sequences.push_back(seq);
   }
   ctx_.kv = &kv;

@@ -202,7 +202,9 @@ Scheduler::Outcome Scheduler::admit(RequestState* r, StepPlan& plan, bool specul
     return Outcome::kSkipped;
   }
 
-  const int64_t hit = kv_.match_prefix(r->kv, r->tokens);
+  // A request that wants its prompt's log-probabilities computes every prompt position.
+  const bool use_prefix_cache = !r->needs_prompt_rows();
+  const int64_t hit = use_prefix_cache ? kv_.match_prefix(r->kv, r->tokens) : 0;
   const int64_t todo = static_cast<int64_t>(r->tokens.size()) - hit;
   const int64_t want = std::min(todo, limits_.max_batch_tokens - plan.num_tokens);
   // Admitted only if its whole prompt fits now (alone, it always does): a
@@ -220,6 +222,7 @@ Scheduler::Outcome Scheduler::admit(RequestState* r, StepPlan& plan, bool specul
   if (!kv_.ensure(r->kv, hit + fit)) throw Error(internal_error("scheduler: max_fit promised pages ensure() could not give"));
   r->num_computed = hit;
   events_.prefix_hit_tokens += hit;
+  if (use_prefix_cache) events_.prefix_query_tokens += static_cast<int64_t>(r->tokens.size());
   ++events_.admitted;
   waiting_.pop_front();
   insert_running(r);

@@ -54,6 +54,7 @@ struct ManagerStats {
   int64_t computed_tokens = 0;   // positions fed to the model (prefill, recompute and decode)
   int64_t steps = 0;
   int64_t prefix_hit_tokens = 0; // positions served by the prefix cache at admission
+  int64_t prefix_query_tokens = 0;  // positions looked up in the prefix cache at admission
   int64_t dedup_blocks = 0, evicted_blocks = 0;
   int64_t preempted_recompute = 0, preempted_swap = 0;
   int64_t waiting = 0, running = 0;
@@ -183,6 +184,8 @@ class ContinuousBatchingManager {
   void run_step();
   Result<Tensor> run_model(const std::vector<SequenceChunk>& chunks);
   void commit(RequestState* r, int64_t count, float* logits_row);
+  // Records the prompt log-probabilities in the rows of a chunk computed with all_rows.
+  void record_prompt_logprobs(RequestState* r, int64_t start, int64_t count, const float* rows);
   void fail_step(StepPlan& plan, const Status& error);
   void finalize_plan(StepPlan& plan);
   void finish(RequestState* r, RequestStatus status, generation::FinishReason reason, Status error = Status::Ok());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "loom/core/status.h"
+#include "loom/generation/sampling.h"
 #include "loom/generation/stopping.h"
 
 namespace loom::batching {
@@ -26,7 +27,13 @@ struct GenerationOutput {
   std::string parent_request_id;
   std::vector<int32_t> prompt_ids;
   std::vector<int32_t> generated_tokens;
-  std::vector<float> logprobs;  // one per generated token with return_logprobs, else empty
+  std::vector<float> logprobs;  // one per generated token with return_logprobs (or the request's logprobs), else empty
+  // With RequestOptions::top_logprobs: the alternatives at each generated position.
+  std::vector<std::vector<generation::TokenLogprob>> top_logprobs;
+  // With RequestOptions::prompt_logprobs: one per prompt token after the first,
+  // and the alternatives at each of those positions.
+  std::vector<float> prompt_logprobs;
+  std::vector<std::vector<generation::TokenLogprob>> prompt_top_logprobs;
   std::string error;            // why it FAILED ("" otherwise)
   ErrorCode error_code = ErrorCode::kOk;
   RequestStatus status = RequestStatus::kPending;

@@ -19,6 +19,9 @@ struct SequenceChunk {
   const int32_t* tokens = nullptr;  // the new tokens of this sequence in this step
   int64_t num_tokens = 0;
   int64_t past_len = 0;             // tokens already in its KV cache
+  // With kLastOfEachSequence: a row for every token of this chunk instead of its
+  // last one (prompt log-probabilities of one request in a mixed step).
+  bool all_rows = false;
 };
 
 enum class LogitsRows { kLastOfEachSequence, kAllTokens };
@@ -29,7 +32,8 @@ class ModelRunner {
                                                       const std::string& backend = "cpu", ThreadPool* pool = nullptr);
 
   // Sequence i of `chunks` uses kv.pages(layer, i). Returns F32 logits, one row
-  // per sequence (or per token with kAllTokens): a view valid until the next step.
+  // per sequence (per token of the chunks marked all_rows; per token of every
+  // chunk with kAllTokens), in chunk order: a view valid until the next step.
   // Token ids outside the vocabulary are an error naming the sequence and position.
   Result<Tensor> step(const std::vector<SequenceChunk>& chunks, graph::KvStore& kv,
                       LogitsRows rows = LogitsRows::kLastOfEachSequence);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace loom::batching {
@@ -26,6 +27,9 @@ struct RequestOptions {
   std::optional<float> top_p;
   std::optional<float> min_p;
   std::optional<float> repetition_penalty;
+  std::optional<float> presence_penalty;   // OpenAI's, over generated tokens
+  std::optional<float> frequency_penalty;  // OpenAI's, over generated tokens
+  std::vector<std::pair<int32_t, float>> logit_bias;  // OpenAI's: token id → bias added to its logit
 
   // The request's own RNG seed: its samples do not depend on its batch mates.
   std::optional<uint64_t> seed;
@@ -39,11 +43,22 @@ struct RequestOptions {
   // request's seed and k). Needs sampling: greedy would give N equal sequences.
   std::optional<int32_t> num_return_sequences;
 
+  // Log-probabilities (of the raw distribution) for this request whatever
+  // ContinuousBatchingConfig::return_logprobs says: the sampled token's, and with
+  // top_logprobs > 0 the most likely alternatives at each generated position.
+  bool logprobs = false;
+  int32_t top_logprobs = 0;
+  // Log-probabilities of the prompt's tokens (each under the positions before
+  // it; none for the first), with this many alternatives each (0: only the
+  // prompt token's). Such a request computes its whole prompt: no prefix-cache hits.
+  std::optional<int32_t> prompt_logprobs;
+
   // With max_queue_size reached: wait this long for room (seconds), else fail at once.
   std::optional<double> queue_timeout;
 
   bool has_processor_args() const {
-    return do_sample || temperature || top_k || top_p || min_p || repetition_penalty;
+    return do_sample || temperature || top_k || top_p || min_p || repetition_penalty || presence_penalty ||
+           frequency_penalty || !logit_bias.empty();
   }
 };
 

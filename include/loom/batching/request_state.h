@@ -24,6 +24,15 @@ struct RequestState {
   std::vector<int32_t> prompt;
   std::vector<int32_t> tokens;  // prompt + generated
   std::vector<float> logprobs;
+  bool want_logprobs = false;  // the config's return_logprobs or the request's own
+  int32_t top_logprobs_k = 0;
+  std::vector<std::vector<generation::TokenLogprob>> top_logprobs;
+  // Prompt log-probabilities (RequestOptions::prompt_logprobs): -1 when not
+  // asked; prompt_logprob_next is the next prompt position to record (from 1).
+  int32_t prompt_logprobs_k = -1;
+  size_t prompt_logprob_next = 1;
+  std::vector<float> prompt_logprobs;
+  std::vector<std::vector<generation::TokenLogprob>> prompt_top_logprobs;
   std::vector<double> timestamps;
   int64_t max_new_tokens = 0;
   int64_t max_length = 0;  // prompt + max_new_tokens: the most positions it can hold
@@ -59,6 +68,8 @@ struct RequestState {
   double first_scheduled_time = -1;
   double end_time = -1;
 
+  // The prompt rows still have to come out of the model: prefix-cache hits would skip them.
+  bool needs_prompt_rows() const { return prompt_logprobs_k >= 0 && prompt_logprob_next < prompt.size(); }
   int64_t generated() const { return static_cast<int64_t>(tokens.size() - prompt.size()); }
   // Positions fed once the running step ends, and tokens known by then (a step
   // that feeds the last known token samples one more, unless that ends the request).

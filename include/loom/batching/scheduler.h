@@ -54,6 +54,7 @@ struct SchedulerEvents {
   int64_t resumed_from_swap = 0;
   int64_t admitted = 0;
   int64_t prefix_hit_tokens = 0;  // positions served from the prefix cache at admission
+  int64_t prefix_query_tokens = 0;  // positions looked up in the prefix cache at admission
 };
 
 class Scheduler {
