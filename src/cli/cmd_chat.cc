@@ -9,7 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "cli/text_stream.h"
+#include "loom/batching/tokenizer_text_stream.h"
 #include "loom/tokenizer/chat_template.h"
 
 namespace loom::cli {
@@ -43,7 +43,7 @@ void run_chat(const ChatFlags& f) {
   GenerationConfig gc = GenerationConfig::from_dir_or_default(dir).value();
   auto model = load_model(dir, f.model).value();
   auto runner = batching::ModelRunner::create(model, f.model.backend).value();
-  auto text = open_text_stream(dir).value();
+  auto text = batching::open_text_stream(dir).value();
   if (!text) throw Error(invalid_argument("'" + dir + "' has no tokenizer.json; chat needs one"));
   const tok::ChatTemplate tmpl = load_template(text->tokenizer(), f.template_name, dir).value();
 

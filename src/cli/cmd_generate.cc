@@ -6,7 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "cli/text_stream.h"
+#include "loom/batching/tokenizer_text_stream.h"
 #include "loom/batching/continuous_batching_config.h"
 #include "loom/batching/generate.h"
 #include "loom/generation/generation_config.h"
@@ -30,7 +30,7 @@ void run_generate(const GenerateFlags& f) {
   GenerationConfig gc = GenerationConfig::from_dir_or_default(dir).value();
   auto model = load_model(dir, f.model).value();
   auto runner = batching::ModelRunner::create(model, f.model.backend).value();
-  auto text = open_text_stream(dir);  // null without tokenizer.json
+  auto text = batching::open_text_stream(dir);  // null without tokenizer.json
 
   std::vector<int32_t> prompt;
   if (!f.prompt_ids.empty()) {

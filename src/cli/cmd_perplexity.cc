@@ -12,7 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "cli/text_stream.h"
+#include "loom/batching/tokenizer_text_stream.h"
 #include "loom/batching/model_runner.h"
 
 namespace loom::cli {
@@ -46,7 +46,7 @@ void run_perplexity(const PerplexityFlags& f) {
   ss << in.rdbuf();
   auto model = load_model(dir, f.model).value();
   auto runner = batching::ModelRunner::create(model, f.model.backend).value();
-  auto text = open_text_stream(dir).value();
+  auto text = batching::open_text_stream(dir).value();
   if (!text) throw Error(invalid_argument("'" + dir + "' has no tokenizer.json; perplexity needs one"));
   const std::vector<int32_t> ids = text->encode(ss.str(), /*add_special_tokens=*/false).value();
   if (ids.empty()) throw Error(invalid_argument("'" + f.file + "' encodes to no tokens"));

@@ -1,4 +1,4 @@
-// Adapts the model's tokenizer to generation: encodes the prompt and turns
+// Adapts the model's tokenizer to generation (the CLI, the server): encodes the prompt and turns
 // streamed token ids into text through the incremental detokenizer.
 #pragma once
 
@@ -10,9 +10,9 @@
 #include "loom/tokenizer/incremental_detokenizer.h"
 #include "loom/tokenizer/tokenizer.h"
 
-namespace loom::cli {
+namespace loom::batching {
 
-class TokenizerTextStream : public batching::TextStream {
+class TokenizerTextStream : public TextStream {
  public:
   explicit TokenizerTextStream(std::shared_ptr<Tokenizer> tok) : tok_(std::move(tok)) { start({}); }
 
@@ -44,4 +44,4 @@ inline Result<std::unique_ptr<TokenizerTextStream>> open_text_stream(const std::
   return std::make_unique<TokenizerTextStream>(std::move(tok));
 }
 
-}  // namespace loom::cli
+}  // namespace loom::batching
