@@ -17,5 +17,6 @@ void add_batch_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_kernels_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace loom::cli

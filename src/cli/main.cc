@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   loom::cli::add_convert_command(app);
   loom::cli::add_export_command(app);
   loom::cli::add_kernels_command(app);
+  loom::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,110 @@
+// `loom serve`: the OpenAI-compatible HTTP server (docs/serve.md). The port is
+// bound first and /health says 503 while the model loads; SIGINT/SIGTERM drain
+// in-flight requests (up to --shutdown-timeout) and exit 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "cli/cb_flags.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "loom/serve/server.h"
+
+namespace loom::cli {
+
+namespace {
+
+struct ServeFlags {
+  ModelOptions model;
+  CbFlags cb;
+  serve::ServeOptions serve;
+  std::optional<uint64_t> seed;
+  bool no_request_log = false;
+};
+
+void run_serve(const ServeFlags& f) {
+  // Signals go to one thread that asks the server to drain; every thread made
+  // from here on inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not end the process
+
+  const std::string dir = resolve_model_dir(f.model).value();
+  apply_process_options(f.model);
+  serve::ServeOptions so = f.serve;
+  so.log_requests = !f.no_request_log;
+  std::unique_ptr<serve::Server> server = serve::Server::create(so).value();
+  throw_if_error(server->start());
+  std::fprintf(stderr, "loom serve: listening on http://%s:%d (loading %s)\n", so.host.c_str(), server->port(), dir.c_str());
+  std::fflush(stderr);
+
+  serve::Server* raw = server.get();
+  std::thread([signals, raw] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    std::fprintf(stderr, "loom serve: %s received, draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    raw->shutdown();
+  }).detach();
+
+  serve::ServedModel m;
+  m.model_dir = dir;
+  GenerationConfig gc = GenerationConfig::from_dir_or_default(dir).value();
+  auto model = load_model(dir, f.model).value();
+  gc.inherit_special_tokens(model->config().eos_token_ids, model->config().bos_token_id, model->config().pad_token_id);
+  m.generation_config = gc;
+  m.runner = std::shared_ptr<batching::ModelRunner>(batching::ModelRunner::create(model, f.model.backend).value());
+  if (std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) {
+    m.tokenizer = Tokenizer::from_dir(dir).value();
+    const auto& templates = m.tokenizer->chat_templates();
+    if (auto it = templates.find("default"); it != templates.end()) m.chat_template = it->second;
+  }
+  m.cb_config = make_cb_config(f.cb, f.seed);
+  for (const std::string& note : m.cb_config.cpu_no_op_fields()) std::fprintf(stderr, "note: %s\n", note.c_str());
+  if (Status s = server->attach(std::move(m)); !s.ok()) {
+    server->shutdown();
+    server->wait();
+    throw Error(s);
+  }
+  std::fprintf(stderr, "loom serve: ready on http://%s:%d\n", so.host.c_str(), server->port());
+  std::fflush(stderr);
+  const int code = server->wait();
+  std::fprintf(stderr, "loom serve: stopped\n");
+  server.reset();
+  if (code != 0) throw Error(internal_error("serve: the HTTP server stopped on an error"));
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto f = std::make_shared<ServeFlags>();
+  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server over continuous batching (docs/serve.md)");
+  add_model_options(cmd, &f->model);
+  cmd->add_option("--host", f->serve.host, "Address to listen on (default 127.0.0.1)");
+  cmd->add_option("--port", f->serve.port, "Port (default 8000; 0: any free port, printed at start)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", f->serve.api_key, "Require \"Authorization: Bearer KEY\" on every route but /health");
+  cmd->add_option("--served-model-name", f->serve.served_model_name,
+                  "The model name requests give and responses show (default: the model folder's name)");
+  cmd->add_option("--max-model-len", f->serve.max_model_len,
+                  "Prompt + completion token limit (default: the model's max_position_embeddings)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-body-bytes", f->serve.max_body_bytes, "Largest request body accepted (default 8 MiB; 413 beyond)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--shutdown-timeout", f->serve.shutdown_timeout,
+                  "Seconds in-flight requests may take to finish after SIGINT/SIGTERM (default 30)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--http-threads", f->serve.http_threads,
+                  "Connections served at once; each streaming request holds one (default 64)")
+      ->check(CLI::Range(4, 4096));
+  cmd->add_option("--seed", f->seed, "Seed of sampled requests that give none (default: a random one each)");
+  cmd->add_flag("--no-request-log", f->no_request_log, "No log line per request on stderr");
+  add_cb_options(cmd, &f->cb);
+  cmd->callback([f] { run_serve(*f); });
+}
+
+}  // namespace loom::cli

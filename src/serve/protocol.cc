@@ -1,0 +1,425 @@
+#include "serve/protocol.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace loom::serve {
+
+namespace {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+const char* type_name(const ojson& v) {
+  switch (v.type()) {
+    case ojson::value_t::null: return "null";
+    case ojson::value_t::boolean: return "a boolean";
+    case ojson::value_t::string: return "a string";
+    case ojson::value_t::array: return "an array";
+    case ojson::value_t::object: return "an object";
+    case ojson::value_t::number_float: return "a float";
+    default: return "an integer";
+  }
+}
+
+// Reads the fields of one request object; the first problem is kept and every
+// later read is a no-op, so a parser reads straight through and checks once.
+class Fields {
+ public:
+  explicit Fields(const ojson& j) : j_(j) {}
+  bool ok() const { return !error_; }
+  const ApiError& error() const { return *error_; }
+  void fail(const std::string& param, const std::string& message) {
+    if (!error_) error_ = bad_field(param, message);
+  }
+
+  // Present and not null.
+  const ojson* get(const char* key) const {
+    auto it = j_.find(key);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  void boolean(const char* key, bool* out) {
+    const ojson* v = get(key);
+    if (!v || !ok()) return;
+    if (!v->is_boolean()) return fail(key, std::string("'") + key + "' must be a boolean, got " + type_name(*v));
+    *out = v->get<bool>();
+  }
+  void string(const char* key, std::optional<std::string>* out) {
+    const ojson* v = get(key);
+    if (!v || !ok()) return;
+    if (!v->is_string()) return fail(key, std::string("'") + key + "' must be a string, got " + type_name(*v));
+    *out = v->get<std::string>();
+  }
+  template <class Int>
+  void integer(const char* key, std::optional<Int>* out, int64_t lo, int64_t hi) {
+    const ojson* v = get(key);
+    if (!v || !ok()) return;
+    int64_t x;
+    if (v->is_number_integer()) {
+      if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        return fail(key, std::string("'") + key + "' is out of range");
+      x = v->get<int64_t>();
+    } else if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() &&
+               std::fabs(v->get<double>()) < 9e18) {
+      x = static_cast<int64_t>(v->get<double>());  // 16.0 is an integer too, as in Python
+    } else {
+      return fail(key, std::string("'") + key + "' must be an integer, got " + type_name(*v));
+    }
+    if (x < lo || x > hi)
+      return fail(key, std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                           "], got " + std::to_string(x));
+    *out = static_cast<Int>(x);
+  }
+  // lo_open / hi_open: the bound itself is excluded.
+  void number(const char* key, std::optional<float>* out, double lo, double hi, bool lo_open = false,
+              bool hi_open = false) {
+    const ojson* v = get(key);
+    if (!v || !ok()) return;
+    if (!v->is_number()) return fail(key, std::string("'") + key + "' must be a number, got " + type_name(*v));
+    const double x = v->get<double>();
+    const bool below = lo_open ? !(x > lo) : !(x >= lo);
+    const bool above = hi_open ? !(x < hi) : !(x <= hi);
+    if (below || above) {
+      auto bound = [](double b) {
+        if (std::isinf(b)) return std::string(b > 0 ? "inf" : "-inf");
+        std::string s = std::to_string(b);
+        s.erase(s.find_last_not_of('0') + 1);
+        if (!s.empty() && s.back() == '.') s.pop_back();
+        return s;
+      };
+      return fail(key, std::string("'") + key + "' must be in " + (lo_open ? "(" : "[") + bound(lo) + ", " +
+                           bound(hi) + (hi_open ? ")" : "]") + ", got " + v->dump());
+    }
+    *out = static_cast<float>(x);
+  }
+
+ private:
+  const ojson& j_;
+  std::optional<ApiError> error_;
+};
+
+// Deepest nesting of [ and { outside strings: copying and printing JSON recurse,
+// so a body nested thousands deep is refused before it is parsed.
+int nesting_depth(const std::string& body) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+constexpr int kMaxNesting = 64;
+
+// The body as a JSON object, or the 400 that says why not.
+std::optional<ojson> parse_object(const std::string& body, ApiError* error) {
+  if (nesting_depth(body) > kMaxNesting) {
+    *error = bad_field("", "the request body nests JSON deeper than " + std::to_string(kMaxNesting) + " levels");
+    return std::nullopt;
+  }
+  ojson j = ojson::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    *error = bad_field("", "the request body is not valid JSON");
+    return std::nullopt;
+  }
+  if (!j.is_object()) {
+    *error = bad_field("", std::string("the request body must be a JSON object, got ") + type_name(j));
+    return std::nullopt;
+  }
+  return j;
+}
+
+// Token ids from a JSON array; `what` names it in errors.
+bool read_ids(const ojson& a, const std::string& param, std::vector<int32_t>* out, Fields& f) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    const ojson& v = a[i];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      f.fail(param, "'" + param + "' must hold token ids (non-negative integers); entry " + std::to_string(i) +
+                        " is " + v.dump());
+      return false;
+    }
+    out->push_back(static_cast<int32_t>(v.get<int64_t>()));
+  }
+  return true;
+}
+
+void read_sampling(Fields& f, const ojson& j, SamplingFields* s, bool chat) {
+  f.string("model", &s->model);
+  f.integer("max_tokens", &s->max_tokens, 1, std::numeric_limits<int32_t>::max());
+  if (chat) f.integer("max_completion_tokens", &s->max_tokens, 1, std::numeric_limits<int32_t>::max());
+  f.number("temperature", &s->temperature, 0, 2);
+  f.number("top_p", &s->top_p, 0, 1, /*lo_open=*/true);
+  f.integer("top_k", &s->top_k, -1, std::numeric_limits<int32_t>::max());
+  f.number("min_p", &s->min_p, 0, 1);
+  f.number("repetition_penalty", &s->repetition_penalty, 0, std::numeric_limits<double>::infinity(), true, true);
+  f.number("presence_penalty", &s->presence_penalty, -2, 2);
+  f.number("frequency_penalty", &s->frequency_penalty, -2, 2);
+  std::optional<int64_t> seed;
+  f.integer("seed", &seed, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+  if (seed) s->seed = static_cast<uint64_t>(*seed);
+  std::optional<int32_t> n;
+  f.integer("n", &n, 1, 128);
+  if (n) s->n = *n;
+  f.boolean("stream", &s->stream);
+  if (!f.ok()) return;
+
+  if (const ojson* bias = f.get("logit_bias")) {
+    if (!bias->is_object()) return f.fail("logit_bias", std::string("'logit_bias' must be an object, got ") + type_name(*bias));
+    for (const auto& [key, v] : bias->items()) {
+      size_t used = 0;
+      long long id = -1;
+      try {
+        id = std::stoll(key, &used);
+      } catch (...) {
+        used = 0;
+      }
+      if (used != key.size() || id < 0 || id > std::numeric_limits<int32_t>::max())
+        return f.fail("logit_bias", "'logit_bias' keys must be token ids, got \"" + key + "\"");
+      if (!v.is_number() || !(v.get<double>() >= -100 && v.get<double>() <= 100))
+        return f.fail("logit_bias", "'logit_bias' values must be numbers in [-100, 100]; token " + key + " has " + v.dump());
+      s->logit_bias.emplace_back(static_cast<int32_t>(id), v.get<float>());
+    }
+  }
+  if (const ojson* stop = f.get("stop")) {
+    if (stop->is_string()) {
+      s->stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const ojson& v : *stop) {
+        if (!v.is_string()) return f.fail("stop", std::string("'stop' must be a string or a list of strings; it holds ") + type_name(v));
+        s->stop.push_back(v.get<std::string>());
+      }
+    } else {
+      return f.fail("stop", std::string("'stop' must be a string or a list of strings, got ") + type_name(*stop));
+    }
+    for (const std::string& x : s->stop)
+      if (x.empty()) return f.fail("stop", "'stop' holds an empty string");
+  }
+  if (const ojson* so = f.get("stream_options")) {
+    if (!so->is_object()) return f.fail("stream_options", std::string("'stream_options' must be an object, got ") + type_name(*so));
+    if (!s->stream) return f.fail("stream_options", "'stream_options' is only allowed with \"stream\": true");
+    Fields inner(*so);
+    inner.boolean("include_usage", &s->include_usage);
+    if (!inner.ok()) return f.fail("stream_options.include_usage", inner.error().message);
+  }
+  if (const ojson* user = f.get("user"); user && !user->is_string())
+    return f.fail("user", std::string("'user' must be a string, got ") + type_name(*user));
+  (void)j;
+}
+
+}  // namespace
+
+Parsed<CompletionRequest> parse_completion_request(const std::string& body) {
+  Parsed<CompletionRequest> out;
+  std::optional<ojson> j = parse_object(body, &out.error);
+  if (!j) return out;
+  Fields f(*j);
+  CompletionRequest r;
+  read_sampling(f, *j, &r, /*chat=*/false);
+  f.boolean("echo", &r.echo);
+  f.integer("logprobs", &r.logprobs, 0, 20);
+  f.boolean("add_special_tokens", &r.add_special_tokens);
+  if (f.ok() && f.get("suffix"))
+    f.fail("suffix", "'suffix' is not supported: loom's models complete text left to right (no fill-in-the-middle)");
+  if (f.ok()) {
+    const ojson* p = f.get("prompt");
+    if (!p) {
+      f.fail("prompt", "'prompt' is required");
+    } else if (p->is_string()) {
+      r.prompts.push_back({p->get<std::string>(), {}});
+    } else if (p->is_array() && !p->empty() && (*p)[0].is_string()) {
+      for (const ojson& v : *p) {
+        if (!v.is_string()) {
+          f.fail("prompt", "'prompt' mixes strings with other values: give strings, token ids or lists of token ids");
+          break;
+        }
+        r.prompts.push_back({v.get<std::string>(), {}});
+      }
+    } else if (p->is_array() && !p->empty() && (*p)[0].is_array()) {
+      for (const ojson& v : *p) {
+        if (!v.is_array()) {
+          f.fail("prompt", "'prompt' mixes lists of token ids with other values");
+          break;
+        }
+        PromptInput in;
+        if (!read_ids(v, "prompt", &in.ids, f)) break;
+        if (in.ids.empty()) {
+          f.fail("prompt", "'prompt' holds an empty list of token ids");
+          break;
+        }
+        r.prompts.push_back(std::move(in));
+      }
+    } else if (p->is_array() && !p->empty()) {
+      PromptInput in;
+      if (read_ids(*p, "prompt", &in.ids, f)) r.prompts.push_back(std::move(in));
+    } else if (p->is_array()) {
+      f.fail("prompt", "'prompt' is an empty list");
+    } else {
+      f.fail("prompt", std::string("'prompt' must be a string, a list of strings, a list of token ids or a list of "
+                                   "lists of token ids, got ") + type_name(*p));
+    }
+  }
+  if (f.ok() && r.prompts.size() * static_cast<size_t>(r.n) > 1024)
+    f.fail("prompt", "at most 1024 choices (prompts × n) per request");
+  if (!f.ok()) {
+    out.error = f.error();
+    return out;
+  }
+  out.value = std::move(r);
+  return out;
+}
+
+Parsed<ChatCompletionRequest> parse_chat_completion_request(const std::string& body) {
+  Parsed<ChatCompletionRequest> out;
+  std::optional<ojson> j = parse_object(body, &out.error);
+  if (!j) return out;
+  Fields f(*j);
+  ChatCompletionRequest r;
+  read_sampling(f, *j, &r, /*chat=*/true);
+  f.boolean("add_generation_prompt", &r.add_generation_prompt);
+  f.boolean("logprobs", &r.logprobs);
+  std::optional<int32_t> top;
+  f.integer("top_logprobs", &top, 0, 20);
+  if (top) r.top_logprobs = *top;
+  f.boolean("add_special_tokens", &r.add_special_tokens);
+  if (f.ok() && r.top_logprobs > 0 && !r.logprobs) f.fail("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
+  if (f.ok()) {
+    if (const ojson* kw = f.get("chat_template_kwargs")) {
+      if (!kw->is_object()) f.fail("chat_template_kwargs", std::string("'chat_template_kwargs' must be an object, got ") + type_name(*kw));
+      else r.chat_template_kwargs = *kw;
+    }
+  }
+  if (f.ok()) {
+    const ojson* m = f.get("messages");
+    if (!m) f.fail("messages", "'messages' is required");
+    else if (!m->is_array()) f.fail("messages", std::string("'messages' must be a list, got ") + type_name(*m));
+    else if (m->empty()) f.fail("messages", "'messages' is empty");
+    r.messages = ojson::array();
+    for (size_t i = 0; f.ok() && i < m->size(); ++i) {
+      const std::string where = "messages[" + std::to_string(i) + "]";
+      const ojson& msg = (*m)[i];
+      if (!msg.is_object()) {
+        f.fail(where, "'" + where + "' must be an object, got " + type_name(msg));
+        break;
+      }
+      auto role = msg.find("role");
+      if (role == msg.end() || !role->is_string()) {
+        f.fail(where + ".role", "'" + where + ".role' must be a string");
+        break;
+      }
+      ojson norm = msg;
+      auto content = msg.find("content");
+      if (content == msg.end() || content->is_null()) {
+        norm["content"] = "";
+      } else if (content->is_array()) {
+        std::string joined;
+        for (size_t k = 0; k < content->size(); ++k) {
+          const ojson& part = (*content)[k];
+          const std::string pw = where + ".content[" + std::to_string(k) + "]";
+          if (part.is_string()) {
+            joined += (joined.empty() ? "" : "\n") + part.get<std::string>();
+            continue;
+          }
+          auto type = part.is_object() ? part.find("type") : part.end();
+          if (!part.is_object() || type == part.end() || !type->is_string()) {
+            f.fail(pw, "'" + pw + "' must be a content part with a \"type\"");
+            break;
+          }
+          if (type->get<std::string>() != "text") {
+            f.fail(pw, "'" + pw + "': content parts of type '" + type->get<std::string>() +
+                           "' are not supported (only \"text\")");
+            break;
+          }
+          auto text = part.find("text");
+          if (text == part.end() || !text->is_string()) {
+            f.fail(pw + ".text", "'" + pw + ".text' must be a string");
+            break;
+          }
+          joined += (joined.empty() ? "" : "\n") + text->get<std::string>();
+        }
+        norm["content"] = joined;
+      } else if (!content->is_string()) {
+        f.fail(where + ".content", "'" + where + ".content' must be a string or a list of content parts, got " +
+                                       type_name(*content));
+        break;
+      }
+      r.messages.push_back(std::move(norm));
+    }
+  }
+  if (f.ok() && static_cast<size_t>(r.n) > 1024) f.fail("n", "'n' must be at most 1024");
+  if (!f.ok()) {
+    out.error = f.error();
+    return out;
+  }
+  out.value = std::move(r);
+  return out;
+}
+
+Parsed<TokenizeRequest> parse_tokenize_request(const std::string& body) {
+  Parsed<TokenizeRequest> out;
+  std::optional<ojson> j = parse_object(body, &out.error);
+  if (!j) return out;
+  Fields f(*j);
+  TokenizeRequest r;
+  f.string("model", &r.model);
+  f.string("prompt", &r.prompt);
+  f.boolean("add_generation_prompt", &r.add_generation_prompt);
+  f.boolean("return_token_strs", &r.return_token_strs);
+  bool special = false;
+  if (f.get("add_special_tokens")) {
+    f.boolean("add_special_tokens", &special);
+    r.add_special_tokens = special;
+  }
+  if (f.ok() && f.get("messages")) {
+    // Same validation as chat: reuse it on a minimal chat body.
+    ojson chat = {{"messages", *f.get("messages")}};
+    Parsed<ChatCompletionRequest> c = parse_chat_completion_request(chat.dump());
+    if (!c.ok()) {
+      out.error = c.error;
+      return out;
+    }
+    r.messages = c.value->messages;
+  }
+  if (f.ok() && !r.prompt && !r.messages) f.fail("prompt", "give 'prompt' (a string) or 'messages'");
+  if (f.ok() && r.prompt && r.messages) f.fail("messages", "give 'prompt' or 'messages', not both");
+  if (!f.ok()) {
+    out.error = f.error();
+    return out;
+  }
+  out.value = std::move(r);
+  return out;
+}
+
+Parsed<DetokenizeRequest> parse_detokenize_request(const std::string& body) {
+  Parsed<DetokenizeRequest> out;
+  std::optional<ojson> j = parse_object(body, &out.error);
+  if (!j) return out;
+  Fields f(*j);
+  DetokenizeRequest r;
+  f.string("model", &r.model);
+  if (f.ok()) {
+    const ojson* t = f.get("tokens");
+    if (!t) f.fail("tokens", "'tokens' is required");
+    else if (!t->is_array()) f.fail("tokens", std::string("'tokens' must be a list of token ids, got ") + type_name(*t));
+    else read_ids(*t, "tokens", &r.tokens, f);
+  }
+  if (!f.ok()) {
+    out.error = f.error();
+    return out;
+  }
+  out.value = std::move(r);
+  return out;
+}
+
+}  // namespace loom::serve

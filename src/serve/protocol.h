@@ -1,0 +1,83 @@
+// The OpenAI (and vLLM) request types the routes accept, parsed and validated in
+// one place: a field of the wrong type or out of its range is an ApiError that
+// names it. Unknown fields are ignored, as the OpenAI API does.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "serve/api_error.h"
+
+namespace loom::serve {
+
+// What /v1/completions and /v1/chat/completions share.
+struct SamplingFields {
+  std::optional<std::string> model;
+  std::optional<int64_t> max_tokens;  // max_tokens, or chat's max_completion_tokens
+  std::optional<float> temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
+  std::optional<int32_t> top_k;  // 0 or -1: off
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  int32_t n = 1;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+// One prompt of a completion request: text to tokenize, or token ids.
+struct PromptInput {
+  std::optional<std::string> text;
+  std::vector<int32_t> ids;
+};
+
+struct CompletionRequest : SamplingFields {
+  std::vector<PromptInput> prompts;
+  bool echo = false;
+  std::optional<int32_t> logprobs;  // alternatives per token, 0..20
+  bool add_special_tokens = true;
+};
+
+struct ChatCompletionRequest : SamplingFields {
+  // [{"role", "content": string}, ...]: text parts of list contents joined by
+  // newlines; other keys (name, tool_calls, …) passed to the template as they are.
+  nlohmann::ordered_json messages;
+  bool add_generation_prompt = true;
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  bool logprobs = false;
+  int32_t top_logprobs = 0;
+  bool add_special_tokens = false;  // the template writes the special tokens it wants
+};
+
+// vLLM's /tokenize: a prompt, or chat messages rendered with the template.
+struct TokenizeRequest {
+  std::optional<std::string> model;
+  std::optional<std::string> prompt;
+  std::optional<nlohmann::ordered_json> messages;
+  bool add_generation_prompt = true;
+  std::optional<bool> add_special_tokens;  // default: true for a prompt, false for messages
+  bool return_token_strs = false;
+};
+
+struct DetokenizeRequest {
+  std::optional<std::string> model;
+  std::vector<int32_t> tokens;
+};
+
+template <class T>
+struct Parsed {
+  std::optional<T> value;
+  ApiError error;
+  bool ok() const { return value.has_value(); }
+};
+
+Parsed<CompletionRequest> parse_completion_request(const std::string& body);
+Parsed<ChatCompletionRequest> parse_chat_completion_request(const std::string& body);
+Parsed<TokenizeRequest> parse_tokenize_request(const std::string& body);
+Parsed<DetokenizeRequest> parse_detokenize_request(const std::string& body);
+
+}  // namespace loom::serve

@@ -1,0 +1,17 @@
+// The routes, one family a file (serving_completion.cc, serving_chat.cc,
+// serving_tokenization.cc): each turns a parsed request into engine calls and
+// the outputs back into OpenAI's (or vLLM's) response shapes.
+#pragma once
+
+#include "serve/engine.h"
+#include "serve/http.h"
+
+namespace loom::serve {
+
+HttpResponse handle_completions(Engine& engine, const HttpRequest& req);
+HttpResponse handle_chat_completions(Engine& engine, const HttpRequest& req);
+HttpResponse handle_tokenize(Engine& engine, const HttpRequest& req);
+HttpResponse handle_detokenize(Engine& engine, const HttpRequest& req);
+HttpResponse handle_models(Engine& engine, const HttpRequest& req);
+
+}  // namespace loom::serve

@@ -1,0 +1,172 @@
+// POST /v1/chat/completions: messages rendered with the checkpoint's chat
+// template (as Transformers' apply_chat_template), then generated like a
+// completion; chat.completion objects, or chat.completion.chunk events.
+#include <algorithm>
+
+#include "serve/routes.h"
+#include "serve/serving_common.h"
+
+namespace loom::serve {
+
+namespace {
+
+using json = nlohmann::json;
+
+json chat_logprob(const Engine& e, int32_t id, float lp, const std::vector<generation::TokenLogprob>* top) {
+  const std::string text = token_text(e, id);
+  json alternatives = json::array();
+  if (top)
+    for (const generation::TokenLogprob& t : *top) {
+      const std::string s = token_text(e, t.id);
+      alternatives.push_back({{"token", s}, {"logprob", t.logprob}, {"bytes", utf8_bytes(s)}});
+    }
+  return {{"token", text}, {"logprob", lp}, {"bytes", utf8_bytes(text)}, {"top_logprobs", alternatives}};
+}
+
+json chat_logprobs(const Engine& e, const batching::GenerationOutput& o, size_t begin, size_t end) {
+  json content = json::array();
+  for (size_t i = begin; i < end && i < o.generated_tokens.size() && i < o.logprobs.size(); ++i)
+    content.push_back(chat_logprob(e, o.generated_tokens[i], o.logprobs[i], i < o.top_logprobs.size() ? &o.top_logprobs[i] : nullptr));
+  return {{"content", content}};
+}
+
+}  // namespace
+
+HttpResponse handle_chat_completions(Engine& engine, const HttpRequest& req) {
+  Parsed<ChatCompletionRequest> parsed = parse_chat_completion_request(req.body);
+  if (!parsed.ok()) return error_response(parsed.error);
+  const ChatCompletionRequest& r = *parsed.value;
+  if (auto e = engine.check_model(r.model)) return error_response(*e);
+  const Tokenizer* tok = engine.tokenizer();
+  const tok::ChatTemplate* tmpl = engine.chat_template();
+  if (!tok || !tmpl)
+    return error_response(bad_field("messages", "the model has no chat template (tokenizer_config.json chat_template): "
+                                                "use /v1/completions"));
+  Result<std::string> rendered = tmpl->apply(r.messages, r.add_generation_prompt, r.chat_template_kwargs);
+  if (!rendered.ok()) return error_response(bad_field("messages", "the chat template failed: " + rendered.status().message()));
+  Result<Encoding> enc = tok->encode(*rendered, r.add_special_tokens);
+  if (!enc.ok()) return error_response(from_status(enc.status(), "messages"));
+  std::vector<int32_t> prompt = enc->ids;
+  if (prompt.empty()) return error_response(bad_field("messages", "the rendered conversation has no tokens"));
+  const int64_t prompt_tokens = static_cast<int64_t>(prompt.size());
+  const int64_t max_tokens = r.max_tokens.value_or(std::max<int64_t>(1, engine.max_model_len() - prompt_tokens));
+  if (auto e = check_context(engine, prompt_tokens, max_tokens)) {
+    if (e->param == "prompt") e->param = "messages";
+    return error_response(*e);
+  }
+
+  batching::RequestOptions o = request_options(r, engine);
+  o.max_new_tokens = max_tokens;
+  o.streaming = r.stream;
+  o.logprobs = r.logprobs;
+  o.top_logprobs = r.top_logprobs;
+  // The reply ends at the end-of-turn token as well as at generation_config's EOS.
+  std::vector<int32_t> eos;
+  for (int64_t id : engine.generation_config().eos_token_ids) eos.push_back(static_cast<int32_t>(id));
+  if (auto id = tok->eos_token_id(); id && std::find(eos.begin(), eos.end(), *id) == eos.end()) eos.push_back(*id);
+  o.eos_token_ids = eos;
+
+  Result<std::shared_ptr<Job>> submitted = engine.submit({prompt}, r.n, o, "chatcmpl", req.received_time);
+  if (!submitted.ok()) return error_response(from_status(submitted.status()));
+  std::shared_ptr<Job> job = *submitted;
+  const std::string id = response_id("chatcmpl", req);
+  const int64_t created = unix_now();
+  const std::string model = engine.served_model_name();
+  auto usage = [prompt_tokens](int64_t completion) {
+    return json{{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion}, {"total_tokens", prompt_tokens + completion}};
+  };
+
+  if (!r.stream) {
+    HttpResponse res;
+    std::optional<std::vector<batching::GenerationOutput>> finals = collect_job(*job, req);
+    if (!finals) {
+      res.status = 499;
+      res.log->outcome = "client disconnected";
+      return res;
+    }
+    json choices = json::array();
+    int64_t completion = 0;
+    double ttft = -1;
+    std::string reasons;
+    for (size_t c = 0; c < finals->size(); ++c) {
+      const batching::GenerationOutput& out = (*finals)[c];
+      if (out.status != batching::RequestStatus::kFinished) return error_response(output_error(out));
+      completion += static_cast<int64_t>(out.generated_tokens.size());
+      if (!out.timestamps.empty() && (ttft < 0 || out.timestamps[0] - req.received_time < ttft))
+        ttft = out.timestamps[0] - req.received_time;
+      const char* reason = finish_reason_label(out);
+      if (reasons.find(reason) == std::string::npos) reasons += (reasons.empty() ? "" : ",") + std::string(reason);
+      choices.push_back({{"index", c},
+                         {"message", {{"role", "assistant"}, {"content", out.text}}},
+                         {"logprobs", r.logprobs ? chat_logprobs(engine, out, 0, out.generated_tokens.size()) : json(nullptr)},
+                         {"finish_reason", reason}});
+    }
+    res = json_response({{"id", id},
+                         {"object", "chat.completion"},
+                         {"created", created},
+                         {"model", model},
+                         {"choices", choices},
+                         {"usage", usage(completion)}});
+    res.log->prompt_tokens = prompt_tokens;
+    res.log->completion_tokens = completion;
+    res.log->ttft_seconds = ttft;
+    res.log->outcome = reasons;
+    return res;
+  }
+
+  HttpResponse res;
+  res.content_type = "text/event-stream";
+  res.log->prompt_tokens = prompt_tokens;
+  std::shared_ptr<RequestLog> log = res.log;
+  const bool include_usage = r.include_usage;
+  const bool want_logprobs = r.logprobs;
+  res.stream = [&engine, job, id, created, model, include_usage, want_logprobs, usage, log,
+                received = req.received_time](EventSink& sink) {
+    struct ChoiceState {
+      size_t text_sent = 0, tokens_sent = 0;
+    };
+    std::vector<ChoiceState> state(static_cast<size_t>(job->num_choices()));
+    int64_t completion = 0;
+    auto chunk = [&](json choice) {
+      return sse_event({{"id", id},
+                        {"object", "chat.completion.chunk"},
+                        {"created", created},
+                        {"model", model},
+                        {"choices", json::array({std::move(choice)})}});
+    };
+    // The role comes first, once per choice, as OpenAI sends it.
+    for (int32_t c = 0; c < job->num_choices(); ++c)
+      if (!sink.write(chunk({{"index", c}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+                             {"finish_reason", nullptr}}))) {
+        job->cancel();
+        break;
+      }
+    auto on_output = [&](int32_t choice, const batching::GenerationOutput& o) {
+      ChoiceState& s = state[static_cast<size_t>(choice)];
+      if (log->ttft_seconds < 0 && !o.timestamps.empty()) log->ttft_seconds = o.timestamps[0] - received;
+      const size_t tokens = o.generated_tokens.size();
+      std::string text = o.text.size() > s.text_sent ? o.text.substr(s.text_sent) : std::string();
+      s.text_sent = std::max(s.text_sent, o.text.size());
+      const bool final = o.is_final();
+      if (final) completion += static_cast<int64_t>(tokens);
+      if (text.empty() && !final && tokens == s.tokens_sent) return true;
+      json delta = json::object();
+      if (!text.empty() || !final) delta["content"] = text;
+      json logprobs = want_logprobs ? chat_logprobs(engine, o, s.tokens_sent, tokens) : json(nullptr);
+      s.tokens_sent = tokens;
+      if (final) log->outcome = finish_reason_label(o);
+      return sink.write(chunk({{"index", choice}, {"delta", delta}, {"logprobs", logprobs},
+                               {"finish_reason", final ? json(finish_reason_label(o)) : json(nullptr)}}));
+    };
+    auto on_end = [&] {
+      if (include_usage)
+        sink.write(sse_event({{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
+                              {"choices", json::array()}, {"usage", usage(completion)}}));
+    };
+    if (!stream_job(*job, sink, on_output, on_end)) log->outcome = "client disconnected";
+    log->completion_tokens = completion;
+  };
+  return res;
+}
+
+}  // namespace loom::serve

@@ -1,0 +1,159 @@
+#include "serve/serving_common.h"
+
+#include <chrono>
+
+namespace loom::serve {
+
+using json = nlohmann::json;
+
+HttpResponse json_response(const json& body, int status) {
+  HttpResponse r;
+  r.status = status;
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+
+HttpResponse error_response(const ApiError& e) {
+  HttpResponse r = json_response(e.to_json(), e.status);
+  r.log->outcome = e.type;
+  if (e.status == 429) r.headers.emplace_back("Retry-After", "1");
+  if (e.status == 503) r.headers.emplace_back("Retry-After", "5");
+  return r;
+}
+
+std::string sse_event(const json& data) {
+  return "data: " + data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+batching::RequestOptions request_options(const SamplingFields& s, const Engine& engine) {
+  batching::RequestOptions o;
+  if (s.temperature) {
+    o.temperature = *s.temperature;
+    o.do_sample = *s.temperature > 0;
+  }
+  if (s.top_p) o.top_p = *s.top_p;
+  if (s.top_k) o.top_k = *s.top_k < 0 ? 0 : *s.top_k;
+  if (s.min_p) o.min_p = *s.min_p;
+  if (s.repetition_penalty) o.repetition_penalty = *s.repetition_penalty;
+  if (s.presence_penalty) o.presence_penalty = *s.presence_penalty;
+  if (s.frequency_penalty) o.frequency_penalty = *s.frequency_penalty;
+  o.logit_bias = s.logit_bias;
+  o.seed = s.seed;
+  o.stop_strings = s.stop;
+  (void)engine;
+  return o;
+}
+
+std::optional<ApiError> check_context(const Engine& engine, int64_t prompt_tokens, int64_t max_tokens) {
+  const int64_t limit = engine.max_model_len();
+  if (prompt_tokens + max_tokens <= limit) return std::nullopt;
+  ApiError e;
+  e.param = prompt_tokens >= limit ? "prompt" : "max_tokens";
+  e.code = "context_length_exceeded";
+  e.message = "This model's maximum context length is " + std::to_string(limit) + " tokens. However, you requested " +
+              std::to_string(prompt_tokens + max_tokens) + " tokens (" + std::to_string(prompt_tokens) +
+              " in the prompt, " + std::to_string(max_tokens) +
+              " for the completion). Please reduce the prompt or the completion length.";
+  return e;
+}
+
+std::optional<ApiError> check_ids(const Engine& engine, const std::vector<int32_t>& ids, const std::string& param) {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= engine.vocab_size())
+      return bad_field(param, "token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) + " of '" +
+                                  param + "' is outside the vocabulary [0, " + std::to_string(engine.vocab_size()) + ")");
+  return std::nullopt;
+}
+
+ApiError output_error(const batching::GenerationOutput& o) {
+  if (o.cancelled()) {
+    ApiError e;
+    e.status = 503;
+    e.type = "service_unavailable";
+    e.message = "the request was cancelled before it completed (" + o.error + ")";
+    return e;
+  }
+  return from_status(Status(o.error_code == ErrorCode::kOk ? ErrorCode::kInternal : o.error_code, o.error));
+}
+
+namespace {
+// Waits for the rest of a cancelled job's final outputs, so no handler still
+// refers to it and its blocks are back in the pool.
+void drain(Job& job) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!job.done() && std::chrono::steady_clock::now() < until) (void)job.next(0.05);
+}
+}  // namespace
+
+std::optional<std::vector<batching::GenerationOutput>> collect_job(Job& job, const HttpRequest& req) {
+  std::vector<batching::GenerationOutput> finals(static_cast<size_t>(job.num_choices()));
+  while (!job.done()) {
+    std::optional<Job::Event> e = job.next(0.05);
+    if (!e) {
+      if (!req.client_connected()) {
+        job.cancel();
+        drain(job);
+        return std::nullopt;
+      }
+      continue;
+    }
+    if (e->output.is_final() && e->choice >= 0 && e->choice < job.num_choices())
+      finals[static_cast<size_t>(e->choice)] = std::move(e->output);
+  }
+  return finals;
+}
+
+bool stream_job(Job& job, EventSink& sink, const std::function<bool(int32_t, const batching::GenerationOutput&)>& on_output,
+                const std::function<void()>& on_end) {
+  bool failed = false;
+  while (!job.done()) {
+    std::optional<Job::Event> e = job.next(0.05);
+    if (!e) {
+      if (!sink.connected()) {
+        job.cancel();
+        drain(job);
+        return false;
+      }
+      continue;
+    }
+    const batching::GenerationOutput& o = e->output;
+    if (o.status == batching::RequestStatus::kFailed) {
+      if (failed) continue;  // one error event per stream
+      failed = true;
+      job.cancel();
+      if (!sink.write(sse_event(output_error(o).to_json()))) {
+        drain(job);
+        return false;
+      }
+      continue;
+    }
+    if (failed) continue;
+    if (!on_output(e->choice, o)) {
+      job.cancel();
+      drain(job);
+      return false;
+    }
+  }
+  if (!failed) on_end();
+  return sink.write("data: [DONE]\n\n");
+}
+
+std::string response_id(const std::string& prefix, const HttpRequest& req) { return prefix + "-" + req.request_id; }
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string token_text(const Engine& engine, int32_t id) {
+  if (!engine.tokenizer()) return std::to_string(id);
+  Result<std::string> s = engine.tokenizer()->decode({id}, /*skip_special_tokens=*/false);
+  return s.ok() ? *s : std::string();
+}
+
+json utf8_bytes(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+}  // namespace loom::serve

@@ -1,0 +1,49 @@
+// What the two generation routes share: request fields → RequestOptions, the
+// context-length check, waiting for a job while watching the client, and the
+// stream loop of server-sent events.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "serve/engine.h"
+#include "serve/http.h"
+#include "serve/protocol.h"
+
+namespace loom::serve {
+
+// Sampling, penalties, bias, seed and stop strings of the request over the
+// model's generation_config.json defaults. A temperature of 0 means greedy.
+batching::RequestOptions request_options(const SamplingFields& s, const Engine& engine);
+
+// 400 when prompt + max_tokens exceed the context, naming both numbers.
+std::optional<ApiError> check_context(const Engine& engine, int64_t prompt_tokens, int64_t max_tokens);
+
+// Token ids checked against the vocabulary; `param` names the field in errors.
+std::optional<ApiError> check_ids(const Engine& engine, const std::vector<int32_t>& ids, const std::string& param);
+
+// Every choice's final output, in choice order; nullopt when the client went
+// away (the job is then cancelled, and its blocks go back to the pool).
+std::optional<std::vector<batching::GenerationOutput>> collect_job(Job& job, const HttpRequest& req);
+
+// Runs a job's stream: calls on_output for every output (per-token snapshots,
+// then the final one) until every choice ended, then writes the tail (usage)
+// and "data: [DONE]". A failed choice becomes an error event. Cancels the job
+// when the client goes away. Returns false in that case.
+bool stream_job(Job& job, EventSink& sink, const std::function<bool(int32_t, const batching::GenerationOutput&)>& on_output,
+                const std::function<void()>& on_end);
+
+// The error object a failed final output turns into.
+ApiError output_error(const batching::GenerationOutput& o);
+
+// OpenAI's response id and "created" (Unix seconds).
+std::string response_id(const std::string& prefix, const HttpRequest& req);
+int64_t unix_now();
+
+// Token text and its UTF-8 bytes for logprobs.
+std::string token_text(const Engine& engine, int32_t id);
+nlohmann::json utf8_bytes(const std::string& s);
+
+}  // namespace loom::serve
