@@ -1,0 +1,164 @@
+#include "serve/router.h"
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "serve/routes.h"
+#include "serve/serving_common.h"
+
+namespace loom::serve {
+
+namespace {
+
+double wall_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string random_hex(size_t n) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* digits = "0123456789abcdef";
+  std::string s(n, '0');
+  for (char& c : s) c = digits[rng() & 15];
+  return s;
+}
+
+struct Route {
+  const char* path;
+  const char* method;
+  bool needs_model;  // 503 until the model is attached
+  HttpResponse (*handle)(Engine&, const HttpRequest&);
+};
+
+HttpResponse handle_health(Engine& engine, const HttpRequest&) {
+  switch (engine.state()) {
+    case EngineState::kReady:
+      return json_response({{"status", "ok"}});
+    case EngineState::kLoading: {
+      ApiError e{503, "the model is still loading", "service_unavailable", "", "loading"};
+      return error_response(e);
+    }
+    default: {
+      ApiError e{503, "the server is shutting down", "service_unavailable", "", "shutting_down"};
+      return error_response(e);
+    }
+  }
+}
+
+HttpResponse handle_metrics(Engine& engine, const HttpRequest&) {
+  HttpResponse r;
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  std::optional<batching::ManagerStats> s = engine.stats();
+  if (engine.state() != EngineState::kLoading) r.body = engine.metrics().render(s ? *s : batching::ManagerStats{}, s.has_value());
+  return r;
+}
+
+const Route kRoutes[] = {
+    {"/v1/completions", "POST", true, handle_completions},
+    {"/v1/chat/completions", "POST", true, handle_chat_completions},
+    {"/v1/models", "GET", true, handle_models},
+    {"/tokenize", "POST", true, handle_tokenize},
+    {"/detokenize", "POST", true, handle_detokenize},
+    {"/health", "GET", false, handle_health},
+    {"/metrics", "GET", false, handle_metrics},
+};
+
+// The label of a path in loom:http_requests_total: only known routes, so that
+// random paths cannot grow the metric without bound.
+std::string known_route(const std::string& path) {
+  for (const Route& r : kRoutes)
+    if (path == r.path) return path;
+  return "other";
+}
+
+// A stream whose client left before it started: it cancels its job at once.
+class GoneSink : public EventSink {
+ public:
+  bool write(const std::string&) override { return false; }
+  bool connected() override { return false; }
+};
+
+std::string format_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3fs", s);
+  return buf;
+}
+
+}  // namespace
+
+void abandon_stream(HttpResponse& res) {
+  GoneSink gone;
+  res.stream(gone);
+  res.log->outcome = "client disconnected";
+}
+
+void Router::prepare(HttpRequest& req) const {
+  req.received_time = wall_now();
+  auto rid = req.headers.find("x-request-id");
+  req.request_id = rid != req.headers.end() && !rid->second.empty() && rid->second.size() <= 128 ? rid->second : random_hex(24);
+}
+
+HttpResponse Router::handle(const HttpRequest& req) {
+  HttpResponse res = route(req);
+  if (engine_->metrics_ready()) engine_->metrics().record_http(known_route(req.path), res.status);
+  return res;
+}
+
+void Router::log(const HttpRequest& req, int status, const RequestLog& log) const {
+  if (!options_.log_requests) return;
+  std::string line = "[serve] " + req.request_id + " " + req.method + " " + req.path + " " + std::to_string(status);
+  if (log.prompt_tokens >= 0) line += " prompt_tokens=" + std::to_string(log.prompt_tokens);
+  if (log.completion_tokens >= 0) line += " completion_tokens=" + std::to_string(log.completion_tokens);
+  if (log.ttft_seconds >= 0) line += " ttft=" + format_seconds(log.ttft_seconds);
+  line += " total=" + format_seconds(wall_now() - req.received_time);
+  if (!log.outcome.empty()) line += " status=" + log.outcome;
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+HttpResponse Router::route(const HttpRequest& req) {
+  const Route* found = nullptr;
+  std::string allowed;
+  for (const Route& r : kRoutes) {
+    if (req.path != r.path) continue;
+    allowed += (allowed.empty() ? "" : ", ") + std::string(r.method);
+    if (req.method == r.method) found = &r;
+  }
+  if (allowed.empty()) {
+    ApiError e{404, "Invalid URL (" + req.method + " " + req.path + ")", "invalid_request_error", "", "not_found"};
+    return error_response(e);
+  }
+  if (!found) {
+    ApiError e{405, "Method " + req.method + " is not allowed on " + req.path + " (allowed: " + allowed + ")",
+               "invalid_request_error", "", "method_not_allowed"};
+    HttpResponse r = error_response(e);
+    r.headers.emplace_back("Allow", allowed);
+    return r;
+  }
+  if (!options_.api_key.empty() && std::string(found->path) != "/health") {
+    auto it = req.headers.find("authorization");
+    if (it == req.headers.end() || it->second != "Bearer " + options_.api_key) {
+      ApiError e{401,
+                 it == req.headers.end() ? "Missing API key: send \"Authorization: Bearer <key>\""
+                                         : "Incorrect API key provided",
+                 "invalid_request_error", "", "invalid_api_key"};
+      HttpResponse r = error_response(e);
+      r.headers.emplace_back("WWW-Authenticate", "Bearer");
+      return r;
+    }
+  }
+  if (found->needs_model && engine_->state() != EngineState::kReady) {
+    const bool loading = engine_->state() == EngineState::kLoading;
+    ApiError e{503, loading ? "the model is still loading" : "the server is shutting down", "service_unavailable", "",
+               loading ? "loading" : "shutting_down"};
+    return error_response(e);
+  }
+  Engine::InFlight guard(engine_);
+  try {
+    return found->handle(*engine_, req);
+  } catch (const std::exception& ex) {
+    ApiError e{500, std::string("internal error: ") + ex.what(), "internal_error", "", ""};
+    return error_response(e);
+  }
+}
+
+}  // namespace loom::serve
