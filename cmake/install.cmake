@@ -66,3 +66,8 @@ if(LOOM_WITH_ONEDNN)
 endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/loom.pc.in ${PROJECT_BINARY_DIR}/loom.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/loom.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+if(LOOM_BUILD_TESTS)
+  add_test(NAME install COMMAND ${PROJECT_SOURCE_DIR}/tests/install/run_install_test.sh ${PROJECT_BINARY_DIR})
+  set_tests_properties(install PROPERTIES TIMEOUT 900)
+endif()
