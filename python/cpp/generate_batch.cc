@@ -43,8 +43,7 @@ py::list generate_batch(ModelHandle& h, std::vector<batching::BatchInput> inputs
   {
     py::gil_scoped_release release;
     std::shared_ptr<batching::ModelRunner> runner;
-    if (!persistent_manager || !h.persistent_manager)
-      runner = unwrap(batching::ModelRunner::create(h.model, h.backend));
+    if (!persistent_manager || !h.persistent_manager) runner = h.take_runner();
     try {
       result = unwrap(batching::generate_batch(runner, inputs, gc, cb, o));
     } catch (...) {
@@ -55,6 +54,7 @@ py::list generate_batch(ModelHandle& h, std::vector<batching::BatchInput> inputs
       }
       throw;
     }
+    if (!persistent_manager) h.give_back_runner(std::move(runner));
   }
   py::list out;
   for (batching::GenerationOutput& g : result.outputs) out.append(py::cast(std::move(g)));

@@ -153,6 +153,24 @@ batching::ManagerOptions ModelHandle::manager_options() const {
   return o;
 }
 
+std::shared_ptr<batching::ModelRunner> ModelHandle::take_runner() {
+  {
+    std::lock_guard<std::mutex> lock(idle_mutex);
+    if (!idle_runners.empty()) {
+      auto r = std::move(idle_runners.back());
+      idle_runners.pop_back();
+      return r;
+    }
+  }
+  return unwrap(batching::ModelRunner::create(model, backend));
+}
+
+void ModelHandle::give_back_runner(std::shared_ptr<batching::ModelRunner> runner) {
+  if (!runner || runner.use_count() != 1) return;  // still shared (a kept manager): not idle
+  std::lock_guard<std::mutex> lock(idle_mutex);
+  idle_runners.push_back(std::move(runner));
+}
+
 GenerationConfig call_generation_config(const ModelHandle& h, const std::string& json_text) {
   GenerationConfig gc = parse_generation_config(json_text);
   const ModelConfig& c = h.model->config();

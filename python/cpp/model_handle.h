@@ -26,6 +26,13 @@ struct ModelHandle {
   // generate_batch(persistent_manager=True) keeps its manager here.
   std::shared_ptr<batching::ContinuousBatchingManager> persistent_manager;
 
+  // Runners of finished generate_batch calls, reused by the next ones (creating a
+  // runner sets up its executor; a call takes one no other call is using).
+  std::shared_ptr<batching::ModelRunner> take_runner();
+  void give_back_runner(std::shared_ptr<batching::ModelRunner> runner);
+  std::mutex idle_mutex;
+  std::vector<std::shared_ptr<batching::ModelRunner>> idle_runners;
+
   // Each request's detokenizer (output text, stop strings), as `loom batch` makes it.
   batching::ManagerOptions manager_options() const;
 };
