@@ -1,11 +1,10 @@
-// GenerationConfig and ContinuousBatchingConfig are Python classes (their
-// fields are plain attributes, as upstream); loom's C++ parsers validate them,
-// so a bad value raises ValueError naming the field exactly as `loom` says it.
+// GenerationConfig is a Python class (its fields are plain attributes, as
+// upstream); loom's C++ parser validates it, so a bad value raises ValueError
+// naming the field exactly as `loom` says it.
 #include <nlohmann/json.hpp>
 
 #include "bindings.h"
 #include "generation_config_json.h"
-#include "loom/batching/continuous_batching_config.h"
 
 namespace loom::python {
 
@@ -15,23 +14,8 @@ GenerationConfig parse_generation_config(const std::string& json_text) {
   return unwrap(GenerationConfig::from_json(j, "GenerationConfig"));
 }
 
-batching::ContinuousBatchingConfig parse_cb_config(const std::string& json_text) {
-  const auto j = nlohmann::json::parse(json_text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw Error(invalid_argument("ContinuousBatchingConfig: not a JSON object"));
-  batching::ContinuousBatchingConfig c = unwrap(batching::ContinuousBatchingConfig::from_json(j, "ContinuousBatchingConfig"));
-  check(c.validate());
-  return c;
-}
-
 void register_generation_config(py::module_& m) {
   m.def("_validate_generation_config", [](const std::string& j) { parse_generation_config(j); });
-}
-
-void register_continuous_batching_config(py::module_& m) {
-  m.def("_validate_continuous_batching_config", [](const std::string& j) { parse_cb_config(j); });
-  m.def("_continuous_batching_config_defaults", [] { return batching::ContinuousBatchingConfig{}.to_json().dump(); });
-  m.def("_continuous_batching_config_no_op_fields",
-        [](const std::string& j) { return parse_cb_config(j).cpu_no_op_fields(); });
 }
 
 }  // namespace loom::python

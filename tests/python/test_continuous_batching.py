@@ -238,3 +238,26 @@ print("exiting", flush=True)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     assert out.strip() == "exiting"
+
+
+def test_ctrl_c_interrupts_a_blocking_get_result():
+    code = f"""
+import loom, sys
+m = loom.AutoModelForCausalLM.from_pretrained({DEFAULT_MODEL!r})
+mgr = m.init_continuous_batching()
+mgr.start()
+print("ready", flush=True)
+try:
+    mgr.get_result()  # nothing was added: waits until interrupted
+except KeyboardInterrupt:
+    mgr.stop()
+    print("interrupted", flush=True)
+    sys.exit(0)
+"""
+    p = run_python(code)
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    assert out.strip() == "interrupted"

@@ -146,3 +146,31 @@ def test_executorch_exporter_writes_a_portable_program(tmp_path):
     assert path.stat().st_size > 0
     with pytest.raises(ValueError):
         exporters.register_fx_node_fix("tflite")
+
+
+def same_files(a, b):
+    names = sorted(os.listdir(a))
+    assert names == sorted(os.listdir(b))
+    for n in names:
+        with open(os.path.join(a, n), "rb") as fa, open(os.path.join(b, n), "rb") as fb:
+            assert fa.read() == fb.read(), n
+
+
+@pytest.mark.parametrize("fmt", ["program", "onnx", "portable"])
+def test_exporters_write_what_loom_export_writes(tmp_path, fmt):
+    model = loom.AutoModelForCausalLM.from_pretrained(fixture_dir("llama-f32"))
+    ours, theirs = tmp_path / "py", tmp_path / "cli"
+    ours.mkdir()
+    theirs.mkdir()
+    if fmt == "program":
+        exporters.DynamoExporter(exporters.DynamoConfig(dynamic=True)).export(model, ours / "p")
+        run_cli("export", "--model", fixture_dir("llama-f32"), "--format", "program", "--dynamic", "--out",
+                str(theirs / "p"))
+        same_files(ours / "p", theirs / "p")
+        return
+    name = {"onnx": "m.onnx", "portable": "m.lpte"}[fmt]
+    exporter = exporters.OnnxExporter() if fmt == "onnx" else exporters.ExecutorchExporter()
+    exporter.export(model, ours / name)
+    flags = ["--dynamic"] if fmt == "onnx" else []
+    run_cli("export", "--model", fixture_dir("llama-f32"), "--format", fmt, *flags, "--out", str(theirs / name))
+    same_files(ours, theirs)
