@@ -21,6 +21,7 @@ using batching::RequestOptions;
 constexpr double kWaitSlice = 0.05;  // seconds between checks for Ctrl-C
 
 struct ManagerHandle {
+  std::shared_ptr<ThreadPool> pool;  // the model's, kept while the manager may outlive the model
   std::shared_ptr<ContinuousBatchingManager> m;
   ~ManagerHandle() { close(); }
   void close() {
@@ -43,8 +44,9 @@ std::shared_ptr<ManagerHandle> create(ModelHandle& h, const std::string& gc_json
   const GenerationConfig gc = call_generation_config(h, gc_json);
   const batching::ContinuousBatchingConfig cb = parse_cb_config(cb_json);
   py::gil_scoped_release release;
-  std::shared_ptr<batching::ModelRunner> runner = unwrap(batching::ModelRunner::create(h.model, h.backend));
+  std::shared_ptr<batching::ModelRunner> runner = h.new_runner();
   auto out = std::make_shared<ManagerHandle>();
+  out->pool = h.pool;
   out->m = unwrap(ContinuousBatchingManager::create(runner, gc, cb, h.manager_options()));
   return out;
 }

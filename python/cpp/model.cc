@@ -42,12 +42,15 @@ struct LoadArgs {
   std::vector<std::string> plugin_dirs;
   bool trust_remote_code = false;
   std::string backend = "cpu";
+  int num_threads = 0;  // 0: the global pool
 };
 
 std::shared_ptr<ModelHandle> load(const LoadArgs& a) {
   if (!fs::is_directory(a.dir)) throw Error(not_found("model directory '" + a.dir + "' does not exist"));
+  if (a.num_threads < 0) throw Error(invalid_argument("num_threads must be ≥ 1, got " + std::to_string(a.num_threads)));
   auto h = std::make_shared<ModelHandle>();
   h->backend = a.backend;
+  if (a.num_threads > 0) h->pool = std::make_shared<ThreadPool>(a.num_threads);
   if (a.kernel_config_json.empty()) {
     if (!a.plugin_dirs.empty())
       throw Error(invalid_argument("plugin_dirs need a kernel_config naming the kernels to use"));
@@ -59,7 +62,7 @@ std::shared_ptr<ModelHandle> load(const LoadArgs& a) {
     h->model = unwrap(models::Model::load(a.dir, lo));
   }
   if (fs::exists(fs::path(a.dir) / "tokenizer.json")) h->tokenizer = unwrap(Tokenizer::from_dir(a.dir));
-  h->runner = unwrap(batching::ModelRunner::create(h->model, a.backend));
+  h->runner = unwrap(batching::ModelRunner::create(h->model, a.backend, h->pool.get()));
   return h;
 }
 
@@ -162,7 +165,11 @@ std::shared_ptr<batching::ModelRunner> ModelHandle::take_runner() {
       return r;
     }
   }
-  return unwrap(batching::ModelRunner::create(model, backend));
+  return new_runner();
+}
+
+std::shared_ptr<batching::ModelRunner> ModelHandle::new_runner() const {
+  return unwrap(batching::ModelRunner::create(model, backend, pool.get()));
 }
 
 void ModelHandle::give_back_runner(std::shared_ptr<batching::ModelRunner> runner) {
@@ -183,11 +190,12 @@ void register_model(py::module_& m) {
       .def_static(
           "load",
           [](const std::string& dir, const std::string& kernel_config_json, std::vector<std::string> plugin_dirs,
-             bool trust_remote_code, const std::string& backend) {
-            return load({dir, kernel_config_json, std::move(plugin_dirs), trust_remote_code, backend});
+             bool trust_remote_code, const std::string& backend, int num_threads) {
+            return load({dir, kernel_config_json, std::move(plugin_dirs), trust_remote_code, backend, num_threads});
           },
           py::arg("dir"), py::arg("kernel_config_json") = "", py::arg("plugin_dirs") = std::vector<std::string>{},
-          py::arg("trust_remote_code") = false, py::arg("backend") = "cpu", py::call_guard<py::gil_scoped_release>())
+          py::arg("trust_remote_code") = false, py::arg("backend") = "cpu", py::arg("num_threads") = 0,
+          py::call_guard<py::gil_scoped_release>())
       .def("forward", &forward, py::arg("rows"), py::call_guard<py::gil_scoped_release>())
       .def("generate", &generate, py::arg("prompt"), py::arg("generation_config_json"), py::arg("seed") = py::none(),
            py::arg("on_token") = py::none(), py::arg("tokenizer") = nullptr, py::arg("kv_cache_dtype") = "float32")
@@ -201,14 +209,12 @@ void register_model(py::module_& m) {
       .def_property_readonly("num_layers", [](const ModelHandle& h) { return h.model->num_layers(); })
       .def_property_readonly("tokenizer", [](const ModelHandle& h) { return h.tokenizer; })
       .def_property_readonly("eos_token_ids", [](const ModelHandle& h) { return h.model->config().eos_token_ids; })
-      .def_property_readonly("pad_token_id", [](const ModelHandle& h) { return h.model->config().pad_token_id; });
+      .def_property_readonly("pad_token_id", [](const ModelHandle& h) { return h.model->config().pad_token_id; })
+      .def_property_readonly("num_threads", [](const ModelHandle& h) {
+        return h.pool ? h.pool->num_threads() : ThreadPool::global().num_threads();
+      });
 
-  // Process-wide settings (as torch.set_num_threads / set_float32_matmul_precision).
-  m.def("_set_num_threads", [](int n) {
-    if (n < 1) throw Error(invalid_argument("num_threads must be ≥ 1, got " + std::to_string(n)));
-    if (ThreadPool::global().num_threads() != n) ThreadPool::set_global_threads(n);
-  });
-  m.def("_get_num_threads", [] { return ThreadPool::global().num_threads(); });
+  // Process-wide, as torch.set_float32_matmul_precision.
   m.def("_set_matmul_precision", [](const std::string& name) {
     auto p = cpu::matmul_precision_from_name(name);
     if (!p.ok()) throw Error(invalid_argument("matmul_precision: " + p.status().message()));

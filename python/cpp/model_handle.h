@@ -11,6 +11,7 @@
 
 #include "loom/batching/continuous_batching_manager.h"
 #include "loom/batching/model_runner.h"
+#include "loom/core/thread_pool.h"
 #include "loom/kernels/kernel_config.h"
 #include "loom/models/model.h"
 #include "loom/tokenizer/tokenizer.h"
@@ -18,6 +19,9 @@
 namespace loom::python {
 
 struct ModelHandle {
+  // This model's worker threads (from_pretrained(num_threads=)); null: the global
+  // pool. First, so every runner below is gone before it.
+  std::shared_ptr<ThreadPool> pool;
   std::shared_ptr<models::Model> model;
   std::shared_ptr<Tokenizer> tokenizer;  // null when the folder has no tokenizer.json
   std::string backend = "cpu";
@@ -26,6 +30,8 @@ struct ModelHandle {
   // generate_batch(persistent_manager=True) keeps its manager here.
   std::shared_ptr<batching::ContinuousBatchingManager> persistent_manager;
 
+  // A new runner on this model's pool.
+  std::shared_ptr<batching::ModelRunner> new_runner() const;
   // Runners of finished generate_batch calls, reused by the next ones (creating a
   // runner sets up its executor; a call takes one no other call is using).
   std::shared_ptr<batching::ModelRunner> take_runner();

@@ -173,6 +173,10 @@ class LoomForCausalLM:
         return "\n".join(self._handle.explain_kernels()) + "\n"
 
     @property
+    def num_threads(self):
+        return self._handle.num_threads
+
+    @property
     def vocab_size(self):
         return self._handle.vocab_size
 
@@ -186,8 +190,9 @@ class AutoModelForCausalLM:
                         matmul_precision=None, num_threads=None, plugin_dirs=None, backend="cpu", torch_dtype=None,
                         **kwargs):
         """loom runs weights as the checkpoint stores them (f32, bf16, f16): dtype must be
-        "auto" or name that dtype. num_threads and matmul_precision are process-wide
-        (as torch.set_num_threads / torch.set_float32_matmul_precision)."""
+        "auto" or name that dtype. num_threads: this model's own worker threads (default:
+        the process's pool, all cores or LOOM_NUM_THREADS). matmul_precision is process-wide,
+        as torch.set_float32_matmul_precision."""
         if kwargs:
             raise TypeError(f"from_pretrained: unsupported arguments {', '.join(sorted(kwargs))}")
         path = os.fspath(pretrained_model_name_or_path)
@@ -201,8 +206,6 @@ class AutoModelForCausalLM:
             if stored is not None and stored != dtype:
                 raise ValueError(f"dtype={dtype!r}: this checkpoint stores {stored} and loom runs weights as stored "
                                  "(use dtype='auto')")
-        if num_threads is not None:
-            _loom._set_num_threads(int(num_threads))
         if matmul_precision is not None:
             _loom._set_matmul_precision(matmul_precision)
         if isinstance(kernel_config, dict):
@@ -210,5 +213,5 @@ class AutoModelForCausalLM:
         if kernel_config is not None and not isinstance(kernel_config, KernelConfig):
             raise TypeError("kernel_config must be a loom.KernelConfig or a mapping")
         handle = _loom._Model.load(path, kernel_config.to_json_string() if kernel_config else "",
-                                   list(plugin_dirs or []), trust_remote_code, backend)
+                                   list(plugin_dirs or []), trust_remote_code, backend, int(num_threads or 0))
         return LoomForCausalLM(handle, path, kernel_config)

@@ -1,5 +1,6 @@
 """AutoModelForCausalLM: logits against the PyTorch reference fixtures, generate against
 `loom generate`, configs, errors as exceptions, the GIL released while computing."""
+import gc
 import json
 import os
 import resource
@@ -146,3 +147,25 @@ def test_thousand_generate_calls_do_not_grow_memory(default_model):
     for _ in range(1000):
         default_model.generate([[4090, 1130]], max_new_tokens=2, do_sample=False)
     assert rss_kib() - start < 20 * 1024  # KiB
+
+
+def test_from_pretrained_options(default_model):
+    one = loom.AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL, num_threads=1, dtype="auto")
+    assert one.num_threads == 1
+    ids = [[4090, 1130, 258]]
+    np.testing.assert_allclose(one(ids).logits, default_model(ids).logits, atol=1e-5)
+    manager = one.init_continuous_batching(max_new_tokens=4, do_sample=False)
+    del one  # the manager keeps what it needs of the model (its thread pool too)
+    gc.collect()
+    manager.start()
+    rid = manager.add_request(ids[0])
+    assert manager.get_result(request_id=rid, timeout=30).is_finished()
+    manager.destroy()
+    with pytest.raises(ValueError, match="matmul_precision"):
+        loom.AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL, matmul_precision="fastest")
+    stored = default_model.config.to_dict().get("torch_dtype", default_model.config.to_dict().get("dtype"))
+    other = "bfloat16" if stored != "bfloat16" else "float32"
+    with pytest.raises(ValueError, match="dtype"):
+        loom.AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL, dtype=other)
+    with pytest.raises(ValueError, match="num_threads"):
+        loom.AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL, num_threads=-2)
