@@ -22,7 +22,8 @@ parser.add_argument("--model", default=os.path.join(source, "models", "loom-kjv-
 parser.add_argument("--loom", default=os.path.join(source, "build", "loom"))
 parser.add_argument("--requests", type=int, default=32)
 parser.add_argument("--new-tokens", type=int, default=64)
-parser.add_argument("--repeats", type=int, default=3)
+parser.add_argument("--stream-tokens", type=int, default=200, help="tokens of the single-request streamer runs")
+parser.add_argument("--repeats", type=int, default=5)
 args = parser.parse_args()
 
 tok = loom.AutoTokenizer.from_pretrained(args.model)
@@ -64,7 +65,8 @@ class QuietTextStreamer(loom.TextStreamer):
 
 def py_generate(streamer):
     t0 = time.perf_counter()
-    out = model.generate([prompts[0]], max_new_tokens=n, do_sample=False, eos_token_id=[], streamer=streamer)
+    out = model.generate([prompts[0]], max_new_tokens=args.stream_tokens, do_sample=False, eos_token_id=[],
+                         streamer=streamer)
     return time.perf_counter() - t0, out.shape[1] - len(prompts[0])
 
 
@@ -81,7 +83,8 @@ plain_s, g_tokens = best(py_generate, None)
 null_s, _ = best(py_generate, NullStreamer())
 text_s, _ = best(py_generate, QuietTextStreamer(tok))
 
-print(f"model {os.path.basename(args.model)}, {args.requests} requests × {n} new tokens (greedy), best of {args.repeats}")
+print(f"model {os.path.basename(args.model)}; batch: {args.requests} requests × {n} new tokens (greedy); "
+      f"streamers: 1 request × {g_tokens} tokens; best of {args.repeats}")
 print(f"| case | seconds | tokens/s | ratio |")
 print(f"|---|---|---|---|")
 print(f"| loom batch (C++) | {cli_s:.3f} | {cli_tokens / cli_s:.1f} | 1.000 |")
