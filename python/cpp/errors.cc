@@ -52,7 +52,13 @@ PyObject* class_for(ErrorCode code) {
 
 }  // namespace
 
-bool python_alive() { return Py_IsInitialized() && !_Py_IsFinalizing(); }
+bool python_alive() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
 
 void register_errors(py::module_& m) {
   classes.base = new_class(m, "LoomError", {PyExc_RuntimeError}, "An error reported by loom; the message names what was wrong.");

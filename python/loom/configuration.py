@@ -62,7 +62,7 @@ class GenerationConfig:
         """Sets the known attributes among kwargs; returns the others (as upstream)."""
         unused = {}
         for key, value in kwargs.items():
-            if key in _GENERATION_DEFAULTS or hasattr(self, key):
+            if key in _GENERATION_DEFAULTS or key in vars(self):
                 setattr(self, key, value)
             else:
                 unused[key] = value

@@ -10,6 +10,7 @@ import weakref
 from . import _loom
 
 _live_managers = weakref.WeakSet()
+_models = weakref.WeakSet()  # their generate_batch(persistent_manager=True) managers
 
 _PROCESSOR_ARGS = ("do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty")
 
@@ -19,6 +20,9 @@ def _stop_live_managers():
     for manager in list(_live_managers):
         with contextlib.suppress(Exception):
             manager.destroy()
+    for model in list(_models):
+        with contextlib.suppress(Exception):
+            model.destroy_cached_continuous_batching_manager()
 
 
 def _request_options(request_id=None, max_new_tokens=None, streaming=False, record_timestamps=False,

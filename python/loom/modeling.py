@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _loom
 from .configuration import ContinuousBatchingConfig, GenerationConfig, PretrainedConfig
-from .continuous_batching import ContinuousBatchingManager
+from .continuous_batching import ContinuousBatchingManager, _models
 from .kernels import KernelConfig
 
 _DTYPES = {"auto", "float32", "bfloat16", "float16"}
@@ -53,7 +53,7 @@ class LoomForCausalLM:
         self.config = PretrainedConfig.from_pretrained(path)
         self.generation_config = GenerationConfig.from_pretrained(path)
         self.kernel_config = kernel_config
-        self._cached_manager = None
+        _models.add(self)
 
     # ── forward ──
     def __call__(self, input_ids, attention_mask=None, **kwargs):
