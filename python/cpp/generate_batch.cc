@@ -15,7 +15,6 @@ namespace loom::python {
 
 namespace {
 
-
 py::list generate_batch(ModelHandle& h, std::vector<batching::BatchInput> inputs, const std::string& gc_json,
                         const std::string& cb_json, bool record_timestamps, bool progress_bar, bool persistent_manager,
                         bool warmup) {
@@ -28,8 +27,10 @@ py::list generate_batch(ModelHandle& h, std::vector<batching::BatchInput> inputs
   o.progress_interval = 0.1;
   if (persistent_manager) o.persistent_manager = &h.persistent_manager;
   const bool tty = isatty(STDERR_FILENO);
-  o.progress = [progress_bar, tty](const batching::BatchProgress& p) {
-    if (progress_bar) {
+  // On a terminal the line is redrawn in place; otherwise one line per finished request.
+  o.progress = [progress_bar, tty, shown = int64_t{-1}](const batching::BatchProgress& p) mutable {
+    if (progress_bar && (tty || p.done != shown)) {
+      shown = p.done;
       std::fprintf(stderr, "%s[generate_batch] %lld/%lld requests · %lld tokens · %.1f tok/s%s", tty ? "\r" : "",
                    static_cast<long long>(p.done), static_cast<long long>(p.total),
                    static_cast<long long>(p.generated_tokens), p.tokens_per_second,

@@ -261,3 +261,16 @@ except KeyboardInterrupt:
     out, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
     assert out.strip() == "interrupted"
+
+
+def test_a_python_thread_runs_while_generate_batch_computes(default_model, prompts):
+    ticks, stop = [], threading.Event()
+    t = threading.Thread(target=lambda: [ticks.append(1) for _ in iter(lambda: stop.is_set(), True)])
+    t.start()
+    before = len(ticks)
+    default_model.generate_batch(prompts, max_new_tokens=48, do_sample=False, eos_token_id=[], progress_bar=False,
+                                 continuous_batching_config=CB)
+    during = len(ticks) - before
+    stop.set()
+    t.join()
+    assert during > 1000

@@ -174,3 +174,24 @@ def test_exporters_write_what_loom_export_writes(tmp_path, fmt):
     flags = ["--dynamic"] if fmt == "onnx" else []
     run_cli("export", "--model", fixture_dir("llama-f32"), "--format", fmt, *flags, "--out", str(theirs / name))
     same_files(ours, theirs)
+
+
+def test_a_graph_view_kept_past_its_fix_raises(tmp_path):
+    model = loom.AutoModelForCausalLM.from_pretrained(fixture_dir("llama-f32"))
+    kept = []
+
+    @exporters.register_fx_node_fix("onnx", op="rms_norm")
+    def keep(graph, node):
+        kept.append((graph, node))
+        assert graph.num_nodes > 0 and node.op == "rms_norm"
+        return False
+
+    try:
+        exporters.OnnxExporter().export(model, tmp_path / "m.onnx")
+    finally:
+        exporters.unregister(keep)
+    graph, node = kept[0]
+    with pytest.raises(loom.LoomError, match="after its fix"):
+        graph.num_nodes
+    with pytest.raises(loom.LoomError, match="after its fix"):
+        node.op
