@@ -18,9 +18,10 @@ class BaseStreamer:
 
 
 class TextStreamer(BaseStreamer):
-    """Prints text to stdout as soon as it is final (whole characters, leading spaces kept)."""
+    """Prints text to stdout as soon as it is final (whole characters, leading spaces kept).
+    skip_special_tokens (a decode kwarg upstream) defaults to False, as there."""
 
-    def __init__(self, tokenizer, skip_prompt=False, skip_special_tokens=True, **decode_kwargs):
+    def __init__(self, tokenizer, skip_prompt=False, skip_special_tokens=False, **decode_kwargs):
         self.tokenizer = tokenizer
         self.skip_prompt = skip_prompt
         self.skip_special_tokens = skip_special_tokens
