@@ -13,6 +13,7 @@
 #include "loom/export/program_io.h"
 #include "loom/export/registries.h"
 #include "loom/graph/op_schema.h"
+#include "loom/models/patch_points.h"
 
 namespace loom::python {
 
@@ -106,9 +107,7 @@ void register_patch(const std::string& backend, const std::string& name, std::ve
                     py::object factory) {
   for (const std::string& p : paths)
     if (p.rfind("ops.", 0) != 0)
-      throw Error(invalid_argument("register_patch: '" + p +
-                                   "': Python patches replace op builders (paths \"ops.<op>\"); module forwards are "
-                                   "patched from C++"));
+      throw Error(invalid_argument("register_patch: '" + p + "' is not an op builder (\"ops.<op>\")"));
   auto f = share_callable(std::move(factory));
   using Fn = std::function<graph::OpBuilderSig>;
   exporting::register_patch<graph::OpBuilderSig>(backend, name, std::move(paths), [f](const Fn& original) -> Fn {
@@ -129,9 +128,58 @@ void register_patch(const std::string& backend, const std::string& name, std::ve
   });
 }
 
+using ModuleView = ScopedView<const models::Module>;
+
+// Patches of module forwards ("models.<Class>.forward"): factory(original)
+// returns the replacement; both are callables (module, builder, *values) ->
+// value id, the values being x (and positions for attention and decoder layers).
+template <typename ModuleT, typename... Values>
+void register_module_patch(const std::string& backend, const std::string& name, std::vector<std::string> paths,
+                           std::shared_ptr<py::object> f) {
+  using Sig = ValueId(const ModuleT&, models::GraphBuilder&, Values...);
+  using Fn = std::function<Sig>;
+  exporting::register_patch<Sig>(backend, name, std::move(paths), [f](const Fn& original) -> Fn {
+    std::shared_ptr<py::object> replacement;
+    {
+      py::gil_scoped_acquire gil;
+      // The builder a replacement receives is the models::GraphBuilder it was called with.
+      py::cpp_function original_py([original](const ModuleView& m, const BuilderView& b, Values... values) {
+        return original(static_cast<const ModuleT&>(m.get()), static_cast<models::GraphBuilder&>(b.get()), values...);
+      });
+      replacement = share_callable((*f)(original_py));
+    }
+    return [replacement](const ModuleT& m, models::GraphBuilder& b, Values... values) -> ValueId {
+      py::gil_scoped_acquire gil;
+      ViewLease<const models::Module> module_lease(&m);
+      ViewLease<graph::GraphBuilder> builder_lease(&b);
+      return py::cast<ValueId>((*replacement)(module_lease.view(), builder_lease.view(), values...));
+    };
+  });
+}
+
+// kind: "unary" (norms, MLPs, MoE blocks: x), "attention" or "decoder_layer" (x, positions).
+void register_forward_patch(const std::string& backend, const std::string& name, std::vector<std::string> paths,
+                            const std::string& kind, py::object factory) {
+  for (const std::string& p : paths)
+    if (p.rfind("models.", 0) != 0 || p.size() < 16 || p.substr(p.size() - 8) != ".forward")
+      throw Error(invalid_argument("register_patch: '" + p + "' is not a module forward (\"models.<Class>.forward\")"));
+  auto f = share_callable(std::move(factory));
+  if (kind == "unary") return register_module_patch<models::UnaryModule, ValueId>(backend, name, std::move(paths), f);
+  if (kind == "attention")
+    return register_module_patch<models::SelfAttention, ValueId, ValueId>(backend, name, std::move(paths), f);
+  if (kind == "decoder_layer")
+    return register_module_patch<models::DecoderLayer, ValueId, ValueId>(backend, name, std::move(paths), f);
+  throw Error(invalid_argument("register_patch: signature '" + kind + "': use unary, attention or decoder_layer"));
+}
+
 }  // namespace
 
 void register_exporters(py::module_& m) {
+  py::class_<ModuleView>(m, "_Module")
+      .def_property_readonly("path", [](const ModuleView& v) { return v.get().path(); })
+      .def_property_readonly("class_name", [](const ModuleView& v) { return v.get().class_name(); })
+      .def_property_readonly("layer_name", [](const ModuleView& v) { return v.get().layer_name(); })
+      .def("__repr__", [](const ModuleView& v) { return "<module " + v.get().path() + " [" + v.get().class_name() + "]>"; });
   py::class_<ProgramView>(m, "_Program")
       .def_property_readonly("input_names", [](const ProgramView& v) { return v.get().input_names; })
       .def_property_readonly("output_names", [](const ProgramView& v) { return v.get().output_names; })
@@ -160,6 +208,7 @@ void register_exporters(py::module_& m) {
   m.def("_register_node_fix", &register_node_fix);
   m.def("_register_program_fix", &register_program_fix);
   m.def("_register_patch", &register_patch);
+  m.def("_register_forward_patch", &register_forward_patch);
   m.def("_registered_fixes", &exporting::registered_fixes);
   m.def("_op_names", &graph::op_names);
   m.def("_onnx_default_opset", [] { return exporting::kOnnxDefaultOpset; });

@@ -186,13 +186,31 @@ def register_fx_program_fix(backend, name=None):
     return decorate
 
 
-def register_patch(backend, *paths, name=None):
-    """Decorator on a factory: factory(original) returns the replacement of op builders
-    "ops.<op>" for one export; both are callables (builder, inputs, attrs) -> value id.
-    builder.record(op, inputs, attrs) records a node past any patch."""
+def _forward_signature(path):
+    """The patch point's signature by its class name (loom's naming): attention and
+    decoder layers take (x, positions), every other module x."""
+    cls = path[len("models."):-len(".forward")]
+    if cls.endswith("Attention"):
+        return "attention"
+    if cls.endswith("DecoderLayer"):
+        return "decoder_layer"
+    return "unary"
+
+
+def register_patch(backend, *paths, name=None, signature=None):
+    """Decorator on a factory: factory(original) returns the replacement for one export.
+
+    - "models.<Class>.forward" (e.g. "models.LlamaMLP.forward"): replacement(module, builder,
+      x) — attention and decoder layers (module, builder, x, positions) — returns the output
+      value id; module has path, class_name, layer_name. signature= ("unary", "attention",
+      "decoder_layer") overrides the choice made from the class name.
+    - "ops.<op>" (e.g. "ops.softcap"): replacement(builder, inputs, attrs).
+
+    builder.record(op, inputs, attrs) records a node past any patch; calling `original`
+    records what the model would have."""
     loom_backend = _backend(backend)
     if not paths:
-        raise ValueError("register_patch needs at least one path (\"ops.<op>\")")
+        raise ValueError("register_patch needs at least one path (\"models.<Class>.forward\" or \"ops.<op>\")")
 
     def decorate(factory):
         registration = _Registration(factory)
@@ -203,7 +221,15 @@ def register_patch(backend, *paths, name=None):
                 return original
             return factory(original)
 
-        _loom._register_patch(loom_backend, name or factory.__name__, list(paths), make)
+        op_paths = [p for p in paths if p.startswith("ops.")]
+        by_signature = {}
+        for p in paths:
+            if not p.startswith("ops."):
+                by_signature.setdefault(signature or _forward_signature(p), []).append(p)
+        if op_paths:
+            _loom._register_patch(loom_backend, name or factory.__name__, op_paths, make)
+        for sig, group in by_signature.items():
+            _loom._register_forward_patch(loom_backend, name or factory.__name__, group, sig, make)
         return factory
 
     return decorate

@@ -195,3 +195,40 @@ def test_a_graph_view_kept_past_its_fix_raises(tmp_path):
         graph.num_nodes
     with pytest.raises(loom.LoomError, match="after its fix"):
         node.op
+
+
+def test_python_module_forward_patches_change_the_onnx_file(tmp_path):
+    model = loom.AutoModelForCausalLM.from_pretrained(fixture_dir("llama-f32"))
+    loom_logits = model([PROMPT]).logits
+    seen = []
+
+    @exporters.register_patch("onnx", "models.LlamaRMSNorm.forward")
+    def halve_the_final_norm(original):
+        def forward(module, builder, x):
+            y = original(module, builder, x)
+            seen.append((module.path, module.class_name))
+            if module.path != "model.norm":
+                return y
+            return builder.record("scale", [y], {"factor": 0.5})
+        return forward
+
+    @exporters.register_patch("onnx", "models.LlamaAttention.forward")
+    def watch_attention(original):
+        def forward(module, builder, x, positions):
+            seen.append((module.path, module.layer_name))
+            return original(module, builder, x, positions)
+        return forward
+
+    try:
+        exporter = exporters.OnnxExporter()
+        exporter.export(model, tmp_path / "patched.onnx")
+    finally:
+        exporters.unregister(halve_the_final_norm)
+        exporters.unregister(watch_attention)
+    layers = model.config.num_hidden_layers
+    assert ("model.norm", "LlamaRMSNorm") in seen
+    assert [p for p, kind in seen if kind == "Attention"] == [f"model.layers.{i}.self_attn" for i in range(layers)]
+    assert any("halve_the_final_norm" in line for line in exporter.report), exporter.report
+    np.testing.assert_allclose(run_onnx(tmp_path / "patched.onnx", [PROMPT]), 0.5 * loom_logits, atol=1e-4)
+    with pytest.raises(ValueError, match="models.<Class>.forward"):
+        exporters.register_patch("onnx", "transformers.LlamaMLP.forward")(lambda original: original)
