@@ -169,3 +169,14 @@ def test_from_pretrained_options(default_model):
         loom.AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL, dtype=other)
     with pytest.raises(ValueError, match="num_threads"):
         loom.AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL, num_threads=-2)
+
+
+@pytest.mark.parametrize("kwargs,flags", [
+    (dict(min_p=0.1, temperature=1.0, top_k=0), ["--min-p", "0.1", "--temperature", "1.0", "--top-k", "0"]),
+    (dict(repetition_penalty=1.3, top_p=0.9), ["--repetition-penalty", "1.3", "--top-p", "0.9"]),
+])
+def test_generate_processors_equal_cli(default_model, tokenizer, kwargs, flags):
+    ids = tokenizer("And the earth was without form", return_tensors="np")["input_ids"]
+    ours = default_model.generate(ids, max_new_tokens=24, do_sample=True, seed=3, **kwargs)
+    theirs = cli_generate("--prompt-ids", ",".join(map(str, ids[0])), "-n", "24", "--seed", "3", *flags)
+    assert ours[0].tolist() == theirs["prompt_ids"] + theirs["generated_ids"]
