@@ -1,0 +1,225 @@
+// _Model: a loaded checkpoint (AutoModelForCausalLM's engine). forward() gives
+// every position's logits; generate() runs one request on a contiguous KV cache
+// exactly as `loom generate` does. Both release the GIL while they compute; the
+// per-token callback takes it back only to call Python and to notice Ctrl-C.
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "bindings.h"
+#include "buffers.h"
+#include "generation_config_json.h"
+#include "model_handle.h"
+#include "loom/batching/generate.h"
+#include "loom/core/thread_pool.h"
+#include "loom/models/save_pretrained.h"
+#include "loom/runtime/cpu/matmul.h"
+#include "loom/runtime/kv_cache_contiguous.h"
+#include "loom/tokenizer/incremental_detokenizer.h"
+
+namespace loom::python {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+class DetokenizerStream : public batching::TextStream {
+ public:
+  DetokenizerStream(std::shared_ptr<const Tokenizer> tok, const std::vector<int32_t>& prompt)
+      : detok_(std::move(tok), /*skip_special_tokens=*/true, prompt) {}
+  Result<std::string> push(int32_t id) override { return detok_.push(id); }
+  Result<std::string> flush() override { return detok_.flush(); }
+
+ private:
+  IncrementalDetokenizer detok_;
+};
+
+struct LoadArgs {
+  std::string dir;
+  std::string kernel_config_json;  // empty: no kernels
+  std::vector<std::string> plugin_dirs;
+  bool trust_remote_code = false;
+  std::string backend = "cpu";
+  int num_threads = 0;  // 0: the global pool
+};
+
+std::shared_ptr<ModelHandle> load(const LoadArgs& a) {
+  if (!fs::is_directory(a.dir)) throw Error(not_found("model directory '" + a.dir + "' does not exist"));
+  if (a.num_threads < 0) throw Error(invalid_argument("num_threads must be ≥ 1, got " + std::to_string(a.num_threads)));
+  auto h = std::make_shared<ModelHandle>();
+  h->backend = a.backend;
+  if (a.num_threads > 0) h->pool = std::make_shared<ThreadPool>(a.num_threads);
+  if (a.kernel_config_json.empty()) {
+    if (!a.plugin_dirs.empty())
+      throw Error(invalid_argument("plugin_dirs need a kernel_config naming the kernels to use"));
+    h->model = unwrap(models::Model::load(a.dir));
+  } else {
+    models::LoadOptions lo;
+    lo.kernel_config = unwrap(kernels::KernelConfig::parse(a.kernel_config_json));
+    (a.trust_remote_code ? lo.trusted_plugin_dirs : lo.plugin_dirs) = a.plugin_dirs;
+    h->model = unwrap(models::Model::load(a.dir, lo));
+  }
+  if (fs::exists(fs::path(a.dir) / "tokenizer.json")) h->tokenizer = unwrap(Tokenizer::from_dir(a.dir));
+  h->runner = unwrap(batching::ModelRunner::create(h->model, a.backend, h->pool.get()));
+  return h;
+}
+
+// Logits of every token of each row, rows packed one after another: [sum(len), vocab].
+std::shared_ptr<FloatBuffer> forward(ModelHandle& h, const std::vector<std::vector<int32_t>>& rows) {
+  if (rows.empty()) throw Error(invalid_argument("input_ids is empty"));
+  int64_t total = 0, longest = 0;
+  std::vector<batching::SequenceChunk> chunks;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].empty()) throw Error(invalid_argument("input_ids row " + std::to_string(i) + " has no tokens"));
+    chunks.push_back({rows[i].data(), static_cast<int64_t>(rows[i].size()), 0});
+    total += static_cast<int64_t>(rows[i].size());
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(rows[i].size()));
+  }
+  std::lock_guard<std::mutex> lock(h.run_mutex);
+  runtime::ContiguousKvCache cache(h.runner->kv_layout(), static_cast<int>(rows.size()), longest);
+  const Tensor logits = unwrap(h.runner->step(chunks, cache, batching::LogitsRows::kAllTokens));
+  auto out = std::make_shared<FloatBuffer>();
+  const int64_t vocab = h.model->vocab_size();
+  out->data.resize(static_cast<size_t>(total * vocab));
+  std::memcpy(out->data.data(), logits.data_as<float>(), out->data.size() * sizeof(float));
+  out->shape = {static_cast<py::ssize_t>(total), static_cast<py::ssize_t>(vocab)};
+  return out;
+}
+
+py::dict generate(ModelHandle& h, const std::vector<int32_t>& prompt, const std::string& gc_json,
+                  std::optional<uint64_t> seed, py::object on_token, std::shared_ptr<Tokenizer> tokenizer,
+                  const std::string& kv_cache_dtype) {
+  const GenerationConfig gc = call_generation_config(h, gc_json);
+  batching::GenerateOptions o;
+  o.max_new_tokens = gc.new_token_budget(static_cast<int64_t>(prompt.size()));
+  o.sampling.do_sample = gc.do_sample;
+  o.sampling.temperature = static_cast<float>(gc.temperature);
+  o.sampling.top_k = static_cast<int32_t>(gc.top_k);
+  o.sampling.top_p = static_cast<float>(gc.top_p);
+  o.sampling.min_p = static_cast<float>(gc.min_p.value_or(0.0));
+  o.sampling.repetition_penalty = static_cast<float>(gc.repetition_penalty);
+  o.seed = seed.value_or(gc.seed.value_or(0));
+  for (int64_t id : gc.eos_token_ids) o.eos_token_ids.push_back(static_cast<int32_t>(id));
+  o.stop_strings = gc.stop_strings;
+  o.kv_cache_dtype = unwrap(batching::kv_cache_dtype_from_name(kv_cache_dtype));
+
+  std::unique_ptr<batching::TextStream> text;
+  if (tokenizer) text = std::make_unique<DetokenizerStream>(tokenizer, prompt);
+  // Every token comes back to Python briefly: to call the streamer and to
+  // let Ctrl-C (a pending signal) stop the generation with KeyboardInterrupt.
+  const bool has_callback = !on_token.is_none();
+  auto per_token = [&](const batching::TokenEvent& ev) {
+    py::gil_scoped_acquire gil;
+    raise_pending_signals();
+    if (has_callback && ev.id >= 0) on_token(ev.id);
+  };
+  batching::GenerateResult r;
+  {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(h.run_mutex);
+    r = unwrap(batching::generate(*h.runner, prompt, o, text.get(), per_token));
+  }
+  py::dict d;
+  std::vector<int32_t> sequence = r.prompt_ids;
+  sequence.insert(sequence.end(), r.generated_ids.begin(), r.generated_ids.end());
+  d["sequence"] = sequence;
+  d["generated_ids"] = r.generated_ids;
+  d["logprobs"] = r.logprobs;
+  d["text"] = r.text;
+  d["finish_reason"] = generation::finish_reason_name(r.finish_reason);
+  d["prefill_seconds"] = r.timings.prefill_seconds;
+  d["decode_seconds"] = r.timings.decode_seconds;
+  return d;
+}
+
+std::vector<std::string> explain_kernels(const ModelHandle& h) {
+  const kernels::KernelPlan* plan = h.model->kernel_plan();
+  if (!plan) throw Error(failed_precondition("explain_kernels: the model was loaded without a kernel_config"));
+  return plan->explain();
+}
+
+}  // namespace
+
+std::unique_ptr<batching::TextStream> make_text_stream(std::shared_ptr<const Tokenizer> tokenizer,
+                                                       const std::vector<int32_t>& prompt) {
+  return std::make_unique<DetokenizerStream>(std::move(tokenizer), prompt);
+}
+
+batching::ManagerOptions ModelHandle::manager_options() const {
+  batching::ManagerOptions o;
+  if (tokenizer) {
+    std::shared_ptr<const Tokenizer> tok = tokenizer;
+    o.text_stream = [tok](const std::vector<int32_t>& prompt) { return make_text_stream(tok, prompt); };
+  }
+  return o;
+}
+
+std::shared_ptr<batching::ModelRunner> ModelHandle::take_runner() {
+  {
+    std::lock_guard<std::mutex> lock(idle_mutex);
+    if (!idle_runners.empty()) {
+      auto r = std::move(idle_runners.back());
+      idle_runners.pop_back();
+      return r;
+    }
+  }
+  return new_runner();
+}
+
+std::shared_ptr<batching::ModelRunner> ModelHandle::new_runner() const {
+  return unwrap(batching::ModelRunner::create(model, backend, pool.get()));
+}
+
+void ModelHandle::give_back_runner(std::shared_ptr<batching::ModelRunner> runner) {
+  if (!runner || runner.use_count() != 1) return;  // still shared (a kept manager): not idle
+  std::lock_guard<std::mutex> lock(idle_mutex);
+  idle_runners.push_back(std::move(runner));
+}
+
+GenerationConfig call_generation_config(const ModelHandle& h, const std::string& json_text) {
+  GenerationConfig gc = parse_generation_config(json_text);
+  const ModelConfig& c = h.model->config();
+  gc.inherit_special_tokens(c.eos_token_ids, c.bos_token_id, c.pad_token_id);
+  return gc;
+}
+
+void register_model(py::module_& m) {
+  py::class_<ModelHandle, std::shared_ptr<ModelHandle>>(m, "_Model")
+      .def_static(
+          "load",
+          [](const std::string& dir, const std::string& kernel_config_json, std::vector<std::string> plugin_dirs,
+             bool trust_remote_code, const std::string& backend, int num_threads) {
+            return load({dir, kernel_config_json, std::move(plugin_dirs), trust_remote_code, backend, num_threads});
+          },
+          py::arg("dir"), py::arg("kernel_config_json") = "", py::arg("plugin_dirs") = std::vector<std::string>{},
+          py::arg("trust_remote_code") = false, py::arg("backend") = "cpu", py::arg("num_threads") = 0,
+          py::call_guard<py::gil_scoped_release>())
+      .def("forward", &forward, py::arg("rows"), py::call_guard<py::gil_scoped_release>())
+      .def("generate", &generate, py::arg("prompt"), py::arg("generation_config_json"), py::arg("seed") = py::none(),
+           py::arg("on_token") = py::none(), py::arg("tokenizer") = nullptr, py::arg("kv_cache_dtype") = "float32")
+      .def(
+          "save_pretrained",
+          [](const ModelHandle& h, const std::string& dir) { check(models::save_pretrained(*h.model, dir)); },
+          py::arg("dir"), py::call_guard<py::gil_scoped_release>())
+      .def("explain_kernels", &explain_kernels)
+      .def_property_readonly("dir", [](const ModelHandle& h) { return h.model->dir(); })
+      .def_property_readonly("vocab_size", [](const ModelHandle& h) { return h.model->vocab_size(); })
+      .def_property_readonly("num_layers", [](const ModelHandle& h) { return h.model->num_layers(); })
+      .def_property_readonly("tokenizer", [](const ModelHandle& h) { return h.tokenizer; })
+      .def_property_readonly("eos_token_ids", [](const ModelHandle& h) { return h.model->config().eos_token_ids; })
+      .def_property_readonly("pad_token_id", [](const ModelHandle& h) { return h.model->config().pad_token_id; })
+      .def_property_readonly("num_threads", [](const ModelHandle& h) {
+        return h.pool ? h.pool->num_threads() : ThreadPool::global().num_threads();
+      });
+
+  // Process-wide, as torch.set_float32_matmul_precision.
+  m.def("_set_matmul_precision", [](const std::string& name) {
+    auto p = cpu::matmul_precision_from_name(name);
+    if (!p.ok()) throw Error(invalid_argument("matmul_precision: " + p.status().message()));
+    cpu::set_matmul_precision(*p);
+  });
+}
+
+}  // namespace loom::python
