@@ -72,46 +72,17 @@ HttpResponse handle_chat_completions(Engine& engine, const HttpRequest& req) {
   const std::string id = response_id("chatcmpl", req);
   const int64_t created = unix_now();
   const std::string model = engine.served_model_name();
-  auto usage = [prompt_tokens](int64_t completion) {
-    return json{{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion}, {"total_tokens", prompt_tokens + completion}};
-  };
+  auto usage = [prompt_tokens](int64_t completion) { return usage_json(prompt_tokens, completion); };
 
   if (!r.stream) {
-    HttpResponse res;
     std::optional<std::vector<batching::GenerationOutput>> finals = collect_job(*job, req);
-    if (!finals) {
-      res.status = 499;
-      res.log->outcome = "client disconnected";
-      return res;
-    }
-    json choices = json::array();
-    int64_t completion = 0;
-    double ttft = -1;
-    std::string reasons;
-    for (size_t c = 0; c < finals->size(); ++c) {
-      const batching::GenerationOutput& out = (*finals)[c];
-      if (out.status != batching::RequestStatus::kFinished) return error_response(output_error(out));
-      completion += static_cast<int64_t>(out.generated_tokens.size());
-      if (!out.timestamps.empty() && (ttft < 0 || out.timestamps[0] - req.received_time < ttft))
-        ttft = out.timestamps[0] - req.received_time;
-      const char* reason = finish_reason_label(out);
-      if (reasons.find(reason) == std::string::npos) reasons += (reasons.empty() ? "" : ",") + std::string(reason);
-      choices.push_back({{"index", c},
-                         {"message", {{"role", "assistant"}, {"content", out.text}}},
-                         {"logprobs", r.logprobs ? chat_logprobs(engine, out, 0, out.generated_tokens.size()) : json(nullptr)},
-                         {"finish_reason", reason}});
-    }
-    res = json_response({{"id", id},
-                         {"object", "chat.completion"},
-                         {"created", created},
-                         {"model", model},
-                         {"choices", choices},
-                         {"usage", usage(completion)}});
-    res.log->prompt_tokens = prompt_tokens;
-    res.log->completion_tokens = completion;
-    res.log->ttft_seconds = ttft;
-    res.log->outcome = reasons;
-    return res;
+    if (!finals) return client_gone_response();
+    return finished_response(*finals, req, id, "chat.completion", model, prompt_tokens,
+                             [&](size_t, const batching::GenerationOutput& out) {
+                               return json{{"message", {{"role", "assistant"}, {"content", out.text}}},
+                                           {"logprobs", r.logprobs ? chat_logprobs(engine, out, 0, out.generated_tokens.size())
+                                                                   : json(nullptr)}};
+                             });
   }
 
   HttpResponse res;

@@ -138,6 +138,53 @@ bool stream_job(Job& job, EventSink& sink, const std::function<bool(int32_t, con
   return sink.write("data: [DONE]\n\n");
 }
 
+HttpResponse client_gone_response() {
+  HttpResponse res;
+  res.status = 499;
+  res.log->outcome = "client disconnected";
+  return res;
+}
+
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+HttpResponse finished_response(const std::vector<batching::GenerationOutput>& finals, const HttpRequest& req,
+                               const std::string& id, const char* object, const std::string& model,
+                               int64_t prompt_tokens,
+                               const std::function<json(size_t, const batching::GenerationOutput&)>& choice_json) {
+  json choices = json::array();
+  int64_t completion = 0;
+  double ttft = -1;
+  std::string reasons;
+  for (size_t c = 0; c < finals.size(); ++c) {
+    const batching::GenerationOutput& out = finals[c];
+    if (out.status != batching::RequestStatus::kFinished) return error_response(output_error(out));
+    completion += static_cast<int64_t>(out.generated_tokens.size());
+    if (!out.timestamps.empty() && (ttft < 0 || out.timestamps[0] - req.received_time < ttft))
+      ttft = out.timestamps[0] - req.received_time;
+    const char* reason = finish_reason_label(out);
+    if (reasons.find(reason) == std::string::npos) reasons += (reasons.empty() ? "" : ",") + std::string(reason);
+    json choice = choice_json(c, out);
+    choice["index"] = c;
+    choice["finish_reason"] = reason;
+    choices.push_back(std::move(choice));
+  }
+  HttpResponse res = json_response({{"id", id},
+                                    {"object", object},
+                                    {"created", unix_now()},
+                                    {"model", model},
+                                    {"choices", choices},
+                                    {"usage", usage_json(prompt_tokens, completion)}});
+  res.log->prompt_tokens = prompt_tokens;
+  res.log->completion_tokens = completion;
+  res.log->ttft_seconds = ttft;
+  res.log->outcome = reasons;
+  return res;
+}
+
 std::string response_id(const std::string& prefix, const HttpRequest& req) { return prefix + "-" + req.request_id; }
 
 int64_t unix_now() {

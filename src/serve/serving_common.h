@@ -35,6 +35,20 @@ std::optional<std::vector<batching::GenerationOutput>> collect_job(Job& job, con
 bool stream_job(Job& job, EventSink& sink, const std::function<bool(int32_t, const batching::GenerationOutput&)>& on_output,
                 const std::function<void()>& on_end);
 
+// What a request whose client left gets (nobody reads it): nginx's 499.
+HttpResponse client_gone_response();
+
+// OpenAI's usage object.
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+
+// The response of a non-streamed job once every choice ended: the first failed
+// choice's error, else {id, object, created, model, choices, usage} with each
+// choice from `choice_json` (index and finish_reason added), and the log line's fields.
+HttpResponse finished_response(const std::vector<batching::GenerationOutput>& finals, const HttpRequest& req,
+                               const std::string& id, const char* object, const std::string& model,
+                               int64_t prompt_tokens,
+                               const std::function<nlohmann::json(size_t, const batching::GenerationOutput&)>& choice_json);
+
 // The error object a failed final output turns into.
 ApiError output_error(const batching::GenerationOutput& o);
 

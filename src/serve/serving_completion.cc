@@ -122,54 +122,24 @@ HttpResponse handle_completions(Engine& engine, const HttpRequest& req) {
   int64_t prompt_tokens = 0;
   for (const auto& p : prompts) prompt_tokens += static_cast<int64_t>(p.size());
   const int32_t n = r.n;
-  auto usage = [prompt_tokens](int64_t completion) {
-    return json{{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion}, {"total_tokens", prompt_tokens + completion}};
-  };
+  auto usage = [prompt_tokens](int64_t completion) { return usage_json(prompt_tokens, completion); };
 
   if (!r.stream) {
-    HttpResponse res;
     std::optional<std::vector<batching::GenerationOutput>> finals = collect_job(*job, req);
-    if (!finals) {
-      res.status = 499;  // nginx's "client closed request": nobody reads it
-      res.log->outcome = "client disconnected";
-      return res;
-    }
-    json choices = json::array();
-    int64_t completion = 0;
-    double ttft = -1;
-    std::string reasons;
-    for (size_t c = 0; c < finals->size(); ++c) {
-      const batching::GenerationOutput& out = (*finals)[c];
-      if (out.status != batching::RequestStatus::kFinished) return error_response(output_error(out));
-      completion += static_cast<int64_t>(out.generated_tokens.size());
-      if (!out.timestamps.empty() && (ttft < 0 || out.timestamps[0] - req.received_time < ttft))
-        ttft = out.timestamps[0] - req.received_time;
-      const size_t p = c / static_cast<size_t>(n);
-      json logprobs = nullptr;
-      if (r.logprobs) {
-        LegacyLogprobs lp;
-        if (r.echo) add_prompt_logprobs(lp, engine, out);
-        add_generated_logprobs(lp, engine, out, 0, out.generated_tokens.size());
-        logprobs = lp.to_json();
-      }
-      const char* reason = finish_reason_label(out);
-      if (reasons.find(reason) == std::string::npos) reasons += (reasons.empty() ? "" : ",") + std::string(reason);
-      choices.push_back({{"index", c},
-                         {"text", (r.echo ? prompt_texts[p] : std::string()) + out.text},
-                         {"logprobs", logprobs},
-                         {"finish_reason", reason}});
-    }
-    res = json_response({{"id", id},
-                         {"object", "text_completion"},
-                         {"created", created},
-                         {"model", model},
-                         {"choices", choices},
-                         {"usage", usage(completion)}});
-    res.log->prompt_tokens = prompt_tokens;
-    res.log->completion_tokens = completion;
-    res.log->ttft_seconds = ttft;
-    res.log->outcome = reasons;
-    return res;
+    if (!finals) return client_gone_response();
+    return finished_response(*finals, req, id, "text_completion", model, prompt_tokens,
+                             [&](size_t c, const batching::GenerationOutput& out) {
+                               json logprobs = nullptr;
+                               if (r.logprobs) {
+                                 LegacyLogprobs lp;
+                                 if (r.echo) add_prompt_logprobs(lp, engine, out);
+                                 add_generated_logprobs(lp, engine, out, 0, out.generated_tokens.size());
+                                 logprobs = lp.to_json();
+                               }
+                               const size_t p = c / static_cast<size_t>(n);
+                               return json{{"text", (r.echo ? prompt_texts[p] : std::string()) + out.text},
+                                           {"logprobs", logprobs}};
+                             });
   }
 
   HttpResponse res;

@@ -56,6 +56,16 @@ class Routes(unittest.TestCase):
         self.assertIsNone(choice["logprobs"])
         self.assertEqual(body["usage"], {"prompt_tokens": len(want["prompt_ids"]), "completion_tokens": len(want["generated_ids"]),
                                          "total_tokens": len(want["prompt_ids"]) + len(want["generated_ids"])})
+        # The same under load: other requests (sampled, chat, longer) share its steps.
+        noise = [threading.Thread(target=completion, args=(self.server,),
+                                  kwargs=dict(prompt="And the LORD said unto Moses", max_tokens=40, temperature=0.9, seed=i))
+                 for i in range(6)]
+        for t in noise:
+            t.start()
+        loaded = [completion(self.server, model="kjv", max_tokens=24, temperature=0)[2]["choices"][0]["text"] for _ in range(3)]
+        for t in noise:
+            t.join()
+        self.assertEqual(loaded, [want["text"]] * 3)
 
     def test_prompt_forms(self):
         _, _, tok = self.server.post("/tokenize", {"prompt": PROMPT})
