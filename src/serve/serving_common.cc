@@ -73,6 +73,13 @@ ApiError output_error(const batching::GenerationOutput& o) {
     e.message = "the request was cancelled before it completed (" + o.error + ")";
     return e;
   }
+  if (o.error_code == ErrorCode::kResourceExhausted) {
+    // Inside the batch this means the request can never fit (the KV pool, or
+    // max_blocks_per_request): retrying will not help, unlike a full queue.
+    ApiError e = bad_field("max_tokens", o.error);
+    e.code = "kv_cache_too_small";
+    return e;
+  }
   return from_status(Status(o.error_code == ErrorCode::kOk ? ErrorCode::kInternal : o.error_code, o.error));
 }
 

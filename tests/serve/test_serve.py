@@ -395,6 +395,14 @@ class Lifecycle(unittest.TestCase):
             self.assertEqual(status, 200, body)
             self.assertEqual(server.request("GET", "/metrics")[0], 401)
 
+    def test_request_larger_than_the_kv_pool_is_400(self):
+        with Server("--page-size", "16", "--max-blocks-per-request", "2") as server:
+            status, _, body = server.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 100})
+            self.assertEqual(status, 400, body)
+            self.assertEqual(body["error"]["code"], "kv_cache_too_small")
+            self.assertIn("max_blocks_per_request", body["error"]["message"])
+            self.assertEqual(server.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 8})[0], 200)
+
     def test_body_limit(self):
         with Server("--max-body-bytes", "2000") as server:
             status, _, body = server.post("/v1/completions", {"prompt": "x" * 5000})
