@@ -5,6 +5,8 @@
 
 #include "serve/http_server.h"
 
+#include <sys/socket.h>
+
 #include <cctype>
 
 #include <httplib.h>
@@ -34,11 +36,19 @@ class SinkAdapter : public EventSink {
 
 }  // namespace
 
+// The library listens with a backlog of 5: a burst of new connections (32 clients
+// at once) overflows it and the kernel drops SYNs, which clients retry after a
+// second. The listening socket is reachable from a subclass only.
+class ListeningServer : public httplib::Server {
+ public:
+  void widen_backlog() { ::listen(svr_sock_, SOMAXCONN); }  // a second listen() updates the backlog
+};
+
 struct HttpServer::Impl {
   ServeOptions options;
   Engine* engine = nullptr;
   std::unique_ptr<Router> router;
-  httplib::Server svr;
+  ListeningServer svr;
   int port = -1;
 
   void dispatch(const httplib::Request& hreq, httplib::Response& hres) {
@@ -171,6 +181,7 @@ Status HttpServer::bind() {
                       " (in use, or not an address of this machine)");
     s.port = s.options.port;
   }
+  s.svr.widen_backlog();
   return Status::Ok();
 }
 
