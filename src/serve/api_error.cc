@@ -2,11 +2,11 @@
 
 namespace loom::serve {
 
-nlohmann::json ApiError::to_json() const {
-  nlohmann::json e = {{"message", message},
+nlohmann::ordered_json ApiError::to_json() const {
+  nlohmann::ordered_json e = {{"message", message},
                       {"type", type},
-                      {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param)},
-                      {"code", code.empty() ? nlohmann::json(nullptr) : nlohmann::json(code)}};
+                      {"param", param.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(param)},
+                      {"code", code.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(code)}};
   return {{"error", e}};
 }
 

@@ -17,7 +17,7 @@ struct ApiError {
   std::string param;  // the request field at fault; empty → null
   std::string code;   // empty → null
 
-  nlohmann::json to_json() const;
+  nlohmann::ordered_json to_json() const;
 };
 
 // 400: a field of the request is missing, of the wrong type or out of range.

@@ -51,9 +51,9 @@ struct HttpResponse {
   std::shared_ptr<RequestLog> log = std::make_shared<RequestLog>();
 };
 
-HttpResponse json_response(const nlohmann::json& body, int status = 200);
+HttpResponse json_response(const nlohmann::ordered_json& body, int status = 200);
 HttpResponse error_response(const ApiError& e);
 // One server-sent event: "data: <json>\n\n".
-std::string sse_event(const nlohmann::json& data);
+std::string sse_event(const nlohmann::ordered_json& data);
 
 }  // namespace loom::serve

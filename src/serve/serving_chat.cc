@@ -10,7 +10,7 @@ namespace loom::serve {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 json chat_logprob(const Engine& e, int32_t id, float lp, const std::vector<generation::TokenLogprob>* top) {
   const std::string text = token_text(e, id);

@@ -4,7 +4,7 @@
 
 namespace loom::serve {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 HttpResponse json_response(const json& body, int status) {
   HttpResponse r;
@@ -174,8 +174,9 @@ HttpResponse finished_response(const std::vector<batching::GenerationOutput>& fi
       ttft = out.timestamps[0] - req.received_time;
     const char* reason = finish_reason_label(out);
     if (reasons.find(reason) == std::string::npos) reasons += (reasons.empty() ? "" : ",") + std::string(reason);
-    json choice = choice_json(c, out);
-    choice["index"] = c;
+    json choice = {{"index", c}};  // OpenAI's field order
+    const json fields = choice_json(c, out);
+    for (const auto& [k, v] : fields.items()) choice[k] = v;
     choice["finish_reason"] = reason;
     choices.push_back(std::move(choice));
   }

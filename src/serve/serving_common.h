@@ -39,7 +39,7 @@ bool stream_job(Job& job, EventSink& sink, const std::function<bool(int32_t, con
 HttpResponse client_gone_response();
 
 // OpenAI's usage object.
-nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+nlohmann::ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 
 // The response of a non-streamed job once every choice ended: the first failed
 // choice's error, else {id, object, created, model, choices, usage} with each
@@ -47,7 +47,7 @@ nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 HttpResponse finished_response(const std::vector<batching::GenerationOutput>& finals, const HttpRequest& req,
                                const std::string& id, const char* object, const std::string& model,
                                int64_t prompt_tokens,
-                               const std::function<nlohmann::json(size_t, const batching::GenerationOutput&)>& choice_json);
+                               const std::function<nlohmann::ordered_json(size_t, const batching::GenerationOutput&)>& choice_json);
 
 // The error object a failed final output turns into.
 ApiError output_error(const batching::GenerationOutput& o);
@@ -58,6 +58,6 @@ int64_t unix_now();
 
 // Token text and its UTF-8 bytes for logprobs.
 std::string token_text(const Engine& engine, int32_t id);
-nlohmann::json utf8_bytes(const std::string& s);
+nlohmann::ordered_json utf8_bytes(const std::string& s);
 
 }  // namespace loom::serve

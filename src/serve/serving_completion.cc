@@ -9,7 +9,7 @@ namespace loom::serve {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // OpenAI's legacy logprobs object for tokens[begin, end) of one choice. When
 // `prompt` is set the range is the prompt's: its first token has no logprob.

@@ -4,7 +4,7 @@
 
 namespace loom::serve {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 HttpResponse handle_tokenize(Engine& engine, const HttpRequest& req) {
   Parsed<TokenizeRequest> parsed = parse_tokenize_request(req.body);
