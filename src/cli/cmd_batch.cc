@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/cb_flags.h"
 #include "cli/common.h"
+#include "loom/batching/batch_input_line.h"
 #include "loom/batching/tokenizer_text_stream.h"
 #include "loom/batching/generate_batch.h"
 #include "loom/core/logging.h"
@@ -34,50 +35,6 @@ struct BatchFlags {
   bool no_progress = false;
 };
 
-// One input line → a request; errors name the line and the field.
-Result<batching::BatchInput> parse_line(const std::string& line, size_t number, batching::TokenizerTextStream* text,
-                                        bool add_special_tokens) {
-  const std::string where = "input line " + std::to_string(number) + ": ";
-  json j = json::parse(line, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return parse_error(where + "not a JSON object");
-  batching::BatchInput in;
-  try {
-    if (j.contains("id")) in.options.request_id = j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump();
-    if (j.contains("prompt_ids")) {
-      if (!j["prompt_ids"].is_array()) return parse_error(where + "'prompt_ids' must be a list of token ids");
-      for (const json& v : j["prompt_ids"]) {
-        if (!v.is_number_integer()) return parse_error(where + "'prompt_ids' holds a non-integer: " + v.dump());
-        const int64_t id = v.get<int64_t>();
-        if (id < 0 || id > 0x7fffffff) return out_of_range(where + "token id " + std::to_string(id) + " is out of range");
-        in.input_ids.push_back(static_cast<int32_t>(id));
-      }
-    } else if (j.contains("prompt")) {
-      if (!j["prompt"].is_string()) return parse_error(where + "'prompt' must be a string");
-      if (!text) return invalid_argument(where + "a text prompt needs the model's tokenizer.json (give prompt_ids)");
-      LOOM_ASSIGN_OR_RETURN(in.input_ids, text->encode(j["prompt"].get<std::string>(), add_special_tokens));
-    } else {
-      return parse_error(where + "needs 'prompt' or 'prompt_ids'");
-    }
-    auto& o = in.options;
-    if (j.contains("max_new_tokens")) o.max_new_tokens = j["max_new_tokens"].get<int64_t>();
-    if (j.contains("temperature")) {
-      o.temperature = j["temperature"].get<float>();
-      o.do_sample = *o.temperature > 0;
-    }
-    if (j.contains("top_k")) o.top_k = j["top_k"].get<int32_t>(), o.do_sample = true;
-    if (j.contains("top_p")) o.top_p = j["top_p"].get<float>(), o.do_sample = true;
-    if (j.contains("min_p")) o.min_p = j["min_p"].get<float>(), o.do_sample = true;
-    if (j.contains("repetition_penalty")) o.repetition_penalty = j["repetition_penalty"].get<float>();
-    if (j.contains("seed")) o.seed = j["seed"].get<uint64_t>();
-    if (j.contains("num_return_sequences")) o.num_return_sequences = j["num_return_sequences"].get<int32_t>();
-    if (j.contains("stop")) {
-      if (j["stop"].is_string()) o.stop_strings.push_back(j["stop"].get<std::string>());
-      else o.stop_strings = j["stop"].get<std::vector<std::string>>();
-    }
-  } catch (const json::exception& e) {
-    return parse_error(where + "a field has the wrong type (" + e.what() + ")");
-  }
-  return in;
 }
 
 void run_batch(const BatchFlags& f) {
@@ -102,11 +59,8 @@ void run_batch(const BatchFlags& f) {
   const batching::ContinuousBatchingConfig cb = make_cb_config(f.cb, f.sampling.seed.value_or(gc.seed.value_or(0)));
 
   std::shared_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<batching::TokenizerTextStream> encoder;
-  if (std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) {
+  if (std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
     tokenizer = Tokenizer::from_dir(dir).value();
-    encoder = std::make_unique<batching::TokenizerTextStream>(tokenizer);
-  }
 
   std::ifstream file;
   std::istream* in = &std::cin;
@@ -122,7 +76,8 @@ void run_batch(const BatchFlags& f) {
   while (std::getline(*in, line)) {
     ++number;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    Result<batching::BatchInput> r = parse_line(line, number, encoder.get(), !f.no_special_tokens);
+    Result<batching::BatchInput> r =
+        batching::parse_batch_input_line(line, number, tokenizer.get(), !f.no_special_tokens);
     if (r.ok()) {
       inputs.push_back(std::move(*r));
       line_errors.push_back(std::nullopt);

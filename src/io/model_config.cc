@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include "io/json_fields.h"
 #include "io/json_file.h"
@@ -230,18 +231,22 @@ Result<ModelConfig> ModelConfig::from_json(const json& j, const std::string& sou
   const TypeDefaults d = defaults_for(cfg.model_type);
   LOOM_ASSIGN_OR_RETURN(cfg.architectures, f.string_list("architectures"));
 
-  // Sizes: the type's default, or required when the type is unknown.
+  // Sizes: the type's default, or required when the type is unknown. Each has a
+  // ceiling, so a hostile config cannot size an allocation (layer_types holds one
+  // entry per layer) or overflow the int32 token ids and shape products downstream.
   struct SizeField {
     const char* key;
     int64_t* out;
     int64_t fallback;
     bool required_if_unknown;
+    int64_t max = std::numeric_limits<int32_t>::max();
   };
+  constexpr int64_t kMaxLayers = 1 << 16;  // the largest published models have a few hundred
   const SizeField sizes[] = {
       {"vocab_size", &cfg.vocab_size, d.vocab_size, true},
       {"hidden_size", &cfg.hidden_size, d.hidden_size, true},
       {"intermediate_size", &cfg.intermediate_size, d.intermediate_size, false},
-      {"num_hidden_layers", &cfg.num_hidden_layers, d.num_hidden_layers, true},
+      {"num_hidden_layers", &cfg.num_hidden_layers, d.num_hidden_layers, true, kMaxLayers},
       {"num_attention_heads", &cfg.num_attention_heads, d.num_attention_heads, true},
       {"max_position_embeddings", &cfg.max_position_embeddings, d.max_position_embeddings, false},
   };
@@ -251,6 +256,8 @@ Result<ModelConfig> ModelConfig::from_json(const json& j, const std::string& sou
     *s.out = v.value_or(s.fallback);
     const bool may_be_zero = !v && !d.known;  // intermediate_size of an unknown type
     if (*s.out <= 0 && !may_be_zero) return f.bad_value(s.key, "must be positive, got " + std::to_string(*s.out));
+    if (*s.out > s.max)
+      return f.bad_value(s.key, "must be at most " + std::to_string(s.max) + ", got " + std::to_string(*s.out));
   }
 
   LOOM_ASSIGN_OR_RETURN(std::optional<int64_t> kv, f.int_field("num_key_value_heads"));
@@ -267,7 +274,8 @@ Result<ModelConfig> ModelConfig::from_json(const json& j, const std::string& sou
   LOOM_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, f.int_field("head_dim"));
   if (head_dim) {
     cfg.head_dim = *head_dim;
-    if (cfg.head_dim <= 0) return f.bad_value("head_dim", "must be positive, got " + std::to_string(cfg.head_dim));
+    if (cfg.head_dim <= 0 || cfg.head_dim > std::numeric_limits<int32_t>::max())
+      return f.bad_value("head_dim", "must be in [1, 2147483647], got " + std::to_string(cfg.head_dim));
   } else if (d.head_dim) {
     cfg.head_dim = *d.head_dim;
   } else {

@@ -1,5 +1,9 @@
 #include "loom/kernels/cpu_capability.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <algorithm>
 
 namespace loom::kernels {
@@ -52,7 +56,12 @@ std::set<std::string> detect() {
   add(__builtin_cpu_supports("avx"), "avx");
   add(__builtin_cpu_supports("avx2"), "avx2");
   add(__builtin_cpu_supports("fma"), "fma");
-  add(__builtin_cpu_supports("f16c"), "f16c");
+  // clang before 15 knows neither "f16c" nor "avx512fp16" as __builtin_cpu_supports
+  // names: CPUID bits, with the register state the OS enables (AVX, AVX-512).
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+  const bool avx512fp16 = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 23));
+  add(f16c && __builtin_cpu_supports("avx"), "f16c");
   add(__builtin_cpu_supports("avx512f"), "avx512f");
   add(__builtin_cpu_supports("avx512bw"), "avx512bw");
   add(__builtin_cpu_supports("avx512vl"), "avx512vl");
@@ -60,7 +69,7 @@ std::set<std::string> detect() {
   add(__builtin_cpu_supports("avx512cd"), "avx512cd");
   add(__builtin_cpu_supports("avx512vnni"), "avx512_vnni");
   add(__builtin_cpu_supports("avx512bf16"), "avx512_bf16");
-  add(__builtin_cpu_supports("avx512fp16"), "avx512_fp16");
+  add(avx512fp16 && __builtin_cpu_supports("avx512f"), "avx512_fp16");
 #endif
   return s;
 }

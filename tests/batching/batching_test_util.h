@@ -54,12 +54,14 @@ inline std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n, int64_t 
   return t;
 }
 
-// Greedy tokens of `prompt` run alone through batching::generate (contiguous cache).
+// Greedy tokens of `prompt` run alone through batching::generate (contiguous cache,
+// of `kv_cache_dtype`).
 inline std::vector<int32_t> alone(ModelRunner& runner, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
-                                  std::vector<int32_t> eos = {}) {
+                                  std::vector<int32_t> eos = {}, DType kv_cache_dtype = DType::kF32) {
   GenerateOptions o;
   o.max_new_tokens = max_new_tokens;
   o.eos_token_ids = std::move(eos);
+  o.kv_cache_dtype = kv_cache_dtype;
   return generate(runner, prompt, o).value().generated_ids;
 }
 

@@ -152,28 +152,13 @@ TEST(Determinism, FullAttentionMatchesRunningAlone) {
 }
 
 // A bf16 KV cache rounds K/V once when written, so its reference is each request run alone
-// through a manager with the same cache (one request per step, its whole prompt in one step),
+// through generate() with a bf16 contiguous cache (the independent path the f32 tests use),
 // not generate()'s f32 cache. Batching, chunking, preemption by recompute and by swap (which
 // copies bf16 pages out and back) must not change a token.
-std::vector<std::vector<int32_t>> run_alone_bf16_kv(const std::shared_ptr<ModelRunner>& runner, const Workload& w) {
-  ContinuousBatchingConfig cfg;
-  cfg.page_size = 16;
-  cfg.num_blocks = 400;
-  cfg.max_batch_tokens = 1024;
-  cfg.max_requests_per_batch = 1;
-  cfg.kv_cache_dtype = "bfloat16";
-  auto m = ContinuousBatchingManager::create(runner, testing::no_eos_config(), cfg).value();
-  EXPECT_TRUE(m->start().ok());
+std::vector<std::vector<int32_t>> run_alone_bf16_kv(ModelRunner& runner, const Workload& w) {
   std::vector<std::vector<int32_t>> out;
-  for (size_t i = 0; i < w.prompts.size(); ++i) {
-    RequestOptions o;
-    o.max_new_tokens = w.max_new[i];
-    const std::string id = m->add_request(w.prompts[i], o).value();
-    auto r = m->get_result(id, 60.0);
-    EXPECT_TRUE(r.has_value());
-    out.push_back(r ? r->generated_tokens : std::vector<int32_t>{});
-  }
-  EXPECT_TRUE(m->stop(true, 30.0).ok());
+  for (size_t i = 0; i < w.prompts.size(); ++i)
+    out.push_back(alone(runner, w.prompts[i], w.max_new[i], {}, DType::kBF16));
   return out;
 }
 
@@ -181,7 +166,7 @@ TEST(Determinism, Bf16KvCacheMatchesRunningAloneWithIt) {
   auto model = load_fixture("llama-f32");
   auto runner = make_runner(model);
   const Workload w = make_workload(24, 300, 24, model->vocab_size(), 4321);
-  const auto expected = run_alone_bf16_kv(runner, w);
+  const auto expected = run_alone_bf16_kv(*runner, w);
   // bf16 K/V is a rounding of the f32 cache, not a misreading of it: most requests' first
   // tokens agree with generate()'s f32 run (a garbled cache would agree by chance only).
   const auto f32 = run_alone(*runner, w);

@@ -3,11 +3,14 @@
 // requests, destroy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "batching_test_util.h"
+#include "loom/runtime/op_profile.h"
 
 namespace loom::batching {
 namespace {
@@ -367,9 +370,57 @@ TEST_F(ManagerTest, PerRequestSamplingSeedsAndStopStrings) {
   EXPECT_EQ(s->text, ref_stop.text);
 }
 
+// Two holders of pause(), released in either order: the loop stays parked until
+// the last one leaves, then runs what was queued meanwhile.
+TEST_F(ManagerTest, NestedPausesReleaseInEitherOrder) {
+  const std::vector<int32_t> p = prompt(6, 77);
+  const std::vector<int32_t> want = alone(*runner_, p, 3);
+  for (const bool first_taken_first_released : {true, false}) {
+    SCOPED_TRACE(first_taken_first_released ? "first taken, first released" : "first taken, last released");
+    auto m = manager();
+    ASSERT_TRUE(m->start().ok());
+    std::optional<PauseGuard> first(m->pause());
+    std::optional<PauseGuard> second(m->pause());
+    RequestOptions o;
+    o.max_new_tokens = 3;
+    const std::string id = m->add_request(p, o).value();
+    if (first_taken_first_released) first.reset();
+    else second.reset();
+    EXPECT_FALSE(m->get_result(id, 0.2).has_value()) << "ran with one pause still held";
+    EXPECT_EQ(m->stats().steps, 0);
+    if (first_taken_first_released) second.reset();
+    else first.reset();
+    std::optional<GenerationOutput> out = m->get_result(id, 60.0);
+    ASSERT_TRUE(out.has_value()) << "did not resume after the last pause was released";
+    EXPECT_EQ(out->status, RequestStatus::kFinished);
+    EXPECT_EQ(out->generated_tokens, want);
+    ASSERT_TRUE(m->stop(true, 30.0).ok());
+  }
+}
+
 TEST_F(ManagerTest, WarmupDestroyAndAfterlife) {
   auto m = manager();
-  EXPECT_TRUE(m->warmup().ok());
+  // Warmup runs the model on its own: one dummy prefill (min(max_batch_tokens, 32) rows)
+  // and one decode row, outside the manager's pages and statistics.
+  runtime::OpProfile& profile = runtime::OpProfile::global();
+  profile.reset();
+  profile.set_enabled(true);
+  const Status warm = m->warmup();
+  profile.set_enabled(false);
+  EXPECT_TRUE(warm.ok()) << warm.to_string();
+  std::set<std::string> linear_rows;
+  for (const runtime::OpProfile::Entry& e : profile.entries())
+    if (e.op == "linear") linear_rows.insert(e.rows);
+  profile.reset();
+  const std::string prefill_rows =
+      runtime::OpProfile::rows_class(std::min<int64_t>(m->resources().max_batch_tokens, 32));
+  EXPECT_TRUE(linear_rows.count(prefill_rows)) << "no prefill of " << prefill_rows << " rows";
+  EXPECT_TRUE(linear_rows.count("1")) << "no decode step";
+  const ManagerStats before = m->stats();
+  EXPECT_EQ(before.steps, 0);
+  EXPECT_EQ(before.computed_tokens, 0);
+  EXPECT_EQ(before.pages_in_use, 0);
+
   ASSERT_TRUE(m->start().ok());
   EXPECT_TRUE(m->is_running());
   EXPECT_TRUE(m->warmup().ok());  // pauses the running loop meanwhile
@@ -382,8 +433,14 @@ TEST_F(ManagerTest, WarmupDestroyAndAfterlife) {
   std::optional<GenerationOutput> out = m->get_result(std::nullopt, 0.0);
   ASSERT_TRUE(out.has_value());
   EXPECT_EQ(out->status, RequestStatus::kFailed);
-  EXPECT_EQ(m->add_request({1}).status().code(), ErrorCode::kFailedPrecondition);
-  EXPECT_EQ(m->start().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_LT(out->generated_tokens.size(), 1000u);
+  // After destroy every call that would need the loop fails, naming the call and why.
+  const Status added = m->add_request({1}).status();
+  EXPECT_EQ(added.code(), ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(added.message(), "add_request: the manager was destroyed");
+  const Status started = m->start();
+  EXPECT_EQ(started.code(), ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(started.message(), "start: the manager was destroyed");
 }
 
 }  // namespace

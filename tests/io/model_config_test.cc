@@ -200,6 +200,17 @@ TEST(ModelConfig, SizeErrors) {
   expect_error({{"model_type", "mistral"}, {"sliding_window", 0}}, ErrorCode::kInvalidArgument, {"'sliding_window'"});
 }
 
+// Sizes come from files we did not write: one entry per layer is allocated from
+// num_hidden_layers (1e10 asked for 320 GB under the fuzzer), and token ids are int32.
+TEST(ModelConfig, SizesHaveCeilings) {
+  expect_error({{"model_type", "llama"}, {"num_hidden_layers", 1e10}}, ErrorCode::kInvalidArgument,
+               {"'num_hidden_layers'", "must be at most 65536, got 10000000000"});
+  expect_error({{"model_type", "llama"}, {"vocab_size", 1LL << 31}}, ErrorCode::kInvalidArgument,
+               {"'vocab_size'", "must be at most 2147483647"});
+  expect_error({{"model_type", "llama"}, {"head_dim", 1LL << 40}}, ErrorCode::kInvalidArgument, {"'head_dim'"});
+  EXPECT_EQ(parse_ok({{"model_type", "llama"}, {"num_hidden_layers", 65536}}).layer_types.size(), 65536u);
+}
+
 TEST(ModelConfig, TypeErrors) {
   expect_error({{"model_type", "llama"}, {"hidden_size", "4096"}}, ErrorCode::kParseError,
                {"'hidden_size'", "integer", "\"4096\""});

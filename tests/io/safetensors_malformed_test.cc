@@ -187,7 +187,9 @@ TEST(SafetensorsLenient, GapsTrailingBytesAndEmptyTensorsAreAccepted) {
 
 // Opening must never crash: every truncation and many random corruptions of a
 // valid file either open (and then every view reads only mapped bytes, which
-// the sanitizer build checks) or fail with a Status.
+// the sanitizer build checks: scripts/test-sanitized runs this group under
+// ASan/UBSan, and tests/fuzz/io_safetensors_header_fuzz.cc goes further) or
+// fail with a Status.
 void open_and_touch(const std::string& path) {
   auto file = SafetensorsFile::open(path);
   if (!file.ok()) {

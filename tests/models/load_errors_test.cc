@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "loom/core/logging.h"
 #include "loom/io/checkpoint.h"
 #include "loom/io/safetensors_writer.h"
 #include "loom/models/model.h"
@@ -95,7 +96,14 @@ TEST_F(BrokenCheckpoint, IntegerWeightsAreUnsupported) {
 
 TEST_F(BrokenCheckpoint, ExtraTensorIsOnlyAWarning) {
   rewrite_weights([](NamedTensors& t) { t.emplace_back("model.unused_extra", Tensor::zeros(DType::kF32, {3})); });
-  EXPECT_TRUE(load().ok());
+  const LogLevel level = log_level();
+  set_log_level(LogLevel::kWarn);
+  ::testing::internal::CaptureStderr();
+  const Status s = load();
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  set_log_level(level);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  EXPECT_NE(warnings.find("model.unused_extra"), std::string::npos) << "the warning names the tensor: " << warnings;
 }
 
 TEST_F(BrokenCheckpoint, TruncatedFileIsAnErrorNotACrash) {

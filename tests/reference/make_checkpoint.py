@@ -2,8 +2,8 @@
 """Writes a tiny random checkpoint in Hugging Face layout: config.json, model.safetensors,
 generation_config.json.
 
-Weights come from a seeded torch.Generator in float32 and are rounded to bf16 for
---dtype bf16, so the f32 and bf16 checkpoints of one spec hold the same values up to rounding.
+Weights come from a seeded torch.Generator in float32 and are rounded to bf16 (f16) for
+--dtype bf16 (f16), so the checkpoints of one spec hold the same values up to rounding.
 They are scaled so activations stay O(1) and greedy decoding is not degenerate:
   embeddings ~ N(0, embed_std^2) (0.2: large enough to matter, small enough that a tied lm_head
   does not just repeat the current token); linear weights ~ N(0, 1/fan_in), so each projection
@@ -33,7 +33,8 @@ ARCHS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
          "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM",
          "gpt2": "GPT2LMHeadModel", "gemma2": "Gemma2ForCausalLM",
          "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM"}
-DTYPES = {"f32": (torch.float32, "float32"), "bf16": (torch.bfloat16, "bfloat16")}
+DTYPES = {"f32": (torch.float32, "float32"), "bf16": (torch.bfloat16, "bfloat16"),
+          "f16": (torch.float16, "float16")}
 
 # Every knob with its default; make_fixtures.py passes dicts with a subset of these keys.
 DEFAULT_SPEC = dict(

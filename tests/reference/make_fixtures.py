@@ -36,7 +36,8 @@ FORMAT = "loom-reference-v1"
 SOURCES = ("make_fixtures.py", "make_checkpoint.py", "reference_model.py", "reference_moe.py", "safetensors_io.py")
 
 # name -> (checkpoint knobs, feature ablated to prove the fixture exercises it, or None).
-# Every variant is generated in f32 and bf16 ("<name>-f32", "<name>-bf16").
+# Every variant is generated in f32 and bf16 ("<name>-f32", "<name>-bf16"); those in F16_VARIANTS
+# also in f16 ("<name>-f16"), the third weight dtype loom reads.
 VARIANTS = {
     "llama": (dict(arch="llama", hidden_size=128, intermediate_size=352, num_attention_heads=8,
                    num_key_value_heads=2, vocab_size=384, tie_word_embeddings=True, seed=1), None),
@@ -116,13 +117,14 @@ VARIANTS = {
 }
 MIN_ROUTER_GAP = 1e-3  # k-th vs (k+1)-th router logit: closer than this, f32 rounding could swap experts
 DTYPES = ("f32", "bf16")
+F16_VARIANTS = ("llama", "qwen3", "gemma2")
 
 
 def variant_specs():
     """{full name: (spec, feature)} for every variant and dtype."""
     out = {}
     for name, (knobs, feature) in VARIANTS.items():
-        for dtype in DTYPES:
+        for dtype in DTYPES + (("f16",) if name in F16_VARIANTS else ()):
             out[f"{name}-{dtype}"] = (dict(knobs, dtype=dtype), feature)
     return out
 

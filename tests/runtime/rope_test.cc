@@ -225,9 +225,22 @@ TEST(RopeParams, BadParametersNameTheField) {
 TEST(Rope, ApplyMatchesTransformersGolden) {
   // 3 tokens × 2 heads × head_dim 10, partial rotary over 6 dims, positions 0, 7, 100000,
   // theta 10000, cos/sin scaled by 1.25; inputs ((i·37) mod 101 − 50) / 32 in row-major order.
+  // All 60 outputs, printed by the PyTorch reference: tests/reference/rope_golden.py.
   const std::vector<float> want = {
-      -0x1.f40000p+0f,
+      -0x1.f4p+0f, -0x1.04p-1f, 0x1.ep-1f, -0x1.9p+0f, -0x1.ep-4f,
+      0x1.54p+0f, -0x1.ep-1f, 0x1.cp-3f, 0x1.6p+0f, -0x1.4p-1f,
+      0x1.54p-1f, -0x1.d6p+0f, -0x1.9p-2f, 0x1.0ep+0f, -0x1.72p+0f,
+      0x0p+0f, 0x1.28p+0f, -0x1.bp-1f, 0x1.4p-2f, 0x1.78p+0f,
+      -0x1.48b28p-2f, 0x1.7712e2p-2f, -0x1.b2d298p+0f, -0x1.48ebf8p-1f, 0x1.5c261p+0f,
+      -0x1.5a98c6p+0f, 0x1.8p-4f, 0x1.4p+0f, -0x1.8p-1f, 0x1.ap-2f,
+      0x1.432866p+1f, -0x1.df9fd8p-2f, 0x1.c1fe9ep-1f, 0x1.364b6p-4f, -0x1.4a64fcp-2f,
+      0x1.4d6e56p+0f, -0x1.fp-1f, 0x1.8p-3f, 0x1.58p+0f, -0x1.5p-1f,
+      -0x1.526286p-1f, -0x1.42887p+0f, 0x1.228248p-3f, -0x1.fc3a62p-1f, 0x1.042dd2p+1f,
+      -0x1.a14118p-2f, 0x1.2p+0f, -0x1.cp-1f, 0x1.2p-2f, 0x1.7p+0f,
+      0x1.6d7d5ep-1f, 0x1.0a559ap+0f, 0x1.c0774p+0f, 0x1.260e6cp-2f, -0x1.bbeb3ap-1f,
+      -0x1.5ff6bp+0f, 0x1p-4f, 0x1.38p+0f, -0x1.9p-1f, 0x1.8p-2f,
   };
+  ASSERT_EQ(want.size(), 60u);
   std::vector<float> x(60);
   for (int i = 0; i < 60; ++i) x[static_cast<size_t>(i)] = static_cast<float>((i * 37) % 101 - 50) / 32.0f;
   const std::vector<int32_t> positions = {0, 7, 100000};
