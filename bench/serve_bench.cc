@@ -4,6 +4,8 @@
 // timed. Prints request throughput, output tok/s, and TTFT / TPOT / ITL percentiles.
 //
 //   serve_bench --url http://127.0.0.1:8000 --input prompts.jsonl --num-requests 64 --concurrency 16
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -87,6 +89,15 @@ Sample run_one(const std::string& host, int port, const json& body, const std::s
   httplib::Error err = httplib::Error::Success;
   const bool sent = cli.send(req, res, err);
   s.e2e = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (sent && res.status == 200 && last < 0 && !buffer.empty()) {  // a plain JSON response
+    const json j = json::parse(buffer, nullptr, false);
+    if (!j.is_discarded() && j.contains("usage")) {
+      s.output_tokens = j["usage"].value("completion_tokens", 0);
+      s.prompt_tokens = j["usage"].value("prompt_tokens", 0);
+      s.ttft = s.e2e;
+      last = s.e2e;
+    }
+  }
   if (!sent) s.error = "HTTP error " + std::to_string(static_cast<int>(err));
   else if (res.status != 200) s.error = "status " + std::to_string(res.status) + ": " + res.body.substr(0, 200);
   s.ok = s.error.empty() && last >= 0;
@@ -102,7 +113,7 @@ int main(int argc, char** argv) {
   double rate = 0;
   int64_t max_tokens = 0;
   uint64_t seed = 0;
-  bool as_json = false;
+  bool as_json = false, no_stream = false;
   app.add_option("--url", url, "Server base URL (http://host:port)");
   app.add_option("--input,-i", input, "JSON lines as loom batch reads them: {\"prompt\" | \"prompt_ids\", \"max_new_tokens\"}")
       ->required()->check(CLI::ExistingFile);
@@ -114,6 +125,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", model, "model field of every request (default: none)");
   app.add_option("--seed", seed, "Seed of the arrival times");
   app.add_flag("--json", as_json, "Print one JSON object instead of the table");
+  app.add_flag("--no-stream", no_stream, "Plain (non-streamed) requests: throughput and end-to-end latency only");
   CLI11_PARSE(app, argc, argv);
 
   const std::string scheme = "http://";
@@ -141,8 +153,8 @@ int main(int argc, char** argv) {
     json b = {{"prompt", j.contains("prompt_ids") ? j["prompt_ids"] : j["prompt"]},
               {"max_tokens", max_tokens > 0 ? max_tokens : j.value("max_new_tokens", int64_t{128})},
               {"temperature", j.value("temperature", 0.0)},
-              {"stream", true},
-              {"stream_options", {{"include_usage", true}}}};
+              {"stream", !no_stream}};
+    if (!no_stream) b["stream_options"] = {{"include_usage", true}};
     if (j.contains("seed")) b["seed"] = j["seed"];
     if (!model.empty()) b["model"] = model;
     bodies.push_back(std::move(b));
@@ -176,6 +188,10 @@ int main(int argc, char** argv) {
     });
   for (auto& t : workers) t.join();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double client_cpu = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                            static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
 
   std::vector<double> ttft, tpot, itl, e2e;
   int64_t output = 0, prompt = 0;
@@ -203,7 +219,9 @@ int main(int argc, char** argv) {
             {"request_throughput", done / seconds},
             {"prompt_tokens", prompt},
             {"output_tokens", output},
-            {"output_tokens_per_second", static_cast<double>(output) / seconds}};
+            {"output_tokens_per_second", static_cast<double>(output) / seconds},
+            {"client_cpu_seconds", client_cpu},
+            {"stream", !no_stream}};
   for (const auto& [name, v] : {std::pair<const char*, const std::vector<double>*>{"ttft", &ttft}, {"tpot", &tpot}, {"itl", &itl}, {"e2e", &e2e}})
     for (double p : {50.0, 90.0, 99.0}) r[std::string(name) + "_p" + std::to_string(static_cast<int>(p)) + "_ms"] = percentile(*v, p) * 1000;
   if (as_json) {
@@ -213,6 +231,7 @@ int main(int argc, char** argv) {
                 rate > 0 ? (", rate " + std::to_string(rate) + "/s").c_str() : "", seconds);
     std::printf("  request throughput   %10.2f req/s\n", r["request_throughput"].get<double>());
     std::printf("  output tokens        %10lld (%.1f tok/s)\n", static_cast<long long>(output), r["output_tokens_per_second"].get<double>());
+    std::printf("  client CPU           %10.2f s (this load generator's own share of the machine)\n", client_cpu);
     std::printf("  %-8s %10s %10s %10s\n", "ms", "p50", "p90", "p99");
     for (const char* name : {"ttft", "tpot", "itl", "e2e"})
       std::printf("  %-8s %10.1f %10.1f %10.1f\n", name, r[std::string(name) + "_p50_ms"].get<double>(),

@@ -43,11 +43,12 @@ def start_server(loom, model, extra):
     return p, port
 
 
-def serve_run(args, prompts, concurrency, extra=()):
-    server, port = start_server(args.loom, args.model, [*args.serve_args, *extra])
+def serve_run(args, prompts, concurrency, stream=True):
+    server, port = start_server(args.loom, args.model, args.serve_args)
     try:
         out = subprocess.run([args.serve_bench, "--url", f"http://127.0.0.1:{port}", "-i", prompts, "-n", str(args.requests),
-                              "-c", str(concurrency), "--json"], capture_output=True, text=True, check=True)
+                              "-c", str(concurrency), "--json", *([] if stream else ["--no-stream"])],
+                             capture_output=True, text=True, check=True)
         return json.loads(out.stdout)
     finally:
         server.terminate()
@@ -71,6 +72,7 @@ def main():
     ap.add_argument("--prompt-len", type=int, nargs=2, default=[128, 512])
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--system-prompt", type=int, default=256, help="shared prefix tokens of the TTFT comparison")
+    ap.add_argument("--plain", action="store_true", help="also run the requests unstreamed")
     ap.add_argument("--loom", default=os.path.join(ROOT, "build", "loom"))
     ap.add_argument("--serve-bench", default=os.path.join(ROOT, "build", "bench", "serve_bench"))
     ap.add_argument("serve_args", nargs="*", help="extra flags for both loom serve and loom batch (after --)")
@@ -85,11 +87,17 @@ def main():
         make_prompts(shared, args.requests, vocab, max(1, lo - args.system_prompt), max(1, hi - args.system_prompt),
                      args.new_tokens, args.system_prompt, 2)
         print(f"{args.requests} requests, prompts {lo}-{hi} tokens, {args.new_tokens} new tokens each, greedy; model {args.model}")
-        print(f"{'concurrency':>11} {'serve tok/s':>12} {'batch tok/s':>12} {'serve/batch':>12} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12}")
+        print("serve: streamed requests (serve_bench); plain: the same without streaming; batch: loom batch;")
+        print("client CPU: serve_bench's own CPU seconds on the same cores")
+        print(f"{'concurrency':>11} {'serve tok/s':>12} {'plain tok/s':>12} {'batch tok/s':>12} {'serve/batch':>12} "
+              f"{'plain/batch':>12} {'client CPU s':>12} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12}")
         for c in args.concurrency:
             s = serve_run(args, plain, c)
             b = batch_run(args, plain, c)
-            print(f"{c:>11} {s['output_tokens_per_second']:>12.1f} {b:>12.1f} {s['output_tokens_per_second'] / b:>12.3f} "
+            p = serve_run(args, plain, c, stream=False) if args.plain else None
+            pt = p["output_tokens_per_second"] if p else float("nan")
+            print(f"{c:>11} {s['output_tokens_per_second']:>12.1f} {pt:>12.1f} {b:>12.1f} "
+                  f"{s['output_tokens_per_second'] / b:>12.3f} {pt / b:>12.3f} {s['client_cpu_seconds']:>12.2f} "
                   f"{s['ttft_p50_ms']:>12.0f} {s['ttft_p99_ms']:>12.0f}", flush=True)
         c = args.concurrency[0]
         s = serve_run(args, shared, c)

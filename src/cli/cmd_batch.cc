@@ -35,8 +35,6 @@ struct BatchFlags {
   bool no_progress = false;
 };
 
-}
-
 void run_batch(const BatchFlags& f) {
   const std::string dir = resolve_model_dir(f.model).value();
   apply_process_options(f.model);
