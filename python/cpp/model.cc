@@ -94,12 +94,7 @@ py::dict generate(ModelHandle& h, const std::vector<int32_t>& prompt, const std:
   const GenerationConfig gc = call_generation_config(h, gc_json);
   batching::GenerateOptions o;
   o.max_new_tokens = gc.new_token_budget(static_cast<int64_t>(prompt.size()));
-  o.sampling.do_sample = gc.do_sample;
-  o.sampling.temperature = static_cast<float>(gc.temperature);
-  o.sampling.top_k = static_cast<int32_t>(gc.top_k);
-  o.sampling.top_p = static_cast<float>(gc.top_p);
-  o.sampling.min_p = static_cast<float>(gc.min_p.value_or(0.0));
-  o.sampling.repetition_penalty = static_cast<float>(gc.repetition_penalty);
+  o.sampling = gc.sampling();
   o.seed = seed.value_or(gc.seed.value_or(0));
   for (int64_t id : gc.eos_token_ids) o.eos_token_ids.push_back(static_cast<int32_t>(id));
   o.stop_strings = gc.stop_strings;

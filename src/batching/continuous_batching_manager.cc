@@ -110,12 +110,7 @@ Result<std::string> ContinuousBatchingManager::add_request(std::vector<int32_t> 
   if (r->max_new_tokens < 0) return invalid_argument("add_request: max_new_tokens must be ≥ 0");
   r->max_length = len + r->max_new_tokens;
 
-  r->sampling.do_sample = gc_.do_sample;
-  r->sampling.temperature = static_cast<float>(gc_.temperature);
-  r->sampling.top_k = static_cast<int32_t>(gc_.top_k);
-  r->sampling.top_p = static_cast<float>(gc_.top_p);
-  r->sampling.min_p = static_cast<float>(gc_.min_p.value_or(0.0));
-  r->sampling.repetition_penalty = static_cast<float>(gc_.repetition_penalty);
+  r->sampling = gc_.sampling();
   if (o.has_processor_args()) {
     if (cfg_.per_request_processors) {
       if (o.do_sample) r->sampling.do_sample = *o.do_sample;

@@ -113,12 +113,7 @@ batching::GenerateOptions make_generate_options(const SamplingFlags& f, const Ge
                                                 const models::Model& model, int64_t prompt_length) {
   batching::GenerateOptions o;
   o.max_new_tokens = f.max_new_tokens.value_or(gc.new_token_budget(prompt_length));
-  o.sampling.do_sample = gc.do_sample;
-  o.sampling.temperature = static_cast<float>(gc.temperature);
-  o.sampling.top_k = static_cast<int32_t>(gc.top_k);
-  o.sampling.top_p = static_cast<float>(gc.top_p);
-  o.sampling.min_p = static_cast<float>(gc.min_p.value_or(0.0));
-  o.sampling.repetition_penalty = static_cast<float>(gc.repetition_penalty);
+  o.sampling = gc.sampling();
   // An explicit sampling flag turns sampling on, as users of llama.cpp expect.
   if (f.temperature) { o.sampling.temperature = *f.temperature; o.sampling.do_sample = *f.temperature > 0; }
   if (f.top_k) { o.sampling.top_k = *f.top_k; o.sampling.do_sample = true; }

@@ -209,4 +209,15 @@ void GenerationConfig::inherit_special_tokens(const std::vector<int64_t>& eos, s
   if (!pad_token_id) pad_token_id = pad;
 }
 
+generation::SamplingParams GenerationConfig::sampling() const {
+  generation::SamplingParams p;
+  p.do_sample = do_sample;
+  p.temperature = static_cast<float>(temperature);
+  p.top_k = static_cast<int32_t>(top_k);
+  p.top_p = static_cast<float>(top_p);
+  p.min_p = static_cast<float>(min_p.value_or(0.0));
+  p.repetition_penalty = static_cast<float>(repetition_penalty);
+  return p;
+}
+
 }  // namespace loom

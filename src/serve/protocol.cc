@@ -155,7 +155,7 @@ bool read_ids(const ojson& a, const std::string& param, std::vector<int32_t>* ou
   return true;
 }
 
-void read_sampling(Fields& f, const ojson& j, SamplingFields* s, bool chat) {
+void read_sampling(Fields& f, SamplingFields* s, bool chat) {
   f.string("model", &s->model);
   f.integer("max_tokens", &s->max_tokens, 1, std::numeric_limits<int32_t>::max());
   if (chat) f.integer("max_completion_tokens", &s->max_tokens, 1, std::numeric_limits<int32_t>::max());
@@ -215,7 +215,6 @@ void read_sampling(Fields& f, const ojson& j, SamplingFields* s, bool chat) {
   }
   if (const ojson* user = f.get("user"); user && !user->is_string())
     return f.fail("user", std::string("'user' must be a string, got ") + type_name(*user));
-  (void)j;
 }
 
 }  // namespace
@@ -226,7 +225,7 @@ Parsed<CompletionRequest> parse_completion_request(const std::string& body) {
   if (!j) return out;
   Fields f(*j);
   CompletionRequest r;
-  read_sampling(f, *j, &r, /*chat=*/false);
+  read_sampling(f, &r, /*chat=*/false);
   f.boolean("echo", &r.echo);
   f.integer("logprobs", &r.logprobs, 0, 20);
   f.boolean("add_special_tokens", &r.add_special_tokens);
@@ -286,7 +285,7 @@ Parsed<ChatCompletionRequest> parse_chat_completion_request(const std::string& b
   if (!j) return out;
   Fields f(*j);
   ChatCompletionRequest r;
-  read_sampling(f, *j, &r, /*chat=*/true);
+  read_sampling(f, &r, /*chat=*/true);
   f.boolean("add_generation_prompt", &r.add_generation_prompt);
   f.boolean("logprobs", &r.logprobs);
   std::optional<int32_t> top;

@@ -55,7 +55,7 @@ HttpResponse handle_chat_completions(Engine& engine, const HttpRequest& req) {
     return error_response(*e);
   }
 
-  batching::RequestOptions o = request_options(r, engine);
+  batching::RequestOptions o = request_options(r);
   o.max_new_tokens = max_tokens;
   o.streaming = r.stream;
   o.logprobs = r.logprobs;

@@ -25,7 +25,7 @@ std::string sse_event(const json& data) {
   return "data: " + data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
 }
 
-batching::RequestOptions request_options(const SamplingFields& s, const Engine& engine) {
+batching::RequestOptions request_options(const SamplingFields& s) {
   batching::RequestOptions o;
   if (s.temperature) {
     o.temperature = *s.temperature;
@@ -40,7 +40,6 @@ batching::RequestOptions request_options(const SamplingFields& s, const Engine& 
   o.logit_bias = s.logit_bias;
   o.seed = s.seed;
   o.stop_strings = s.stop;
-  (void)engine;
   return o;
 }
 

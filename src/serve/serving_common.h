@@ -14,9 +14,9 @@
 
 namespace loom::serve {
 
-// Sampling, penalties, bias, seed and stop strings of the request over the
-// model's generation_config.json defaults. A temperature of 0 means greedy.
-batching::RequestOptions request_options(const SamplingFields& s, const Engine& engine);
+// Sampling, penalties, bias, seed and stop strings of the request; what it leaves
+// unset takes the model's generation_config.json. A temperature of 0 means greedy.
+batching::RequestOptions request_options(const SamplingFields& s);
 
 // 400 when prompt + max_tokens exceed the context, naming both numbers.
 std::optional<ApiError> check_context(const Engine& engine, int64_t prompt_tokens, int64_t max_tokens);

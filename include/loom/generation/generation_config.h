@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/core/status.h"
+#include "loom/generation/sampling.h"
 
 namespace loom {
 
@@ -54,6 +55,10 @@ struct GenerationConfig {
   // eos/bos ids >= 0 (a negative pad id, seen in old Llama exports, is
   // allowed as Transformers only warns), no empty stop string.
   Status validate() const;
+
+  // The sampling settings this config gives a request (do_sample, temperature,
+  // top_k, top_p, min_p, repetition_penalty); the one place they are converted.
+  generation::SamplingParams sampling() const;
 
   // How many tokens may be generated after a prompt of `prompt_length` tokens.
   int64_t new_token_budget(int64_t prompt_length) const;
