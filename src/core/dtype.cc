@@ -10,8 +10,37 @@ size_t dtype_size(DType t) {
     case DType::kBF16: case DType::kF16: return 2;
     case DType::kI64: return 8;
     case DType::kU8: case DType::kBool: case DType::kI8: return 1;
+    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K: return 0;
   }
   return 0;
+}
+
+bool dtype_is_quantized(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+}
+
+int64_t dtype_block_elements(DType t) {
+  switch (t) {
+    case DType::kQ8_0: case DType::kQ4_0: return 32;
+    case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K: return 256;
+    default: return 1;
+  }
+}
+
+size_t dtype_block_bytes(DType t) {
+  switch (t) {
+    case DType::kQ8_0: return 34;
+    case DType::kQ4_0: return 18;
+    case DType::kQ4_K: return 144;
+    case DType::kQ5_K: return 176;
+    case DType::kQ6_K: return 210;
+    default: return dtype_size(t);
+  }
+}
+
+size_t dtype_bytes(DType t, int64_t n) {
+  const int64_t blk = dtype_block_elements(t);
+  return static_cast<size_t>(n / blk) * dtype_block_bytes(t);
 }
 
 std::string_view dtype_name(DType t) {
@@ -24,6 +53,11 @@ std::string_view dtype_name(DType t) {
     case DType::kU8: return "U8";
     case DType::kBool: return "BOOL";
     case DType::kI8: return "I8";
+    case DType::kQ8_0: return "Q8_0";
+    case DType::kQ4_0: return "Q4_0";
+    case DType::kQ4_K: return "Q4_K";
+    case DType::kQ5_K: return "Q5_K";
+    case DType::kQ6_K: return "Q6_K";
   }
   return "?";
 }
@@ -37,6 +71,11 @@ std::optional<DType> dtype_from_name(std::string_view n) {
   if (n == "U8") return DType::kU8;
   if (n == "BOOL") return DType::kBool;
   if (n == "I8") return DType::kI8;
+  if (n == "Q8_0") return DType::kQ8_0;
+  if (n == "Q4_0") return DType::kQ4_0;
+  if (n == "Q4_K") return DType::kQ4_K;
+  if (n == "Q5_K") return DType::kQ5_K;
+  if (n == "Q6_K") return DType::kQ6_K;
   return std::nullopt;
 }
 
@@ -94,6 +133,7 @@ double load_as_double(const void* p, DType t, size_t i) {
     case DType::kI64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
     case DType::kU8: case DType::kBool: return static_cast<const uint8_t*>(p)[i];
     case DType::kI8: return static_cast<const int8_t*>(p)[i];
+    default: break;  // quantized types go through convert_quantized
   }
   return 0;
 }
@@ -107,13 +147,18 @@ void store_from_double(void* p, DType t, size_t i, double v) {
     case DType::kU8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
     case DType::kBool: static_cast<uint8_t*>(p)[i] = v != 0; break;
     case DType::kI8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    default: break;  // quantized types go through convert_quantized
   }
 }
 }  // namespace
 
 void convert_elements(const void* src, DType st, void* dst, DType dt, size_t n) {
   if (st == dt) {
-    std::memcpy(dst, src, n * dtype_size(st));
+    std::memcpy(dst, src, dtype_bytes(st, static_cast<int64_t>(n)));
+    return;
+  }
+  if (dtype_is_quantized(st) || dtype_is_quantized(dt)) {
+    convert_quantized(src, st, dst, dt, static_cast<int64_t>(n));
     return;
   }
   if (st == DType::kBF16 && dt == DType::kF32) {

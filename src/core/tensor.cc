@@ -105,7 +105,7 @@ Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   Tensor t = *this;
   const int64_t row = shape_[0] == 0 ? 0 : numel() / shape_[0];
   t.shape_[0] = end - begin;
-  t.data_ = static_cast<char*>(data_) + static_cast<size_t>(begin * row) * dtype_size(dtype_);
+  t.data_ = static_cast<char*>(data_) + dtype_bytes(dtype_, begin * row);
   return t;
 }
 

@@ -25,6 +25,7 @@ int safetensors_dtype_rank(DType t) {
     case DType::kI32: return 13;
     case DType::kF32: return 15;
     case DType::kI64: return 18;
+    default: break;  // block types are not safetensors types
   }
   return -1;
 }

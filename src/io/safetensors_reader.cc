@@ -53,7 +53,8 @@ Result<TensorInfo> parse_entry(const std::string& name, const json& entry, uint6
   if (dtype_it == entry.end()) return parse_error(ctx + "missing \"dtype\"");
   if (!dtype_it->is_string()) return parse_error(ctx + "\"dtype\" must be a string, got " + json_kind(*dtype_it));
   const std::string dtype_name = dtype_it->get<std::string>();
-  const std::optional<DType> dtype = dtype_from_name(dtype_name);
+  std::optional<DType> dtype = dtype_from_name(dtype_name);
+  if (dtype && dtype_is_quantized(*dtype)) dtype.reset();  // GGUF's block types, not safetensors'
   if (!dtype) {
     if (io::is_safetensors_dtype_name(dtype_name))
       return unsupported(ctx + "dtype " + dtype_name +
