@@ -61,7 +61,7 @@ std::shared_ptr<ModelHandle> load(const LoadArgs& a) {
     (a.trust_remote_code ? lo.trusted_plugin_dirs : lo.plugin_dirs) = a.plugin_dirs;
     h->model = unwrap(models::Model::load(a.dir, lo));
   }
-  if (fs::exists(fs::path(a.dir) / "tokenizer.json")) h->tokenizer = unwrap(Tokenizer::from_dir(a.dir));
+  if (Tokenizer::exists_at(a.dir)) h->tokenizer = unwrap(Tokenizer::from_dir(a.dir));
   h->runner = unwrap(batching::ModelRunner::create(h->model, a.backend, h->pool.get()));
   return h;
 }

@@ -57,7 +57,7 @@ void run_batch(const BatchFlags& f) {
   const batching::ContinuousBatchingConfig cb = make_cb_config(f.cb, f.sampling.seed.value_or(gc.seed.value_or(0)));
 
   std::shared_ptr<Tokenizer> tokenizer;
-  if (std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
+  if (Tokenizer::exists_at(dir))
     tokenizer = Tokenizer::from_dir(dir).value();
 
   std::ifstream file;

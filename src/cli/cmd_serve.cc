@@ -59,7 +59,7 @@ void run_serve(const ServeFlags& f) {
   gc.inherit_special_tokens(model->config().eos_token_ids, model->config().bos_token_id, model->config().pad_token_id);
   m.generation_config = gc;
   m.runner = std::shared_ptr<batching::ModelRunner>(batching::ModelRunner::create(model, f.model.backend).value());
-  if (std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) {
+  if (Tokenizer::exists_at(dir)) {
     m.tokenizer = Tokenizer::from_dir(dir).value();
     const auto& templates = m.tokenizer->chat_templates();
     if (auto it = templates.find("default"); it != templates.end()) m.chat_template = it->second;

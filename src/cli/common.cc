@@ -8,8 +8,10 @@
 #include <filesystem>
 
 #include "loom/core/thread_pool.h"
+#include "loom/io/checkpoint.h"
 #include "loom/runtime/cpu/cpu_features.h"
 #include "loom/runtime/cpu/matmul.h"
+#include "loom/weights/quantization_recipe.h"
 
 namespace loom::cli {
 
@@ -29,8 +31,8 @@ std::string executable_dir() {
 
 void add_model_options(CLI::App* cmd, ModelOptions* o, bool model_required) {
   auto* opt = cmd->add_option("--model,-m", o->model_dir,
-                              model_required ? "Checkpoint folder (config.json, *.safetensors, tokenizer.json)"
-                                             : "Checkpoint folder (default: the bundled model)");
+                              model_required ? "Checkpoint folder (config.json, *.safetensors, tokenizer.json) or a .gguf file"
+                                             : "Checkpoint folder or .gguf file (default: the bundled model)");
   if (model_required) opt->required();
   cmd->add_option("--threads,-t", o->threads, "Worker threads (default: all cores, or LOOM_NUM_THREADS)")
       ->check(CLI::NonNegativeNumber);
@@ -45,15 +47,21 @@ void add_model_options(CLI::App* cmd, ModelOptions* o, bool model_required) {
                   "activations, exact products), high (the same here), medium (activations rounded to bf16 and bf16 "
                   "dot products, where the CPU runs them fast: AVX512_BF16 on AMD Zen 4 and later)")
       ->check(CLI::IsMember({"highest", "high", "medium"}));
+  cmd->add_option("--quantize", o->quantize,
+                  "Quantize the weights as they load, with llama.cpp's recipes: q8_0, q4_0, q4_k_m, q5_k_m, q6_k")
+      ->check(CLI::IsMember(quantization_recipe_names()));
 }
 
 Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const ModelOptions& o) {
+  models::LoadOptions lo;
+  if (!o.quantize.empty()) {
+    LOOM_ASSIGN_OR_RETURN(lo.quantize, quantization_recipe(o.quantize));
+  }
   if (o.kernel_config.empty()) {
     if (!o.plugin_dirs.empty() || !o.trusted_plugin_dirs.empty())
       return invalid_argument("--plugin-dir/--trusted-plugin-dir need --kernel-config FILE naming the kernels to use");
-    return models::Model::load(dir);
+    return models::Model::load(dir, lo);
   }
-  models::LoadOptions lo;
   LOOM_ASSIGN_OR_RETURN(lo.kernel_config, kernels::KernelConfig::from_file(o.kernel_config));
   lo.plugin_dirs = o.plugin_dirs;
   lo.trusted_plugin_dirs = o.trusted_plugin_dirs;
@@ -80,6 +88,8 @@ Result<std::string> resolve_model_dir(const ModelOptions& o) {
     if (o.model_dir.empty())
       return not_found("no --model given and the bundled model was not found at '" + dir +
                        "' (set LOOM_DEFAULT_MODEL or pass --model DIR)");
+    if (Checkpoint::is_gguf_file(dir)) return dir;
+    if (fs::is_regular_file(dir)) return invalid_argument("--model " + dir + " is a file but not a GGUF file (no 'GGUF' magic)");
     return not_found("model directory '" + dir + "' does not exist");
   }
   return dir;

@@ -22,6 +22,7 @@ struct ModelOptions {
   std::string backend = "cpu";
   std::string kernel_config;  // a KernelConfig JSON file; empty: no kernels
   std::string matmul_precision = "highest";  // cpu::MatmulPrecision by name
+  std::string quantize;  // a weights/quantization_recipe.h name; empty: weights as stored
   std::vector<std::string> plugin_dirs, trusted_plugin_dirs;
 };
 

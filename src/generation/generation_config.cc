@@ -169,6 +169,9 @@ Result<GenerationConfig> GenerationConfig::from_file(const std::string& path) {
 
 Result<GenerationConfig> GenerationConfig::from_dir_or_default(const std::string& dir) {
   std::error_code ec;
+  // A single-file model (GGUF) has no generation_config.json: defaults, with the
+  // special tokens the model's config inherits (inherit_special_tokens).
+  if (fs::is_regular_file(dir, ec)) return GenerationConfig{};
   if (!fs::is_directory(dir, ec)) return not_found(dir + ": no such directory");
   const fs::path file = fs::path(dir) / "generation_config.json";
   if (!fs::exists(file, ec)) return GenerationConfig{};

@@ -1,5 +1,8 @@
 #include "loom/io/checkpoint.h"
 
+#include <cstring>
+#include <fstream>
+
 #include <filesystem>
 
 #include "io/json_file.h"
@@ -46,6 +49,35 @@ bool is_plain_relative(const std::string& name) {
 }
 
 }  // namespace
+
+bool Checkpoint::is_gguf_file(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return false;
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+Result<Checkpoint> Checkpoint::from_gguf(std::shared_ptr<io::GgufFile> file) {
+  Checkpoint ck;
+  const fs::path p(file->path());
+  ck.dir_ = p.has_parent_path() ? p.parent_path().string() : ".";
+  ck.source_ = file->path();
+  ck.gguf_infos_.reserve(file->tensors().size());
+  for (const io::GgufTensorInfo& t : file->tensors()) {
+    TensorInfo info;
+    info.name = t.name;
+    info.dtype = t.dtype;
+    info.shape = t.shape;
+    info.data_begin = t.offset;
+    info.data_end = t.offset + t.nbytes;
+    ck.gguf_infos_.push_back(std::move(info));
+  }
+  for (const TensorInfo& t : ck.gguf_infos_) ck.entries_.emplace(t.name, Entry{&t, nullptr});
+  ck.gguf_ = std::move(file);
+  return ck;
+}
 
 Result<Checkpoint> Checkpoint::open(const std::string& path) {
   std::error_code ec;
@@ -140,6 +172,7 @@ const SafetensorsFile* Checkpoint::file_of(std::string_view name) const {
 Result<Tensor> Checkpoint::get(std::string_view name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) return not_found("checkpoint " + dir_ + ": no tensor " + squote(name));
+  if (gguf_) return gguf_->get(name);
   return it->second.file->view(*it->second.info);
 }
 

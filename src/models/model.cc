@@ -1,5 +1,7 @@
 #include "loom/models/model.h"
 
+#include "loom/models/gguf_mapping.h"
+
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -56,16 +58,24 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir) { return load
 
 Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOptions& options) {
   namespace fs = std::filesystem;
-  if (!fs::is_directory(dir)) return not_found("model directory '" + dir + "' does not exist");
-  const std::string config_path = (fs::path(dir) / "config.json").string();
-  if (!fs::exists(config_path)) return not_found("'" + dir + "' has no config.json (is it a Hugging Face checkpoint folder?)");
-
+  if (!fs::is_directory(dir) && !Checkpoint::is_gguf_file(dir))
+    return not_found("model '" + dir + "' is neither a checkpoint directory nor a .gguf file");
   std::shared_ptr<Model> m(new Model());
   m->dir_ = dir;
+  const bool gguf = Checkpoint::is_gguf_file(dir);
+  const std::string config_path = gguf ? dir : (fs::path(dir) / "config.json").string();
+  if (!gguf && !fs::exists(config_path))
+    return not_found("'" + dir + "' has no config.json (is it a Hugging Face checkpoint folder or a .gguf file?)");
+  std::shared_ptr<io::GgufFile> gguf_file;
+  if (gguf) {
+    LOOM_ASSIGN_OR_RETURN(gguf_file, io::GgufFile::open(dir));
+  }
   // Architectures whose config.json uses other field names (GPT-2) rewrite it
   // before ModelConfig parses it; the file itself is left as it is.
   nlohmann::json raw;
-  {
+  if (gguf_file) {
+    LOOM_ASSIGN_OR_RETURN(raw, config_json_from_gguf(*gguf_file));
+  } else {
     std::ifstream in(config_path);
     raw = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   }
@@ -82,9 +92,16 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   LOOM_ASSIGN_OR_RETURN(const Architecture* arch, find_architecture(m->config_));
   if (arch->resolve_config) LOOM_RETURN_IF_ERROR(arch->resolve_config(m->config_));
   LOOM_ASSIGN_OR_RETURN(m->module_, arch->build(m->config_));
-  if (arch->weight_rules) m->rules_ = arch->weight_rules(m->config_);
-  LOOM_ASSIGN_OR_RETURN(Checkpoint ckpt_opened, Checkpoint::open(dir));
-  m->checkpoint_ = std::make_unique<Checkpoint>(std::move(ckpt_opened));
+  if (gguf_file) {
+    // llama.cpp's names and row orders, not the Hugging Face checkpoint's.
+    LOOM_ASSIGN_OR_RETURN(m->rules_, gguf_weight_rules(m->config_));
+    LOOM_ASSIGN_OR_RETURN(Checkpoint ckpt_opened, Checkpoint::from_gguf(gguf_file));
+    m->checkpoint_ = std::make_unique<Checkpoint>(std::move(ckpt_opened));
+  } else {
+    if (arch->weight_rules) m->rules_ = arch->weight_rules(m->config_);
+    LOOM_ASSIGN_OR_RETURN(Checkpoint ckpt_opened, Checkpoint::open(dir));
+    m->checkpoint_ = std::make_unique<Checkpoint>(std::move(ckpt_opened));
+  }
   const Checkpoint& ckpt = *m->checkpoint_;
   const std::string& what = arch->class_name;
 
@@ -128,9 +145,9 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   for (const ConversionGroup& g : m->plan_->groups())
     for (const auto& slot : g.sources)
       for (const PlanTensor& t : slot)
-        if (!dtype_is_float(t.dtype))
+        if (!dtype_is_float(t.dtype) && !dtype_is_quantized(t.dtype))
           return unsupported(ckpt.source() + ": tensor '" + t.name + "' has dtype " + std::string(dtype_name(t.dtype)) +
-                             "; loom loads F32, BF16 and F16 weights");
+                             "; loom loads F32, BF16 and F16 weights and GGUF's Q8_0, Q4_0, Q4_K, Q5_K, Q6_K");
   // E.g. a tied checkpoint may still carry lm_head.weight: unused, not worth a warning.
   std::vector<std::string> unused;
   for (const auto& name : m->plan_->unused_sources())
@@ -147,6 +164,18 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     return Status::Ok();
   });
   if (!stats.ok()) return stats.status().with_context(ckpt.source() + ": loading " + what);
+  if (options.quantize) {
+    for (auto& [name, t] : m->params_) {
+      const std::optional<DType> want =
+          options.quantize->type_for(name, t.shape(), m->config_.num_hidden_layers, m->config_.tie_word_embeddings);
+      if (!want || *want == t.dtype() || dtype_is_quantized(t.dtype())) continue;
+      try {
+        t = t.to(*want);
+      } catch (const Error& e) {
+        return e.status().with_context(ckpt.source() + ": quantizing '" + name + "' to " + std::string(dtype_name(*want)));
+      }
+    }
+  }
 
   const auto& params = m->params_;
   auto source = [&params](const std::string& name) {

@@ -55,10 +55,11 @@ Status run_embedding(KernelArgs& a) {
       return out_of_range("token id " + std::to_string(id[i]) + " at row " + std::to_string(i) +
                           " is outside the embedding table [0, " + std::to_string(v) + ")");
   float* out = a.out[0].data_as<float>();
-  const size_t esz = dtype_size(table.dtype());
+  // Rows of a quantized table are whole blocks, dequantized one row at a time.
+  const size_t row_bytes = dtype_bytes(table.dtype(), h);
   a.pool.parallel_for(n, [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i)
-      convert_elements(static_cast<const char*>(table.data()) + static_cast<size_t>(id[i]) * static_cast<size_t>(h) * esz,
+      convert_elements(static_cast<const char*>(table.data()) + static_cast<size_t>(id[i]) * row_bytes,
                        table.dtype(), out + i * h, DType::kF32, static_cast<size_t>(h));
   });
   return Status::Ok();

@@ -1,5 +1,7 @@
 #include "loom/tokenizer/tokenizer.h"
 
+#include "loom/io/checkpoint.h"
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -385,6 +387,7 @@ Result<std::shared_ptr<Tokenizer>> Tokenizer::from_file(const std::string& path)
 Result<std::shared_ptr<Tokenizer>> Tokenizer::from_path(const std::string& file_or_dir) {
   std::error_code ec;
   if (std::filesystem::is_directory(file_or_dir, ec)) return from_dir(file_or_dir);
+  if (Checkpoint::is_gguf_file(file_or_dir)) return from_gguf(file_or_dir);
   return from_file(file_or_dir);
 }
 

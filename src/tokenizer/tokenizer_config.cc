@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "loom/core/logging.h"
+#include "loom/io/checkpoint.h"
 #include "loom/tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_impl.h"
 
@@ -47,11 +48,11 @@ class BosEosTemplate final : public tok::PostProcessor {
 
 Result<std::shared_ptr<Tokenizer>> Tokenizer::from_dir(const std::string& dir) {
   namespace fs = std::filesystem;
-  fs::path tj = fs::path(dir) / "tokenizer.json";
   std::error_code ec;
+  if (Checkpoint::is_gguf_file(dir)) return from_gguf(dir);
+  fs::path tj = fs::path(dir) / "tokenizer.json";
   if (!fs::exists(tj, ec)) return not_found(tj.string() + ": no tokenizer.json in " + dir);
   LOOM_ASSIGN_OR_RETURN(auto t, from_file(tj.string()));
-  tok::TokenizerImpl& impl = *t->impl_;
 
   fs::path cj = fs::path(dir) / "tokenizer_config.json";
   if (!fs::exists(cj, ec)) return t;
@@ -59,14 +60,22 @@ Result<std::shared_ptr<Tokenizer>> Tokenizer::from_dir(const std::string& dir) {
   if (!f) return io_error(cj.string() + ": cannot open");
   std::stringstream ss;
   ss << f.rdbuf();
+  nlohmann::json config;
   try {
-    impl.config = nlohmann::json::parse(ss.str());
+    config = nlohmann::json::parse(ss.str());
   } catch (const nlohmann::json::exception& e) {
     return parse_error(cj.string() + ": invalid JSON: " + e.what());
   }
+  LOOM_RETURN_IF_ERROR(t->apply_config(std::move(config), cj.string()));
+  return t;
+}
+
+Status Tokenizer::apply_config(nlohmann::json config, const std::string& name) {
+  Tokenizer* t = this;
+  tok::TokenizerImpl& impl = *impl_;
+  impl.config = std::move(config);
   const nlohmann::json& c = impl.config;
-  if (!c.is_object()) return parse_error(cj.string() + ": expected a JSON object");
-  const std::string name = cj.string();
+  if (!c.is_object()) return parse_error(name + ": expected a JSON object");
 
   auto resolve = [&](const char* key, std::optional<std::string>* tokstr, std::optional<int32_t>* id) -> Status {
     auto it = c.find(key);
@@ -125,7 +134,7 @@ Result<std::shared_ptr<Tokenizer>> Tokenizer::from_dir(const std::string& dir) {
       impl.post_processor = std::make_unique<BosEosTemplate>(b, e);
     }
   }
-  return t;
+  return Status::Ok();
 }
 
 }  // namespace loom

@@ -77,6 +77,12 @@ SourceIndex SourceIndex::from_checkpoint(const Checkpoint& checkpoint) {
   SourceIndex index;
   index.sharded = checkpoint.sharded();
   if (index.sharded) index.index_file = std::filesystem::path(checkpoint.source()).filename().string();
+  if (const io::GgufFile* gguf = checkpoint.gguf()) {
+    const std::string fname = std::filesystem::path(gguf->path()).filename().string();
+    index.files.push_back(fname);
+    for (const io::GgufTensorInfo& t : gguf->tensors()) index.tensors.push_back({t.name, t.dtype, t.shape, fname});
+    return index;
+  }
   for (const auto& file : checkpoint.files()) {
     const std::string fname = std::filesystem::path(file->path()).filename().string();
     index.files.push_back(fname);

@@ -38,7 +38,7 @@ class TokenizerTextStream : public TextStream {
 // The checkpoint's tokenizer as a text stream; a null pointer when the folder
 // has no tokenizer.json, an error when it has a broken one.
 inline Result<std::unique_ptr<TokenizerTextStream>> open_text_stream(const std::string& model_dir) {
-  if (!std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json"))
+  if (!Tokenizer::exists_at(model_dir))
     return std::unique_ptr<TokenizerTextStream>();
   LOOM_ASSIGN_OR_RETURN(std::shared_ptr<Tokenizer> tok, Tokenizer::from_dir(model_dir));
   return std::make_unique<TokenizerTextStream>(std::move(tok));

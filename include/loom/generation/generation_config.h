@@ -46,7 +46,8 @@ struct GenerationConfig {
   static Result<GenerationConfig> from_json(const nlohmann::json& j, const std::string& source);
   static Result<GenerationConfig> from_file(const std::string& path);
   // dir/generation_config.json, or the defaults when that file does not exist
-  // (a checkpoint need not ship one). kNotFound if `dir` itself is missing.
+  // (a checkpoint need not ship one), and for a single-file model (a .gguf path).
+  // kNotFound if `dir` itself is missing.
   static Result<GenerationConfig> from_dir_or_default(const std::string& dir);
 
   // kInvalidArgument naming the field: temperature >= 0, top_k >= 0,

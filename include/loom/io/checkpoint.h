@@ -12,6 +12,7 @@
 
 #include "loom/core/status.h"
 #include "loom/core/tensor.h"
+#include "loom/io/gguf.h"
 #include "loom/io/safetensors.h"
 
 namespace loom {
@@ -24,6 +25,12 @@ class Checkpoint {
   // exist and hold the tensors mapped to it; tensors a shard holds beyond the
   // index are ignored with a warning. Errors name the directory/index/shard.
   static Result<Checkpoint> open(const std::string& path);
+  // A GGUF file's tensors under their GGUF names (blk.0.attn_q.weight, …), views
+  // into its mapping; files() is empty and gguf() is the file.
+  static Result<Checkpoint> from_gguf(std::shared_ptr<io::GgufFile> file);
+  // Whether `path` is a file starting with GGUF's magic.
+  static bool is_gguf_file(const std::string& path);
+  const io::GgufFile* gguf() const { return gguf_.get(); }
 
   // The directory holding the checkpoint, and what was opened (index or file).
   const std::string& dir() const { return dir_; }
@@ -73,6 +80,8 @@ class Checkpoint {
   std::string source_;
   bool sharded_ = false;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
+  std::shared_ptr<io::GgufFile> gguf_;
+  std::vector<TensorInfo> gguf_infos_;  // entries_ point into it (never resized after from_gguf)
   std::map<std::string, Entry, std::less<>> entries_;
 };
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 
@@ -20,6 +21,7 @@
 #include "loom/kernels/module_view.h"
 #include "loom/models/decoder.h"
 #include "loom/weights/conversion_plan.h"
+#include "loom/weights/quantization_recipe.h"
 #include "loom/weights/weight_rule.h"
 
 namespace loom::models {
@@ -37,6 +39,9 @@ struct LoadOptions {
   // still be one loom can record.
   std::vector<kernels::KernelSpec> extra_kernels;
   const kernels::CpuFeatures* cpu = nullptr;     // nullptr: the host's
+  // Quantize the weights as they load (weights/quantization_recipe.h); unset:
+  // run them as stored (a GGUF file's quantized tensors stay quantized).
+  std::optional<QuantizationRecipe> quantize;
 };
 
 class Model {

@@ -49,8 +49,16 @@ class Tokenizer {
   // add_bos_token / add_eos_token decide whether encode(…, add_special_tokens) adds BOS /
   // EOS (as Transformers' Llama/Gemma fast tokenizers rebuild their post-processor).
   static Result<std::shared_ptr<Tokenizer>> from_dir(const std::string& dir);
-  // A file or a folder.
+  // A file or a folder; a .gguf file (by its magic) goes to from_gguf.
   static Result<std::shared_ptr<Tokenizer>> from_path(const std::string& file_or_dir);
+  // The tokenizer a GGUF file's tokenizer.ggml.* metadata describes (src/tokenizer/
+  // gguf_tokenizer.cc): `gpt2` (byte-level BPE, pre-tokenizer by tokenizer.ggml.pre)
+  // and `llama` (SentencePiece BPE with scores and byte fallback); special tokens
+  // from the token types, BOS/EOS and add_bos/add_eos, tokenizer.chat_template.
+  static Result<std::shared_ptr<Tokenizer>> from_gguf(const std::string& gguf_path);
+  // Whether from_dir(model_path) has something to read: a folder with tokenizer.json,
+  // or a GGUF file with tokenizer.ggml.model.
+  static bool exists_at(const std::string& model_path);
 
   // Fails on invalid UTF-8 (naming the byte offset).
   Result<Encoding> encode(std::string_view text, bool add_special_tokens = true) const;
@@ -82,6 +90,8 @@ class Tokenizer {
 
  private:
   Tokenizer();
+  // tokenizer_config.json's effects (BOS/EOS, add_bos/add_eos, chat templates).
+  Status apply_config(nlohmann::json config, const std::string& name);
   std::unique_ptr<tok::TokenizerImpl> impl_;
 };
 

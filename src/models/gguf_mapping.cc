@@ -1,0 +1,303 @@
+// The tables behind gguf_mapping.h: one list of (GGUF name, parameter name) pairs
+// per family, read forwards as weight rules for loading and backwards for writing.
+// Key names follow llama.cpp's llama-arch (LLM_KV_*, LLM_TENSOR_*).
+#include "loom/models/gguf_mapping.h"
+
+#include <cmath>
+#include <optional>
+
+namespace loom::models {
+namespace {
+
+using io::GgufFile;
+using io::GgufValue;
+
+enum class RopeRows { kNone, kQueryHeads, kKeyHeads };
+
+struct NamePair {
+  const char* gguf;
+  const char* hf;
+  RopeRows rope = RopeRows::kNone;
+};
+
+// Every family loom maps stores its decoder under these names; what differs is
+// which exist (biases: Qwen2; q/k norms: Qwen3) and whether q/k are interleaved.
+const std::vector<NamePair>& decoder_names() {
+  static const std::vector<NamePair> names = {
+      {"token_embd.weight", "model.embed_tokens.weight"},
+      {"output_norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"},
+      {"blk.*.attn_norm.weight", "model.layers.*.input_layernorm.weight"},
+      {"blk.*.attn_q.weight", "model.layers.*.self_attn.q_proj.weight", RopeRows::kQueryHeads},
+      {"blk.*.attn_k.weight", "model.layers.*.self_attn.k_proj.weight", RopeRows::kKeyHeads},
+      {"blk.*.attn_v.weight", "model.layers.*.self_attn.v_proj.weight"},
+      {"blk.*.attn_output.weight", "model.layers.*.self_attn.o_proj.weight"},
+      {"blk.*.attn_q.bias", "model.layers.*.self_attn.q_proj.bias", RopeRows::kQueryHeads},
+      {"blk.*.attn_k.bias", "model.layers.*.self_attn.k_proj.bias", RopeRows::kKeyHeads},
+      {"blk.*.attn_v.bias", "model.layers.*.self_attn.v_proj.bias"},
+      {"blk.*.attn_output.bias", "model.layers.*.self_attn.o_proj.bias"},
+      {"blk.*.attn_q_norm.weight", "model.layers.*.self_attn.q_norm.weight"},
+      {"blk.*.attn_k_norm.weight", "model.layers.*.self_attn.k_norm.weight"},
+      {"blk.*.ffn_norm.weight", "model.layers.*.post_attention_layernorm.weight"},
+      {"blk.*.ffn_gate.weight", "model.layers.*.mlp.gate_proj.weight"},
+      {"blk.*.ffn_up.weight", "model.layers.*.mlp.up_proj.weight"},
+      {"blk.*.ffn_down.weight", "model.layers.*.mlp.down_proj.weight"},
+      {"blk.*.ffn_gate.bias", "model.layers.*.mlp.gate_proj.bias"},
+      {"blk.*.ffn_up.bias", "model.layers.*.mlp.up_proj.bias"},
+      {"blk.*.ffn_down.bias", "model.layers.*.mlp.down_proj.bias"},
+  };
+  return names;
+}
+
+struct Family {
+  const char* gguf_arch;
+  const char* model_type;
+  const char* class_name;
+  bool interleaved_rope;  // llama.cpp permuted q/k rows (rope type NORM)
+};
+
+const std::vector<Family>& families() {
+  static const std::vector<Family> f = {
+      {"llama", "llama", "LlamaForCausalLM", true},
+      {"qwen2", "qwen2", "Qwen2ForCausalLM", false},
+      {"qwen3", "qwen3", "Qwen3ForCausalLM", false},
+  };
+  return f;
+}
+
+const Family* family_by_arch(const std::string& arch) {
+  for (const auto& f : families())
+    if (arch == f.gguf_arch) return &f;
+  return nullptr;
+}
+
+const Family* family_by_type(const std::string& model_type) {
+  for (const auto& f : families())
+    if (model_type == f.model_type) return &f;
+  // Mistral is a Llama without biases; llama.cpp stores it as llama.
+  if (model_type == "mistral") return &families()[0];
+  return nullptr;
+}
+
+std::string supported_list() {
+  std::string s;
+  for (const auto& f : families()) s += (s.empty() ? "" : ", ") + std::string(f.gguf_arch);
+  return s;
+}
+
+// Pattern with one `*` standing for a layer number; returns the number.
+std::optional<std::string> match_star(const std::string& pattern, const std::string& name) {
+  const size_t star = pattern.find('*');
+  if (star == std::string::npos) return pattern == name ? std::optional<std::string>("") : std::nullopt;
+  const std::string head = pattern.substr(0, star), tail = pattern.substr(star + 1);
+  if (name.size() <= head.size() + tail.size() || name.compare(0, head.size(), head) != 0 ||
+      name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
+    return std::nullopt;
+  std::string mid = name.substr(head.size(), name.size() - head.size() - tail.size());
+  for (char c : mid)
+    if (c < '0' || c > '9') return std::nullopt;
+  return mid;
+}
+
+std::string fill_star(const std::string& pattern, const std::string& value) {
+  const size_t star = pattern.find('*');
+  return star == std::string::npos ? pattern : pattern.substr(0, star) + value + pattern.substr(star + 1);
+}
+
+std::string anchored_regex(const std::string& pattern) {
+  std::string r = "^";
+  for (char ch : pattern) {
+    if (ch == '.') r += "\\.";
+    else if (ch == '*') r += "(\\d+)";
+    else r += ch;
+  }
+  return r + "$";
+}
+
+int64_t rope_heads_of(RopeRows r, const ModelConfig& c) {
+  switch (r) {
+    case RopeRows::kQueryHeads: return c.num_attention_heads;
+    case RopeRows::kKeyHeads: return c.num_key_value_heads;
+    case RopeRows::kNone: break;
+  }
+  return 0;
+}
+
+}  // namespace
+
+const std::vector<std::string>& gguf_architectures() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& f : families()) v.emplace_back(f.gguf_arch);
+    return v;
+  }();
+  return names;
+}
+
+Result<nlohmann::json> config_json_from_gguf(const GgufFile& file) {
+  LOOM_ASSIGN_OR_RETURN(std::string arch, file.architecture());
+  const Family* fam = family_by_arch(arch);
+  if (!fam)
+    return unsupported(file.path() + ": general.architecture '" + arch + "' is not one loom maps (supported: " +
+                       supported_list() + ")");
+  const std::string p = arch + ".";
+  auto need_int = [&](const std::string& key) -> Result<int64_t> {
+    LOOM_ASSIGN_OR_RETURN(const GgufValue* v, file.require_value(key));
+    return v->as_int(key);
+  };
+  auto opt_number = [&](const std::string& key, double fallback) -> Result<double> {
+    const GgufValue* v = file.find_value(key);
+    if (!v) return fallback;
+    return v->as_double(key);
+  };
+  nlohmann::json c;
+  c["model_type"] = fam->model_type;
+  c["architectures"] = {fam->class_name};
+  LOOM_ASSIGN_OR_RETURN(int64_t hidden, need_int(p + "embedding_length"));
+  LOOM_ASSIGN_OR_RETURN(int64_t layers, need_int(p + "block_count"));
+  LOOM_ASSIGN_OR_RETURN(int64_t ffn, need_int(p + "feed_forward_length"));
+  LOOM_ASSIGN_OR_RETURN(int64_t heads, need_int(p + "attention.head_count"));
+  int64_t kv_heads = heads;
+  if (file.find_value(p + "attention.head_count_kv")) {
+    LOOM_ASSIGN_OR_RETURN(kv_heads, need_int(p + "attention.head_count_kv"));
+  }
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
+    return parse_error(file.path() + ": " + p + "attention.head_count " + std::to_string(heads) +
+                       " is not a multiple of head_count_kv " + std::to_string(kv_heads));
+  int64_t head_dim = hidden / heads;
+  if (file.find_value(p + "attention.key_length")) {
+    LOOM_ASSIGN_OR_RETURN(head_dim, need_int(p + "attention.key_length"));
+  }
+  LOOM_ASSIGN_OR_RETURN(int64_t context, need_int(p + "context_length"));
+  LOOM_ASSIGN_OR_RETURN(double eps, opt_number(p + "attention.layer_norm_rms_epsilon", 1e-6));
+  LOOM_ASSIGN_OR_RETURN(double theta, opt_number(p + "rope.freq_base", 10000.0));
+  // The vocabulary: the embedding's rows are what the model can take.
+  const io::GgufTensorInfo* embd = file.find("token_embd.weight");
+  if (!embd) return not_found(file.path() + ": no tensor 'token_embd.weight'");
+  const int64_t vocab = embd->shape.at(0);
+  c["hidden_size"] = hidden;
+  c["num_hidden_layers"] = layers;
+  c["intermediate_size"] = ffn;
+  c["num_attention_heads"] = heads;
+  c["num_key_value_heads"] = kv_heads;
+  c["head_dim"] = head_dim;
+  c["max_position_embeddings"] = context;
+  c["rms_norm_eps"] = eps;
+  c["rope_theta"] = theta;
+  c["vocab_size"] = vocab;
+  c["hidden_act"] = "silu";
+  c["tie_word_embeddings"] = file.find("output.weight") == nullptr;
+  c["attention_bias"] = file.find("blk.0.attn_q.bias") != nullptr;
+  c["mlp_bias"] = file.find("blk.0.ffn_up.bias") != nullptr;
+  if (const GgufValue* v = file.find_value("tokenizer.ggml.bos_token_id")) {
+    LOOM_ASSIGN_OR_RETURN(int64_t id, v->as_int("tokenizer.ggml.bos_token_id"));
+    c["bos_token_id"] = id;
+  }
+  if (const GgufValue* v = file.find_value("tokenizer.ggml.eos_token_id")) {
+    LOOM_ASSIGN_OR_RETURN(int64_t id, v->as_int("tokenizer.ggml.eos_token_id"));
+    c["eos_token_id"] = id;
+  }
+  if (const GgufValue* v = file.find_value(p + "rope.dimension_count")) {
+    LOOM_ASSIGN_OR_RETURN(int64_t rot, v->as_int(p + "rope.dimension_count"));
+    if (rot != head_dim) c["partial_rotary_factor"] = static_cast<double>(rot) / static_cast<double>(head_dim);
+  }
+  // Rope scaling as llama.cpp stores it (linear and yarn keep their parameters;
+  // Llama 3's frequency factors live in a rope_freqs tensor, read by the caller).
+  if (const GgufValue* v = file.find_value(p + "rope.scaling.type")) {
+    LOOM_ASSIGN_OR_RETURN(std::string type, v->as_string(p + "rope.scaling.type"));
+    if (type == "linear" || type == "yarn") {
+      nlohmann::json rs;
+      rs["rope_type"] = type;
+      LOOM_ASSIGN_OR_RETURN(double factor, opt_number(p + "rope.scaling.factor", 1.0));
+      rs["factor"] = factor;
+      if (const GgufValue* o = file.find_value(p + "rope.scaling.original_context_length")) {
+        LOOM_ASSIGN_OR_RETURN(int64_t orig, o->as_int(p + "rope.scaling.original_context_length"));
+        rs["original_max_position_embeddings"] = orig;
+      }
+      c["rope_scaling"] = rs;
+    } else if (type != "none") {
+      return unsupported(file.path() + ": " + p + "rope.scaling.type '" + type + "' (loom maps none, linear, yarn)");
+    }
+  }
+  if (file.find("rope_freqs.weight"))
+    return unsupported(file.path() +
+                       ": tensor 'rope_freqs.weight' (Llama 3.1 rope frequency factors) is not mapped yet; "
+                       "load the Hugging Face checkpoint instead");
+  return c;
+}
+
+Result<WeightRules> gguf_weight_rules(const ModelConfig& config) {
+  const Family* fam = family_by_type(config.model_type);
+  if (!fam) return unsupported("GGUF: model_type '" + config.model_type + "' has no GGUF mapping");
+  WeightRules rules;
+  for (const NamePair& n : decoder_names()) {
+    const int64_t heads = fam->interleaved_rope ? rope_heads_of(n.rope, config) : 0;
+    if (heads > 0) {
+      rules.push_back(WeightConverter{{n.gguf}, {n.hf}, {PermuteForRope(heads, config.head_dim)}, true,
+                                      std::string("GGUF ") + n.gguf + " (interleaved rotary rows)"});
+    } else {
+      // Anchored: a glob renaming replaces any matching run, and "output.weight"
+      // is also the tail of "blk.0.attn_output.weight".
+      rules.push_back(WeightRenaming{anchored_regex(n.gguf), fill_star(n.hf, "$1"), true, true, std::string("GGUF ") + n.gguf});
+    }
+  }
+  return rules;
+}
+
+Result<std::string> gguf_architecture_for(const ModelConfig& config) {
+  const Family* fam = family_by_type(config.model_type);
+  if (!fam)
+    return unsupported(config.source + ": model_type '" + config.model_type +
+                       "' has no GGUF mapping (supported: llama, mistral, qwen2, qwen3)");
+  return std::string(fam->gguf_arch);
+}
+
+Result<std::vector<std::pair<std::string, GgufValue>>> gguf_metadata_for(const ModelConfig& c) {
+  LOOM_ASSIGN_OR_RETURN(std::string arch, gguf_architecture_for(c));
+  const std::string p = arch + ".";
+  auto u32 = [](int64_t v) { return GgufValue::u32(static_cast<uint32_t>(v)); };
+  std::vector<std::pair<std::string, GgufValue>> m;
+  m.emplace_back("general.architecture", GgufValue::string(arch));
+  m.emplace_back(p + "context_length", u32(c.max_position_embeddings));
+  m.emplace_back(p + "embedding_length", u32(c.hidden_size));
+  m.emplace_back(p + "block_count", u32(c.num_hidden_layers));
+  m.emplace_back(p + "feed_forward_length", u32(c.intermediate_size));
+  m.emplace_back(p + "attention.head_count", u32(c.num_attention_heads));
+  m.emplace_back(p + "attention.head_count_kv", u32(c.num_key_value_heads));
+  m.emplace_back(p + "attention.key_length", u32(c.head_dim));
+  m.emplace_back(p + "attention.value_length", u32(c.head_dim));
+  m.emplace_back(p + "attention.layer_norm_rms_epsilon", GgufValue::f32(static_cast<float>(c.rms_norm_eps)));
+  m.emplace_back(p + "rope.freq_base", GgufValue::f32(static_cast<float>(c.rope_theta)));
+  m.emplace_back(p + "rope.dimension_count", u32(c.rotary_dim()));
+  m.emplace_back(p + "vocab_size", u32(c.vocab_size));
+  const RopeScaling& rs = c.rope_scaling;
+  if (rs.rope_type == "linear" || rs.rope_type == "yarn") {
+    m.emplace_back(p + "rope.scaling.type", GgufValue::string(rs.rope_type));
+    m.emplace_back(p + "rope.scaling.factor", GgufValue::f32(static_cast<float>(rs.factor)));
+    if (rs.original_max_position_embeddings > 0)
+      m.emplace_back(p + "rope.scaling.original_context_length", u32(rs.original_max_position_embeddings));
+  } else if (rs.rope_type != "default") {
+    return unsupported(c.source + ": rope_scaling type '" + rs.rope_type +
+                       "' has no GGUF form loom writes (default, linear, yarn)");
+  }
+  if (c.sliding_window && *c.sliding_window > 0 &&
+      std::find(c.layer_types.begin(), c.layer_types.end(), "sliding_attention") != c.layer_types.end())
+    return unsupported(c.source + ": sliding-window attention has no GGUF form for " + arch);
+  return m;
+}
+
+Result<GgufTensorName> gguf_tensor_name_for(const ModelConfig& config, const std::string& parameter_name) {
+  const Family* fam = family_by_type(config.model_type);
+  if (!fam) return unsupported("GGUF: model_type '" + config.model_type + "' has no GGUF mapping");
+  for (const NamePair& n : decoder_names()) {
+    if (auto star = match_star(n.hf, parameter_name)) {
+      GgufTensorName out;
+      out.gguf_name = fill_star(n.gguf, *star);
+      out.rope_heads = fam->interleaved_rope ? rope_heads_of(n.rope, config) : 0;
+      return out;
+    }
+  }
+  return not_found("GGUF: no GGUF name for parameter '" + parameter_name + "' of " + config.model_type);
+}
+
+}  // namespace loom::models

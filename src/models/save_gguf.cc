@@ -1,0 +1,43 @@
+#include "loom/models/save_gguf.h"
+
+#include "loom/io/gguf_writer.h"
+#include "loom/models/gguf_mapping.h"
+#include "loom/weights/tensor_moves.h"
+
+namespace loom::models {
+
+Status save_gguf(const Model& model, const std::string& path, const GgufSaveOptions& options) {
+  const ModelConfig& c = model.config();
+  LOOM_ASSIGN_OR_RETURN(auto metadata, gguf_metadata_for(c));
+  if (options.file_type) metadata.emplace_back("general.file_type", io::GgufValue::u32(*options.file_type));
+  for (const auto& kv : options.metadata) metadata.push_back(kv);
+
+  io::GgufTensors tensors;
+  const auto& params = model.parameters();
+  size_t index = 0;
+  for (const auto& [name, t] : params) {
+    ++index;
+    // A tied lm_head is the embedding; llama.cpp reads its absence as tying.
+    if (name == "lm_head.weight" && c.tie_word_embeddings) continue;
+    LOOM_ASSIGN_OR_RETURN(GgufTensorName g, gguf_tensor_name_for(c, name));
+    Tensor out = t;
+    if (out.rank() == 1) {
+      if (out.dtype() != DType::kF32) out = out.to(DType::kF32);
+    } else if (options.tensor_type) {
+      LOOM_ASSIGN_OR_RETURN(std::optional<DType> want, options.tensor_type(name, t));
+      if (want && *want != out.dtype()) {
+        if (dtype_is_quantized(*want) && out.dim(-1) % dtype_block_elements(*want) != 0)
+          return invalid_argument(name + ": " + std::to_string(out.dim(-1)) + " columns are not a multiple of " +
+                                  std::string(dtype_name(*want)) + "'s block of " +
+                                  std::to_string(dtype_block_elements(*want)));
+        out = out.to(*want);
+      }
+    }
+    if (g.rope_heads > 0) out = permute_for_rope(out, g.rope_heads, c.head_dim, /*inverse=*/true);
+    if (options.on_tensor) options.on_tensor(g.gguf_name, index, params.size());
+    tensors.emplace_back(g.gguf_name, std::move(out));
+  }
+  return io::write_gguf(path, metadata, tensors);
+}
+
+}  // namespace loom::models

@@ -1,0 +1,191 @@
+// GGUF as a model format: every Llama-family fixture written as GGUF (q/k rows in
+// llama.cpp's interleaved order, tied lm_head left out) and loaded back runs the
+// same logits as its safetensors checkpoint, bit for bit; quantized GGUF files
+// match load-time quantization of the same recipe bit for bit, and stay within
+// each type's bound of the f32 logits; broken or unmapped files fail by name.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "loom/io/gguf.h"
+#include "loom/io/gguf_writer.h"
+#include "loom/models/gguf_mapping.h"
+#include "loom/models/model.h"
+#include "loom/models/save_gguf.h"
+#include "loom/weights/quantization_recipe.h"
+#include "models/model_run_util.h"
+
+namespace loom::models_test {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_gguf(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("loom_gguf_model_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return dir / (name + ".gguf");
+}
+
+models::GgufSaveOptions recipe_options(const models::Model& m, const std::string& recipe_name) {
+  models::GgufSaveOptions so;
+  const QuantizationRecipe recipe = quantization_recipe(recipe_name).value();
+  const ModelConfig c = m.config();
+  so.file_type = recipe.gguf_file_type;
+  so.tensor_type = [recipe, c](const std::string& name, const Tensor& t) -> Result<std::optional<DType>> {
+    return recipe.type_for(name, t.shape(), c.num_hidden_layers, c.tie_word_embeddings);
+  };
+  return so;
+}
+
+class GgufRoundTrip : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GgufRoundTrip, LogitsEqualTheSafetensorsCheckpoint) {
+  const std::string name = GetParam();
+  auto st = models::Model::load(existing_fixture(name).string()).value();
+  const fs::path path = temp_gguf(name);
+  ASSERT_TRUE(models::save_gguf(*st, path.string()).ok());
+
+  auto file = io::GgufFile::open(path.string()).value();
+  EXPECT_EQ(file->architecture().value(), models::gguf_architecture_for(st->config()).value());
+  EXPECT_EQ(file->find("output.weight") == nullptr, st->config().tie_word_embeddings) << name;
+
+  auto gg = models::Model::load(path.string());
+  ASSERT_TRUE(gg.ok()) << gg.status().to_string();
+  EXPECT_EQ(gg.value()->config().num_hidden_layers, st->config().num_hidden_layers);
+  EXPECT_EQ(gg.value()->config().num_key_value_heads, st->config().num_key_value_heads);
+  for (const auto& [pname, t] : st->parameters()) {
+    auto it = gg.value()->parameters().find(pname);
+    ASSERT_NE(it, gg.value()->parameters().end()) << pname;
+    EXPECT_EQ(it->second.shape(), t.shape()) << pname;
+  }
+  const std::vector<int32_t> prompt = prompt_of(name);
+  const std::vector<float> want = logits_of(st, prompt), got = logits_of(gg.value(), prompt);
+  ASSERT_EQ(got.size(), want.size());
+  // Norms are stored as F32 (bf16 → f32 is exact) and every matrix as it was, so
+  // the same kernels see the same numbers.
+  EXPECT_EQ(logits_diff(got, want).max_abs, 0.0) << name;
+  EXPECT_EQ(greedy_of(gg.value(), prompt), greedy_of(st, prompt)) << name;
+  fs::remove(path);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GgufRoundTrip,
+                         ::testing::Values("llama-f32", "llama-bf16", "llama_mha_untied-f32", "llama_bias-f32",
+                                           "llama_kv1_headdim-f32", "llama_rope_linear-f32", "qwen2-f32", "qwen2-bf16",
+                                           "qwen3-f32", "qwen3-bf16"));
+
+// llama.cpp's rows differ from Transformers' for q/k only in the Llama family:
+// the file must hold them interleaved, not as loaded.
+TEST(GgufModel, LlamaQueryRowsAreStoredInterleaved) {
+  auto st = models::Model::load(existing_fixture("llama-f32").string()).value();
+  const fs::path path = temp_gguf("llama_rows");
+  ASSERT_TRUE(models::save_gguf(*st, path.string()).ok());
+  auto file = io::GgufFile::open(path.string()).value();
+  const Tensor stored = file->get("blk.0.attn_q.weight").value();
+  const Tensor loaded = st->parameters().at("model.layers.0.self_attn.q_proj.weight");
+  const int64_t hd = st->config().head_dim, cols = loaded.dim(1);
+  const float* s = stored.data_as<float>();
+  const float* l = loaded.data_as<float>();
+  // Interleaved row 2i+j of head 0 is half-split row j*hd/2 + i.
+  for (int64_t i = 0; i < hd / 2; ++i)
+    for (int64_t j = 0; j < 2; ++j)
+      for (int64_t k = 0; k < cols; ++k)
+        ASSERT_EQ(s[(2 * i + j) * cols + k], l[(j * hd / 2 + i) * cols + k]) << "row " << 2 * i + j;
+  fs::remove(path);
+}
+
+struct QuantCase {
+  const char* recipe;
+  double max_nmse;  // of logits vs the f32 model's
+};
+
+class GgufQuantized : public ::testing::TestWithParam<QuantCase> {};
+
+// Quantizing while writing and loading back, or quantizing at load, run the same
+// blocks: the logits agree bit for bit, and stay near the f32 logits.
+TEST_P(GgufQuantized, MatchesLoadTimeQuantization) {
+  const QuantCase qc = GetParam();
+  const std::string name = "llama_mha_untied-f32";
+  auto st = models::Model::load(existing_fixture(name).string()).value();
+  const fs::path path = temp_gguf(std::string(name) + "_" + qc.recipe);
+  ASSERT_TRUE(models::save_gguf(*st, path.string(), recipe_options(*st, qc.recipe)).ok());
+  auto file = io::GgufFile::open(path.string()).value();
+  const QuantizationRecipe recipe = quantization_recipe(qc.recipe).value();
+  bool any_quantized = false;
+  for (const auto& t : file->tensors()) any_quantized |= dtype_is_quantized(t.dtype);
+  EXPECT_TRUE(any_quantized) << qc.recipe;
+
+  auto gg = models::Model::load(path.string()).value();
+  models::LoadOptions lo;
+  lo.quantize = recipe;
+  auto at_load = models::Model::load(existing_fixture(name).string(), lo).value();
+  for (const auto& [pname, t] : at_load->parameters())
+    EXPECT_EQ(gg->parameters().at(pname).dtype(), t.dtype()) << pname;
+  const std::vector<int32_t> prompt = prompt_of(name);
+  const std::vector<float> f32 = logits_of(st, prompt), from_file = logits_of(gg, prompt),
+                           loaded = logits_of(at_load, prompt);
+  EXPECT_EQ(logits_diff(from_file, loaded).max_abs, 0.0) << qc.recipe;
+  const LogitsDiff d = logits_diff(from_file, f32);
+  std::printf("%-7s logits vs f32: NMSE %.3g, max |Δ| %.3g\n", qc.recipe, d.nmse, d.max_abs);
+  EXPECT_LE(d.nmse, qc.max_nmse) << qc.recipe;
+  EXPECT_GT(d.max_abs, 0.0) << qc.recipe << ": quantized logits equal f32 exactly, so nothing was quantized";
+  fs::remove(path);
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, GgufQuantized,
+                         ::testing::Values(QuantCase{"q8_0", 1e-4}, QuantCase{"q6_k", 1e-3}, QuantCase{"q4_0", 2e-2},
+                                           QuantCase{"q4_k_m", 2e-2}, QuantCase{"q5_k_m", 1e-2}),
+                         [](const auto& info) { return std::string(info.param.recipe); });
+
+TEST(GgufModel, RecipesFollowLlamaCppMixRules) {
+  const QuantizationRecipe q4km = quantization_recipe("q4_k_m").value();
+  const int64_t layers = 16;
+  // use_more_bits: first and last eighth, and every third layer between.
+  EXPECT_EQ(q4km.type_for("model.layers.0.mlp.down_proj.weight", {2048, 8192}, layers, false), DType::kQ6_K);
+  EXPECT_EQ(q4km.type_for("model.layers.15.self_attn.v_proj.weight", {512, 2048}, layers, false), DType::kQ6_K);
+  EXPECT_EQ(q4km.type_for("model.layers.4.mlp.down_proj.weight", {2048, 8192}, layers, false), DType::kQ6_K);
+  EXPECT_EQ(q4km.type_for("model.layers.3.mlp.down_proj.weight", {2048, 8192}, layers, false), DType::kQ4_K);
+  EXPECT_EQ(q4km.type_for("model.layers.3.mlp.up_proj.weight", {8192, 2048}, layers, false), DType::kQ4_K);
+  EXPECT_EQ(q4km.type_for("lm_head.weight", {128256, 2048}, layers, false), DType::kQ6_K);
+  EXPECT_EQ(q4km.type_for("model.embed_tokens.weight", {128256, 2048}, layers, true), DType::kQ6_K);
+  EXPECT_EQ(q4km.type_for("model.embed_tokens.weight", {128256, 2048}, layers, false), DType::kQ4_K);
+  EXPECT_EQ(q4km.type_for("model.norm.weight", {2048}, layers, false), std::nullopt);
+  // Rows that are not whole 256-blocks fall back to Q8_0; not whole 32-blocks, unchanged.
+  EXPECT_EQ(q4km.type_for("model.layers.3.mlp.up_proj.weight", {352, 128}, layers, false), DType::kQ8_0);
+  EXPECT_EQ(q4km.type_for("model.layers.3.mlp.up_proj.weight", {352, 100}, layers, false), std::nullopt);
+  EXPECT_EQ(quantization_recipe("q8_0").value().type_for("lm_head.weight", {4096, 256}, layers, false), DType::kQ8_0);
+  EXPECT_EQ(quantization_recipe("q4_0").value().type_for("lm_head.weight", {4096, 256}, layers, false), DType::kQ6_K);
+  const auto bad = quantization_recipe("q3_k");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("q4_k_m"), std::string::npos) << bad.status().to_string();
+}
+
+TEST(GgufModel, UnmappedArchitectureAndMissingKeysAreNamed) {
+  const fs::path path = temp_gguf("unmapped");
+  io::GgufMetadata md = {{"general.architecture", io::GgufValue::string("mamba")}};
+  io::GgufTensors ts = {{"token_embd.weight", Tensor::zeros(DType::kF32, {8, 32})}};
+  ASSERT_TRUE(io::write_gguf(path.string(), md, ts).ok());
+  auto r = models::Model::load(path.string());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("mamba"), std::string::npos) << r.status().to_string();
+
+  md = {{"general.architecture", io::GgufValue::string("llama")}, {"llama.block_count", io::GgufValue::u32(1)}};
+  ASSERT_TRUE(io::write_gguf(path.string(), md, ts).ok());
+  r = models::Model::load(path.string());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("llama.embedding_length"), std::string::npos) << r.status().to_string();
+  fs::remove(path);
+}
+
+TEST(GgufModel, SlidingWindowModelsRefuseToWrite) {
+  auto st = models::Model::load(existing_fixture("mistral_sliding-f32").string()).value();
+  const Status s = models::save_gguf(*st, temp_gguf("sliding").string());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("sliding"), std::string::npos) << s.to_string();
+}
+
+}  // namespace
+}  // namespace loom::models_test
