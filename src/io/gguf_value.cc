@@ -153,6 +153,7 @@ std::string ggml_type_name(uint32_t ggml_type) {
       "Q2_K",    "Q3_K",   "Q4_K",    "Q5_K",  "Q6_K",  "Q8_K",  "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",
       "IQ4_NL",  "IQ3_S",  "IQ2_S",   "IQ4_XS", "I8",   "I16",   "I32",    "I64",    "F64",     "IQ1_M",
       "BF16",    nullptr,  nullptr,   nullptr, "TQ1_0", "TQ2_0", nullptr,  nullptr,  nullptr,   "MXFP4",
+      "NVFP4",   "Q1_0",
   };
   if (ggml_type < std::size(kNames) && kNames[ggml_type]) return kNames[ggml_type];
   return "type " + std::to_string(ggml_type);
