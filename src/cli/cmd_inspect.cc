@@ -1,9 +1,11 @@
-// `loom inspect DIR`: what a checkpoint is, without running it.
+// `loom inspect DIR`: what a checkpoint is, without running it; `loom inspect
+// FILE.gguf`: what a GGUF file holds, as stored.
 #include <cstdio>
 #include <map>
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/inspect_gguf.h"
 #include "loom/models/model.h"
 
 namespace loom::cli {
@@ -27,10 +29,11 @@ std::string human_bytes(uint64_t n) {
 }  // namespace
 
 void add_inspect_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("inspect", "Describe a checkpoint: architecture, parameters, dtypes, shards, layers, RoPE");
+  auto* cmd = app.add_subcommand("inspect", "Describe a checkpoint (architecture, parameters, dtypes, shards, layers, RoPE) or a GGUF file");
   auto dir = std::make_shared<std::string>();
-  cmd->add_option("model_dir", *dir, "Checkpoint folder (default: the bundled model)");
+  cmd->add_option("model_dir", *dir, "Checkpoint folder or .gguf file (default: the bundled model)");
   cmd->callback([dir] {
+    if (is_gguf_path(*dir)) return inspect_gguf(*dir);
     ModelOptions o;
     o.model_dir = *dir;
     const std::string path = resolve_model_dir(o).value();

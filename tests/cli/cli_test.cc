@@ -6,10 +6,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <utility>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "loom/io/gguf_writer.h"
 
 namespace {
 
@@ -110,6 +113,48 @@ TEST(Cli, InspectDescribesTheCheckpoint) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   for (const char* s : {"Qwen2ForCausalLM", "BF16", "sliding_attention", "rope", "GQA"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+}
+
+TEST(Cli, InspectGgufPrintsMetadataTensorsAndTotals) {
+  const fs::path dir = fs::temp_directory_path() / ("loom-cli-gguf-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "tiny.gguf").string();
+  std::vector<std::string> vocab;
+  for (int i = 0; i < 100; ++i) vocab.push_back("tok" + std::to_string(i));
+  using loom::io::GgufValue;
+  const loom::io::GgufMetadata meta = {{"general.architecture", GgufValue::string("llama")},
+                                       {"llama.block_count", GgufValue::u32(2)},
+                                       {"tokenizer.ggml.tokens", GgufValue::strings(vocab)}};
+  const loom::io::GgufTensors tensors = {
+      {"token_embd.weight", loom::Tensor::zeros(loom::DType::kQ8_0, {4, 64})},
+      {"blk.0.attn_norm.weight", loom::Tensor::zeros(loom::DType::kF32, {64})},
+      {"blk.1.attn_norm.weight", loom::Tensor::zeros(loom::DType::kF32, {64})}};
+  ASSERT_TRUE(loom::io::write_gguf(path, meta, tensors, 64).ok());
+
+  CommandResult r = loom("inspect " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const char* s : {"GGUF version 3, alignment 64", "general.architecture", "\"llama\"", "[string × 100]",
+                        "\"tok0\"", "\"tok4\", …", "token_embd.weight", "Q8_0", "[4, 64]", "272",
+                        "blk.1.attn_norm.weight", "[64]"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  EXPECT_EQ(r.out.find("tok5"), std::string::npos) << "long arrays are abbreviated\n" << r.out;
+  // Totals per dtype: two F32 tensors of 64 elements (512 bytes), one Q8_0 of 256 (272 bytes).
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(F32 +2 tensors +128 elements +512 bytes)"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(Q8_0 +1 tensors +256 elements +272 bytes)"))) << r.out;
+
+  // A damaged file is a one-line error naming the file and the problem, exit code 2.
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  bytes[4] = 9;  // version 9
+  const std::string bad = (dir / "bad.gguf").string();
+  std::ofstream(bad, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  CommandResult e = loom("inspect " + bad);
+  EXPECT_EQ(e.exit_code, 2) << e.out;
+  EXPECT_NE(e.out.find("bad.gguf: GGUF version 9 is not supported"), std::string::npos) << e.out;
+  fs::remove_all(dir);
 }
 
 TEST(Cli, BenchPrintsATable) {

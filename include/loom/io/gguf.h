@@ -72,6 +72,9 @@ struct GgufValue {
   Result<std::string> as_string(std::string_view what) const;
   const std::vector<GgufValue>& array() const;  // empty for a non-array
 
+  // Same types (element type included) and values, arrays item by item.
+  bool operator==(const GgufValue& other) const = default;
+
   // Constructors for writers and tests.
   static GgufValue u32(uint32_t v);
   static GgufValue i32(int32_t v);
