@@ -86,6 +86,8 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     Status s = adapter->adapt_config_json(raw);
     if (!s.ok()) return s.with_context(config_path);
     LOOM_ASSIGN_OR_RETURN(m->config_, ModelConfig::from_json(raw, config_path));
+  } else if (gguf_file) {
+    LOOM_ASSIGN_OR_RETURN(m->config_, ModelConfig::from_json(raw, config_path + " (GGUF metadata)"));
   } else {
     LOOM_ASSIGN_OR_RETURN(m->config_, ModelConfig::from_file(config_path));
   }
