@@ -3,6 +3,7 @@
 // Key names follow llama.cpp's llama-arch (LLM_KV_*, LLM_TENSOR_*).
 #include "loom/models/gguf_mapping.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -123,7 +124,128 @@ int64_t rope_heads_of(RopeRows r, const ModelConfig& c) {
   return 0;
 }
 
+// Llama 3's rope divisors as Transformers computes them (_compute_llama3_parameters),
+// in double: 1 for short wavelengths, `factor` for long ones, smoothed between.
+std::vector<double> llama3_divisors(double theta, int64_t rot, double factor, double low, double high, double orig) {
+  std::vector<double> f(static_cast<size_t>(rot / 2));
+  for (int64_t i = 0; i < rot / 2; ++i) {
+    const double inv = 1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(rot));
+    const double wavelen = 2 * M_PI / inv;
+    if (wavelen < orig / high) f[static_cast<size_t>(i)] = 1.0;
+    else if (wavelen > orig / low) f[static_cast<size_t>(i)] = factor;
+    else {
+      const double smooth = (orig / wavelen - low) / (high - low);
+      f[static_cast<size_t>(i)] = 1.0 / ((1 - smooth) / factor + smooth);
+    }
+  }
+  return f;
+}
+
+constexpr const char* kLlama3Keys[] = {"loom.rope.llama3.factor", "loom.rope.llama3.low_freq_factor",
+                                       "loom.rope.llama3.high_freq_factor",
+                                       "loom.rope.llama3.original_context_length"};
+
+// llama.cpp keeps Llama 3's rope scaling only as the divisors in rope_freqs.weight.
+// loom's own files also carry the four parameters (loom.rope.llama3.*); for others
+// they are recovered from the divisors: between the two cut-offs the smoothing is
+// linear in 1/wavelength, and only that line's slope and intercept matter, so
+// original_max_position_embeddings is fixed at 8192 and the factors follow. Either
+// way the parameters must reproduce every stored divisor.
+Result<nlohmann::json> llama3_scaling_from_gguf(const GgufFile& file, const std::string& p, double theta, int64_t rot) {
+  LOOM_ASSIGN_OR_RETURN(Tensor t, file.get("rope_freqs.weight"));
+  if (t.dtype() != DType::kF32 || t.numel() != rot / 2)
+    return parse_error(file.path() + ": rope_freqs.weight is " + t.describe() + ", expected F32[" +
+                       std::to_string(rot / 2) + "]");
+  const float* stored = t.data_as<float>();
+  double factor = 0, low = 0, high = 0, orig = 0;
+  if (file.find_value(kLlama3Keys[0])) {
+    double* out[] = {&factor, &low, &high, &orig};
+    for (int i = 0; i < 4; ++i) {
+      LOOM_ASSIGN_OR_RETURN(const GgufValue* v, file.require_value(kLlama3Keys[i]));
+      LOOM_ASSIGN_OR_RETURN(*out[i], v->as_double(kLlama3Keys[i]));
+    }
+  } else {
+    for (int64_t i = 0; i < rot / 2; ++i) factor = std::max(factor, static_cast<double>(stored[i]));
+    if (!(factor > 1)) return parse_error(file.path() + ": rope_freqs.weight has no divisor above 1");
+    // Points strictly between the cut-offs: s = (1/f − 1/factor) / (1 − 1/factor) = A·x + B, x = 1/wavelen.
+    std::vector<std::pair<double, double>> mid;
+    double x_long = 0, x_short = 1e300;  // nearest x on each side of the smoothed band
+    for (int64_t i = 0; i < rot / 2; ++i) {
+      const double x = 1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(rot)) / (2 * M_PI);
+      const double f = stored[i];
+      if (std::fabs(f - factor) <= 1e-6 * factor) x_long = std::max(x_long, x);
+      else if (std::fabs(f - 1.0) <= 1e-6) x_short = std::min(x_short, x);
+      else mid.emplace_back(x, (1.0 / f - 1.0 / factor) / (1.0 - 1.0 / factor));
+    }
+    // Candidate lines s = A·x + B; the first whose parameters reproduce every divisor wins.
+    std::vector<std::pair<double, double>> lines;
+    if (mid.size() >= 2) {
+      double sx = 0, sy = 0, sxx = 0, sxy = 0;
+      for (auto [x, y] : mid) { sx += x; sy += y; sxx += x * x; sxy += x * y; }
+      const double n = static_cast<double>(mid.size());
+      const double A = (n * sxy - sx * sy) / (n * sxx - sx * sx);
+      lines.emplace_back(A, (sy - A * sx) / n);
+    } else if (mid.size() == 1) {
+      // Through the one smoothed point, reaching 0 or 1 halfway to a neighbour.
+      const auto [xm, sm] = mid[0];
+      if (x_long > 0) {
+        const double x0 = (x_long + xm) / 2;
+        lines.emplace_back(sm / (xm - x0), -sm / (xm - x0) * x0);
+      }
+      if (x_short < 1e300) {
+        const double x1 = (xm + x_short) / 2;
+        const double A = (1 - sm) / (x1 - xm);
+        lines.emplace_back(A, sm - A * xm);
+      }
+    } else if (x_short < 1e300 && x_long > 0) {
+      // No band: s = 0 and s = 1 inside the gap between the two sides.
+      const double x0 = x_long + (x_short - x_long) / 3, x1 = x_long + 2 * (x_short - x_long) / 3;
+      lines.emplace_back(1.0 / (x1 - x0), -x0 / (x1 - x0));
+    }
+    orig = 8192;
+    bool found = false;
+    for (auto [A, B] : lines) {
+      if (!(A > 0) || !(B < 0)) continue;
+      low = -B * orig / A;
+      high = low + orig / A;
+      const std::vector<double> f = llama3_divisors(theta, rot, factor, low, high, orig);
+      bool ok = true;
+      for (int64_t i = 0; i < rot / 2 && ok; ++i)
+        ok = std::fabs(f[static_cast<size_t>(i)] - stored[i]) <= 1e-4 * std::fabs(stored[i]);
+      if (ok) { found = true; break; }
+    }
+    if (!found)
+      return unsupported(file.path() + ": rope_freqs.weight is not Llama 3's rope scaling (no fit of its divisors)");
+  }
+  const std::vector<double> want = llama3_divisors(theta, rot, factor, low, high, orig);
+  for (int64_t i = 0; i < rot / 2; ++i)
+    if (std::fabs(want[static_cast<size_t>(i)] - stored[i]) > 1e-4 * std::fabs(stored[i]))
+      return unsupported(file.path() + ": rope_freqs.weight[" + std::to_string(i) + "] = " + std::to_string(stored[i]) +
+                         " does not follow Llama 3's rope scaling (expected " +
+                         std::to_string(want[static_cast<size_t>(i)]) + ")");
+  return nlohmann::json{{"rope_type", "llama3"},
+                        {"factor", factor},
+                        {"low_freq_factor", low},
+                        {"high_freq_factor", high},
+                        {"original_max_position_embeddings", static_cast<int64_t>(std::llround(orig))}};
+}
+
 }  // namespace
+
+Result<std::vector<std::pair<std::string, Tensor>>> gguf_extra_tensors_for(const ModelConfig& c) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  const RopeScaling& rs = c.rope_scaling;
+  if (rs.rope_type != "llama3") return out;
+  const int64_t rot = c.rotary_dim();
+  const double orig = static_cast<double>(rs.original_max_position_embeddings > 0 ? rs.original_max_position_embeddings
+                                                                                   : c.max_position_embeddings);
+  const std::vector<double> f = llama3_divisors(c.rope_theta, rot, rs.factor, rs.low_freq_factor, rs.high_freq_factor, orig);
+  std::vector<float> ff(f.begin(), f.end());
+  out.emplace_back("rope_freqs.weight", Tensor::from_f32(ff, {rot / 2}));
+  return out;
+}
+
+bool gguf_tensor_is_not_a_parameter(const std::string& gguf_name) { return gguf_name == "rope_freqs.weight"; }
 
 const std::vector<std::string>& gguf_architectures() {
   static const std::vector<std::string> names = [] {
@@ -193,10 +315,17 @@ Result<nlohmann::json> config_json_from_gguf(const GgufFile& file) {
     LOOM_ASSIGN_OR_RETURN(int64_t id, v->as_int("tokenizer.ggml.bos_token_id"));
     c["bos_token_id"] = id;
   }
-  if (const GgufValue* v = file.find_value("tokenizer.ggml.eos_token_id")) {
-    LOOM_ASSIGN_OR_RETURN(int64_t id, v->as_int("tokenizer.ggml.eos_token_id"));
-    c["eos_token_id"] = id;
+  // End-of-generation tokens: EOS, and llama.cpp's end-of-turn / end-of-message
+  // tokens, which Transformers lists in generation_config's eos_token_id.
+  nlohmann::json eos = nlohmann::json::array();
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    if (const GgufValue* v = file.find_value(key)) {
+      LOOM_ASSIGN_OR_RETURN(int64_t id, v->as_int(key));
+      if (std::find(eos.begin(), eos.end(), nlohmann::json(id)) == eos.end()) eos.push_back(id);
+    }
   }
+  if (eos.size() == 1) c["eos_token_id"] = eos[0];
+  else if (!eos.empty()) c["eos_token_id"] = eos;
   if (const GgufValue* v = file.find_value(p + "rope.dimension_count")) {
     LOOM_ASSIGN_OR_RETURN(int64_t rot, v->as_int(p + "rope.dimension_count"));
     if (rot != head_dim) c["partial_rotary_factor"] = static_cast<double>(rot) / static_cast<double>(head_dim);
@@ -219,10 +348,13 @@ Result<nlohmann::json> config_json_from_gguf(const GgufFile& file) {
       return unsupported(file.path() + ": " + p + "rope.scaling.type '" + type + "' (loom maps none, linear, yarn)");
     }
   }
-  if (file.find("rope_freqs.weight"))
-    return unsupported(file.path() +
-                       ": tensor 'rope_freqs.weight' (Llama 3.1 rope frequency factors) is not mapped yet; "
-                       "load the Hugging Face checkpoint instead");
+  if (file.find("rope_freqs.weight")) {
+    const int64_t rot = c.contains("partial_rotary_factor")
+                            ? static_cast<int64_t>(head_dim * c["partial_rotary_factor"].get<double>())
+                            : head_dim;
+    LOOM_ASSIGN_OR_RETURN(nlohmann::json rs, llama3_scaling_from_gguf(file, p, theta, rot));
+    c["rope_scaling"] = rs;
+  }
   return c;
 }
 
@@ -270,15 +402,24 @@ Result<std::vector<std::pair<std::string, GgufValue>>> gguf_metadata_for(const M
   m.emplace_back(p + "rope.freq_base", GgufValue::f32(static_cast<float>(c.rope_theta)));
   m.emplace_back(p + "rope.dimension_count", u32(c.rotary_dim()));
   m.emplace_back(p + "vocab_size", u32(c.vocab_size));
+  if (c.eos_token_ids.size() > 1)
+    m.emplace_back("tokenizer.ggml.eot_token_id", GgufValue::u32(static_cast<uint32_t>(c.eos_token_ids[1])));
   const RopeScaling& rs = c.rope_scaling;
   if (rs.rope_type == "linear" || rs.rope_type == "yarn") {
     m.emplace_back(p + "rope.scaling.type", GgufValue::string(rs.rope_type));
     m.emplace_back(p + "rope.scaling.factor", GgufValue::f32(static_cast<float>(rs.factor)));
     if (rs.original_max_position_embeddings > 0)
       m.emplace_back(p + "rope.scaling.original_context_length", u32(rs.original_max_position_embeddings));
+  } else if (rs.rope_type == "llama3") {
+    // llama.cpp reads the rope_freqs.weight tensor (gguf_extra_tensors_for); the
+    // parameters themselves, for loom, under keys llama.cpp ignores.
+    const double orig = static_cast<double>(rs.original_max_position_embeddings > 0 ? rs.original_max_position_embeddings
+                                                                                     : c.max_position_embeddings);
+    const double values[] = {rs.factor, rs.low_freq_factor, rs.high_freq_factor, orig};
+    for (int i = 0; i < 4; ++i) m.emplace_back(kLlama3Keys[i], GgufValue::f32(static_cast<float>(values[i])));
   } else if (rs.rope_type != "default") {
     return unsupported(c.source + ": rope_scaling type '" + rs.rope_type +
-                       "' has no GGUF form loom writes (default, linear, yarn)");
+                       "' has no GGUF form loom writes (default, linear, yarn, llama3)");
   }
   if (c.sliding_window && *c.sliding_window > 0 &&
       std::find(c.layer_types.begin(), c.layer_types.end(), "sliding_attention") != c.layer_types.end())

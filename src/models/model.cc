@@ -153,7 +153,9 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   // E.g. a tied checkpoint may still carry lm_head.weight: unused, not worth a warning.
   std::vector<std::string> unused;
   for (const auto& name : m->plan_->unused_sources())
-    if (!(arch->expected_unused && arch->expected_unused(name, m->config_))) unused.push_back(name);
+    if (!(arch->expected_unused && arch->expected_unused(name, m->config_)) &&
+        !(gguf_file && gguf_tensor_is_not_a_parameter(name)))
+      unused.push_back(name);
   if (!unused.empty()) {
     std::string list;
     for (size_t i = 0; i < unused.size() && i < 8; ++i) list += (i ? ", " : "") + unused[i];

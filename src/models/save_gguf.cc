@@ -37,6 +37,8 @@ Status save_gguf(const Model& model, const std::string& path, const GgufSaveOpti
     if (options.on_tensor) options.on_tensor(g.gguf_name, index, params.size());
     tensors.emplace_back(g.gguf_name, std::move(out));
   }
+  LOOM_ASSIGN_OR_RETURN(auto extra, gguf_extra_tensors_for(c));
+  for (auto& kv : extra) tensors.push_back(std::move(kv));
   return io::write_gguf(path, metadata, tensors);
 }
 

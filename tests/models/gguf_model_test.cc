@@ -74,7 +74,7 @@ TEST_P(GgufRoundTrip, LogitsEqualTheSafetensorsCheckpoint) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufRoundTrip,
                          ::testing::Values("llama-f32", "llama-bf16", "llama_mha_untied-f32", "llama_bias-f32",
-                                           "llama_kv1_headdim-f32", "llama_rope_linear-f32", "qwen2-f32", "qwen2-bf16",
+                                           "llama_kv1_headdim-f32", "llama_rope_linear-f32", "llama_rope_llama3-f32", "qwen2-f32", "qwen2-bf16",
                                            "qwen3-f32", "qwen3-bf16"));
 
 // llama.cpp's rows differ from Transformers' for q/k only in the Llama family:
@@ -95,6 +95,33 @@ TEST(GgufModel, LlamaQueryRowsAreStoredInterleaved) {
       for (int64_t k = 0; k < cols; ++k)
         ASSERT_EQ(s[(2 * i + j) * cols + k], l[(j * hd / 2 + i) * cols + k]) << "row " << 2 * i + j;
   fs::remove(path);
+}
+
+// A Llama 3 file from llama.cpp's converter has only the rope divisors
+// (rope_freqs.weight), not loom's copy of the parameters: they are recovered
+// from the divisors, and the logits stay those of the checkpoint.
+TEST(GgufModel, Llama3RopeScalingIsRecoveredFromRopeFreqs) {
+  const std::string name = "llama_rope_llama3-f32";
+  auto st = models::Model::load(existing_fixture(name).string()).value();
+  const fs::path full = temp_gguf("llama3_full"), bare = temp_gguf("llama3_bare");
+  ASSERT_TRUE(models::save_gguf(*st, full.string()).ok());
+  auto file = io::GgufFile::open(full.string()).value();
+  ASSERT_NE(file->find("rope_freqs.weight"), nullptr);
+  io::GgufMetadata md;
+  for (const auto& kv : file->metadata())
+    if (kv.first.rfind("loom.", 0) != 0) md.push_back(kv);
+  ASSERT_LT(md.size(), file->metadata().size()) << "loom's own rope keys were expected in the file";
+  io::GgufTensors ts;
+  for (const auto& t : file->tensors()) ts.emplace_back(t.name, file->view(t));
+  ASSERT_TRUE(io::write_gguf(bare.string(), md, ts).ok());
+  auto gg = models::Model::load(bare.string());
+  ASSERT_TRUE(gg.ok()) << gg.status().to_string();
+  EXPECT_EQ(gg.value()->config().rope_scaling.rope_type, "llama3");
+  const std::vector<int32_t> prompt = prompt_of(name);
+  const LogitsDiff d = logits_diff(logits_of(gg.value(), prompt), logits_of(st, prompt));
+  EXPECT_LE(d.max_abs, 1e-3) << "rope parameters recovered from rope_freqs.weight";
+  fs::remove(full);
+  fs::remove(bare);
 }
 
 struct QuantCase {

@@ -46,5 +46,10 @@ struct GgufTensorName {
 Result<std::string> gguf_architecture_for(const ModelConfig& config);
 Result<std::vector<std::pair<std::string, io::GgufValue>>> gguf_metadata_for(const ModelConfig& config);
 Result<GgufTensorName> gguf_tensor_name_for(const ModelConfig& config, const std::string& parameter_name);
+// Tensors llama.cpp needs that are not parameters: rope_freqs.weight for Llama 3's
+// rope scaling (the per-frequency divisors).
+Result<std::vector<std::pair<std::string, Tensor>>> gguf_extra_tensors_for(const ModelConfig& config);
+// GGUF tensors that are not parameters and need no "unused" warning.
+bool gguf_tensor_is_not_a_parameter(const std::string& gguf_name);
 
 }  // namespace loom::models
