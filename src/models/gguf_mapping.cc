@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <optional>
 
 namespace loom::models {
@@ -55,15 +56,35 @@ struct Family {
   const char* model_type;
   const char* class_name;
   bool interleaved_rope;  // llama.cpp permuted q/k rows (rope type NORM)
+  bool fused_qkv_gate_up;  // Phi-3: attn_qkv and ffn_up (gate ‖ up) stay fused in GGUF
+  bool experts;            // stacked experts: ffn_{gate,up,down}_exps, router ffn_gate_inp
 };
 
 const std::vector<Family>& families() {
   static const std::vector<Family> f = {
-      {"llama", "llama", "LlamaForCausalLM", true},
-      {"qwen2", "qwen2", "Qwen2ForCausalLM", false},
-      {"qwen3", "qwen3", "Qwen3ForCausalLM", false},
+      {"llama", "llama", "LlamaForCausalLM", true, false, false},
+      {"qwen2", "qwen2", "Qwen2ForCausalLM", false, false, false},
+      {"qwen3", "qwen3", "Qwen3ForCausalLM", false, false, false},
+      {"phi3", "phi3", "Phi3ForCausalLM", false, true, false},
+      {"qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM", false, false, true},
+      // Mixtral is stored as llama with experts; listed after llama so reading picks llama first.
+      {"llama", "mixtral", "MixtralForCausalLM", true, false, true},
   };
   return f;
+}
+
+// Names only MoE families have: the router, the stacked experts (gate and up are
+// concatenated into loom's gate_up_proj), Qwen2-MoE's shared expert and its gate.
+const std::vector<NamePair>& expert_names() {
+  static const std::vector<NamePair> names = {
+      {"blk.*.ffn_gate_inp.weight", "model.layers.*.mlp.gate.weight"},
+      {"blk.*.ffn_down_exps.weight", "model.layers.*.mlp.experts.down_proj"},
+      {"blk.*.ffn_gate_shexp.weight", "model.layers.*.mlp.shared_expert.gate_proj.weight"},
+      {"blk.*.ffn_up_shexp.weight", "model.layers.*.mlp.shared_expert.up_proj.weight"},
+      {"blk.*.ffn_down_shexp.weight", "model.layers.*.mlp.shared_expert.down_proj.weight"},
+      {"blk.*.ffn_gate_inp_shexp.weight", "model.layers.*.mlp.shared_expert_gate.weight"},
+  };
+  return names;
 }
 
 const Family* family_by_arch(const std::string& arch) {
@@ -82,8 +103,25 @@ const Family* family_by_type(const std::string& model_type) {
 
 std::string supported_list() {
   std::string s;
-  for (const auto& f : families()) s += (s.empty() ? "" : ", ") + std::string(f.gguf_arch);
+  for (const auto& f : families())
+    if (s.find(f.gguf_arch) == std::string::npos) s += (s.empty() ? "" : ", ") + std::string(f.gguf_arch);
   return s;
+}
+
+// The family's plain renamings: the decoder's, minus what a fused or expert
+// family stores differently, plus the expert names.
+std::vector<NamePair> plain_names(const Family& f) {
+  std::vector<NamePair> out;
+  for (const NamePair& n : decoder_names()) {
+    const std::string g = n.gguf;
+    if (f.fused_qkv_gate_up && (g == "blk.*.attn_q.weight" || g == "blk.*.attn_k.weight" || g == "blk.*.attn_v.weight" ||
+                                g == "blk.*.ffn_gate.weight" || g == "blk.*.ffn_up.weight"))
+      continue;
+    out.push_back(n);
+  }
+  if (f.experts)
+    for (const NamePair& n : expert_names()) out.push_back(n);
+  return out;
 }
 
 // Pattern with one `*` standing for a layer number; returns the number.
@@ -259,6 +297,8 @@ const std::vector<std::string>& gguf_architectures() {
 Result<nlohmann::json> config_json_from_gguf(const GgufFile& file) {
   LOOM_ASSIGN_OR_RETURN(std::string arch, file.architecture());
   const Family* fam = family_by_arch(arch);
+  const bool has_experts = file.find("blk.0.ffn_gate_exps.weight") != nullptr;
+  if (fam && arch == "llama" && has_experts) fam = family_by_type("mixtral");
   if (!fam)
     return unsupported(file.path() + ": general.architecture '" + arch + "' is not one loom maps (supported: " +
                        supported_list() + ")");
@@ -348,6 +388,41 @@ Result<nlohmann::json> config_json_from_gguf(const GgufFile& file) {
       return unsupported(file.path() + ": " + p + "rope.scaling.type '" + type + "' (loom maps none, linear, yarn)");
     }
   }
+  if (fam->experts) {
+    LOOM_ASSIGN_OR_RETURN(int64_t experts, need_int(p + "expert_count"));
+    LOOM_ASSIGN_OR_RETURN(int64_t used, need_int(p + "expert_used_count"));
+    c[std::string(fam->model_type) == "mixtral" ? "num_local_experts" : "num_experts"] = experts;
+    c["num_experts_per_tok"] = used;
+    if (std::string(fam->model_type) == "qwen2_moe") {
+      LOOM_ASSIGN_OR_RETURN(int64_t moe_ffn, need_int(p + "expert_feed_forward_length"));
+      c["moe_intermediate_size"] = moe_ffn;
+      int64_t shared = 0;
+      if (file.find_value(p + "expert_shared_feed_forward_length")) {
+        LOOM_ASSIGN_OR_RETURN(shared, need_int(p + "expert_shared_feed_forward_length"));
+      }
+      c["shared_expert_intermediate_size"] = shared;
+      c["decoder_sparse_step"] = 1;
+      bool norm = false;
+      if (const GgufValue* v = file.find_value(p + "expert_weights_norm")) {
+        LOOM_ASSIGN_OR_RETURN(norm, v->as_bool(p + "expert_weights_norm"));
+      }
+      c["norm_topk_prob"] = norm;
+      // Layers without stacked experts run a dense MLP.
+      nlohmann::json dense = nlohmann::json::array();
+      for (int64_t i = 0; i < layers; ++i)
+        if (!file.find("blk." + std::to_string(i) + ".ffn_gate_exps.weight")) dense.push_back(i);
+      c["mlp_only_layers"] = dense;
+    }
+  }
+  if (std::string(fam->model_type) == "phi3") {
+    if (file.find("rope_factors_long.weight") || file.find("rope_factors_short.weight"))
+      return unsupported(file.path() + ": Phi-3 longrope scaling (rope_factors_long/short) is not mapped");
+    c["original_max_position_embeddings"] = context;
+    if (const GgufValue* v = file.find_value(p + "attention.sliding_window")) {
+      LOOM_ASSIGN_OR_RETURN(int64_t w, v->as_int(p + "attention.sliding_window"));
+      if (w > 0) c["sliding_window"] = w;
+    }
+  }
   if (file.find("rope_freqs.weight")) {
     const int64_t rot = c.contains("partial_rotary_factor")
                             ? static_cast<int64_t>(head_dim * c["partial_rotary_factor"].get<double>())
@@ -362,7 +437,21 @@ Result<WeightRules> gguf_weight_rules(const ModelConfig& config) {
   const Family* fam = family_by_type(config.model_type);
   if (!fam) return unsupported("GGUF: model_type '" + config.model_type + "' has no GGUF mapping");
   WeightRules rules;
-  for (const NamePair& n : decoder_names()) {
+  if (fam->fused_qkv_gate_up) {
+    // Chunk sizes come from the targets' shapes (q is larger than k and v under GQA).
+    rules.push_back(WeightConverter{{"blk.*.attn_qkv.weight"},
+                                    {"model.layers.*.self_attn.q_proj.weight", "model.layers.*.self_attn.k_proj.weight",
+                                     "model.layers.*.self_attn.v_proj.weight"},
+                                    {Chunk(0)}, false, "GGUF blk.*.attn_qkv.weight (fused q, k, v)"});
+    rules.push_back(WeightConverter{{"blk.*.ffn_up.weight"},
+                                    {"model.layers.*.mlp.gate_proj.weight", "model.layers.*.mlp.up_proj.weight"},
+                                    {Chunk(0)}, false, "GGUF blk.*.ffn_up.weight (fused gate, up)"});
+  }
+  if (fam->experts)
+    rules.push_back(WeightConverter{{"blk.*.ffn_gate_exps.weight", "blk.*.ffn_up_exps.weight"},
+                                    {"model.layers.*.mlp.experts.gate_up_proj"},
+                                    {Concatenate(1)}, true, "GGUF blk.*.ffn_{gate,up}_exps (stacked experts)"});
+  for (const NamePair& n : plain_names(*fam)) {
     const int64_t heads = fam->interleaved_rope ? rope_heads_of(n.rope, config) : 0;
     if (heads > 0) {
       rules.push_back(WeightConverter{{n.gguf}, {n.hf}, {PermuteForRope(heads, config.head_dim)}, true,
@@ -380,7 +469,7 @@ Result<std::string> gguf_architecture_for(const ModelConfig& config) {
   const Family* fam = family_by_type(config.model_type);
   if (!fam)
     return unsupported(config.source + ": model_type '" + config.model_type +
-                       "' has no GGUF mapping (supported: llama, mistral, qwen2, qwen3)");
+                       "' has no GGUF mapping (supported: llama, mistral, mixtral, qwen2, qwen3, qwen2_moe, phi3)");
   return std::string(fam->gguf_arch);
 }
 
@@ -402,6 +491,17 @@ Result<std::vector<std::pair<std::string, GgufValue>>> gguf_metadata_for(const M
   m.emplace_back(p + "rope.freq_base", GgufValue::f32(static_cast<float>(c.rope_theta)));
   m.emplace_back(p + "rope.dimension_count", u32(c.rotary_dim()));
   m.emplace_back(p + "vocab_size", u32(c.vocab_size));
+  if (c.num_experts > 0) {
+    m.emplace_back(p + "expert_count", u32(c.num_experts));
+    m.emplace_back(p + "expert_used_count", u32(c.num_experts_per_tok));
+    if (c.model_type == "qwen2_moe") {
+      auto field = [&c](const char* key) { return c.raw.contains(key) && c.raw.at(key).is_number_integer() ? c.raw.at(key).get<int64_t>() : 0; };
+      m.emplace_back(p + "expert_feed_forward_length", u32(field("moe_intermediate_size")));
+      m.emplace_back(p + "expert_shared_feed_forward_length", u32(field("shared_expert_intermediate_size")));
+      m.emplace_back(p + "expert_weights_norm",
+                     GgufValue::boolean(c.raw.value("norm_topk_prob", false)));
+    }
+  }
   if (c.eos_token_ids.size() > 1)
     m.emplace_back("tokenizer.ggml.eot_token_id", GgufValue::u32(static_cast<uint32_t>(c.eos_token_ids[1])));
   const RopeScaling& rs = c.rope_scaling;
@@ -421,8 +521,11 @@ Result<std::vector<std::pair<std::string, GgufValue>>> gguf_metadata_for(const M
     return unsupported(c.source + ": rope_scaling type '" + rs.rope_type +
                        "' has no GGUF form loom writes (default, linear, yarn, llama3)");
   }
-  if (c.sliding_window && *c.sliding_window > 0 &&
-      std::find(c.layer_types.begin(), c.layer_types.end(), "sliding_attention") != c.layer_types.end())
+  const bool slides = c.sliding_window && *c.sliding_window > 0 &&
+                      std::find(c.layer_types.begin(), c.layer_types.end(), "sliding_attention") != c.layer_types.end();
+  if (slides && c.model_type == "phi3")  // every Phi-3 layer slides when the window is set
+    m.emplace_back(p + "attention.sliding_window", u32(*c.sliding_window));
+  else if (slides)
     return unsupported(c.source + ": sliding-window attention has no GGUF form for " + arch);
   return m;
 }
@@ -430,7 +533,30 @@ Result<std::vector<std::pair<std::string, GgufValue>>> gguf_metadata_for(const M
 Result<GgufTensorName> gguf_tensor_name_for(const ModelConfig& config, const std::string& parameter_name) {
   const Family* fam = family_by_type(config.model_type);
   if (!fam) return unsupported("GGUF: model_type '" + config.model_type + "' has no GGUF mapping");
-  for (const NamePair& n : decoder_names()) {
+  if (fam->fused_qkv_gate_up) {
+    static const std::pair<const char*, const char*> fused[] = {
+        {"model.layers.*.self_attn.q_proj.weight", "blk.*.attn_qkv.weight"},
+        {"model.layers.*.self_attn.k_proj.weight", "blk.*.attn_qkv.weight"},
+        {"model.layers.*.self_attn.v_proj.weight", "blk.*.attn_qkv.weight"},
+        {"model.layers.*.mlp.gate_proj.weight", "blk.*.ffn_up.weight"},
+        {"model.layers.*.mlp.up_proj.weight", "blk.*.ffn_up.weight"},
+    };
+    for (size_t i = 0; i < std::size(fused); ++i)
+      if (auto star = match_star(fused[i].first, parameter_name)) {
+        GgufTensorName out;
+        out.gguf_name = fill_star(fused[i].second, *star);
+        out.part = static_cast<int>(i < 3 ? i : i - 3);
+        out.parts = i < 3 ? 3 : 2;
+        return out;
+      }
+  }
+  if (fam->experts)
+    if (auto star = match_star("model.layers.*.mlp.experts.gate_up_proj", parameter_name)) {
+      GgufTensorName out;
+      out.split_into = {fill_star("blk.*.ffn_gate_exps.weight", *star), fill_star("blk.*.ffn_up_exps.weight", *star)};
+      return out;
+    }
+  for (const NamePair& n : plain_names(*fam)) {
     if (auto star = match_star(n.hf, parameter_name)) {
       GgufTensorName out;
       out.gguf_name = fill_star(n.gguf, *star);

@@ -1,5 +1,7 @@
 #include "loom/models/save_gguf.h"
 
+#include <map>
+
 #include "loom/io/gguf_writer.h"
 #include "loom/models/gguf_mapping.h"
 #include "loom/weights/tensor_moves.h"
@@ -15,6 +17,7 @@ Status save_gguf(const Model& model, const std::string& path, const GgufSaveOpti
   io::GgufTensors tensors;
   const auto& params = model.parameters();
   size_t index = 0;
+  std::map<std::string, std::vector<Tensor>> fused;  // GGUF name → its parts, until all are there
   for (const auto& [name, t] : params) {
     ++index;
     // A tied lm_head is the embedding; llama.cpp reads its absence as tying.
@@ -34,9 +37,29 @@ Status save_gguf(const Model& model, const std::string& path, const GgufSaveOpti
       }
     }
     if (g.rope_heads > 0) out = permute_for_rope(out, g.rope_heads, c.head_dim, /*inverse=*/true);
+    if (!g.split_into.empty()) {
+      const int64_t half = out.dim(1) / 2;
+      std::vector<Tensor> pieces = split(out, {half, out.dim(1) - half}, 1);
+      for (size_t i = 0; i < pieces.size(); ++i) tensors.emplace_back(g.split_into[i], pieces[i].clone());
+      if (options.on_tensor) options.on_tensor(g.split_into[0], index, params.size());
+      continue;
+    }
+    if (g.parts > 1) {
+      // Parameters arrive sorted by name, not in fused order, so a fused tensor
+      // is assembled once all of its parts have been seen.
+      auto& slots = fused[g.gguf_name];
+      slots.resize(static_cast<size_t>(g.parts));
+      slots[static_cast<size_t>(g.part)] = std::move(out);
+      bool complete = true;
+      for (const Tensor& part : slots) complete = complete && part.defined();
+      if (!complete) continue;
+      out = concatenate(slots, 0);
+      fused.erase(g.gguf_name);
+    }
     if (options.on_tensor) options.on_tensor(g.gguf_name, index, params.size());
     tensors.emplace_back(g.gguf_name, std::move(out));
   }
+  if (!fused.empty()) return internal_error("save_gguf: fused tensor '" + fused.begin()->first + "' is missing parts");
   LOOM_ASSIGN_OR_RETURN(auto extra, gguf_extra_tensors_for(c));
   for (auto& kv : extra) tensors.push_back(std::move(kv));
   return io::write_gguf(path, metadata, tensors);

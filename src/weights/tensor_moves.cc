@@ -77,10 +77,12 @@ Tensor concatenate(const std::vector<Tensor>& tensors, int dim) {
     if (!same) fail("concatenate along dim " + std::to_string(dim) + ": incompatible tensors " + shapes_of(tensors));
     out_shape[d] += t.shape()[d];
   }
+  if (dtype_is_quantized(first.dtype()) && d == first.rank() - 1)
+    fail("concatenate " + shapes_of(tensors) + ": along the quantized (last) dimension, which would cut blocks");
   Tensor out = Tensor::empty(first.dtype(), out_shape);
-  const int64_t es = static_cast<int64_t>(dtype_size(first.dtype()));
   const int64_t outer = prod(out_shape, 0, d);
-  const int64_t inner = prod(out_shape, d + 1, first.rank()) * es;
+  // Bytes of one slice below dim d; whole rows of blocks for a quantized type.
+  const int64_t inner = static_cast<int64_t>(dtype_bytes(first.dtype(), prod(out_shape, d + 1, first.rank())));
   const int64_t out_row = out_shape[d] * inner;
   int64_t offset = 0;
   for (const Tensor& t : tensors) {
@@ -101,6 +103,8 @@ std::vector<Tensor> split(const Tensor& t, const std::vector<int64_t>& sizes, in
   }
   if (total != t.shape()[d])
     fail("split " + t.describe() + " along dim " + std::to_string(dim) + ": sizes sum to " + std::to_string(total));
+  if (dtype_is_quantized(t.dtype()) && d == t.rank() - 1)
+    fail("split " + t.describe() + ": along the quantized (last) dimension, which would cut blocks");
   const int64_t outer = prod(t.shape(), 0, d);
   const int64_t inner_elems = prod(t.shape(), d + 1, t.rank());
   std::vector<Tensor> out;
@@ -113,9 +117,9 @@ std::vector<Tensor> split(const Tensor& t, const std::vector<int64_t>& sizes, in
       out.push_back(view_range(t, start * inner_elems, std::move(shape)));  // contiguous: no copy
     } else {
       Tensor piece = Tensor::empty(t.dtype(), std::move(shape));
-      const int64_t es = static_cast<int64_t>(dtype_size(t.dtype()));
-      const int64_t run = s * inner_elems * es;
-      copy_runs(static_cast<const uint8_t*>(t.data()) + start * inner_elems * es, t.shape()[d] * inner_elems * es,
+      const auto bytes = [&t](int64_t elems) { return static_cast<int64_t>(dtype_bytes(t.dtype(), elems)); };
+      const int64_t run = bytes(s * inner_elems);
+      copy_runs(static_cast<const uint8_t*>(t.data()) + bytes(start * inner_elems), bytes(t.shape()[d] * inner_elems),
                 static_cast<uint8_t*>(piece.data()), run, outer, run);
       out.push_back(std::move(piece));
     }
@@ -193,6 +197,8 @@ Tensor transpose(const Tensor& t, int d0, int d1) {
     return out;
   }
   const Shape& s = t.shape();
+  if (dtype_is_quantized(t.dtype()))
+    fail("transpose " + t.describe() + ": a quantized tensor's blocks run along its last dimension and cannot move");
   const int64_t A = prod(s, 0, a0), n0 = s[a0], B = prod(s, a0 + 1, a1), n1 = s[a1];
   const int64_t es = static_cast<int64_t>(dtype_size(t.dtype()));
   const int64_t run = prod(s, a1 + 1, t.rank()) * es;  // contiguous bytes moved together

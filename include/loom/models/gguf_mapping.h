@@ -42,6 +42,12 @@ Result<WeightRules> gguf_weight_rules(const ModelConfig& config);
 struct GgufTensorName {
   std::string gguf_name;
   int64_t rope_heads = 0;  // > 0: permute rows half-split → interleaved for this many heads
+  // Part `part` of `parts` tensors concatenated along dim 0 into gguf_name
+  // (Phi-3's fused attn_qkv = q ‖ k ‖ v and ffn_up = gate ‖ up).
+  int part = 0, parts = 1;
+  // Instead: split along dim 1 into these, equal halves (stacked experts'
+  // gate_up_proj → ffn_gate_exps, ffn_up_exps).
+  std::vector<std::string> split_into;
 };
 Result<std::string> gguf_architecture_for(const ModelConfig& config);
 Result<std::vector<std::pair<std::string, io::GgufValue>>> gguf_metadata_for(const ModelConfig& config);
