@@ -1,5 +1,7 @@
 #include "loom/export/onnx_exporter.h"
 
+#include "export/quantized_weights.h"
+
 #include <filesystem>
 #include <fstream>
 
@@ -105,6 +107,7 @@ Status export_onnx(const models::Model& model, const std::string& path, const On
                    OnnxExportReport* report) {
   OnnxExportReport local;
   OnnxExportReport& r = report ? *report : local;
+  exporters::note_dequantized_weights(model, "onnx export");
   if (o.ops != "standard" && o.ops != "ort")
     return invalid_argument("onnx export: --onnx-ops must be 'standard' or 'ort', got '" + o.ops + "'");
   if (o.opset < kOnnxMinOpset || o.opset > kOnnxMaxOpset)

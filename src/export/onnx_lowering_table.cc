@@ -341,7 +341,8 @@ Result<std::string> OnnxLowering::in(graph::ValueId v) {
   if (auto it = names.find(v); it != names.end()) return it->second;
   const graph::Value& x = g.value(v);
   if (x.kind == graph::ValueKind::kParameter || x.kind == graph::ValueKind::kConstant) {
-    if (!dtype_is_float(x.tensor.dtype()))
+    // Quantized weights are dequantized (exporters/quantized_weights.h says so once).
+    if (!dtype_is_float(x.tensor.dtype()) && !dtype_is_quantized(x.tensor.dtype()))
       return unsupported("onnx export: parameter '" + x.name + "' has dtype " + std::string(dtype_name(x.tensor.dtype())));
     std::vector<int64_t> dims(x.tensor.shape().begin(), x.tensor.shape().end());
     return names[v] = b.f32_tensor(x.name, dims, x.tensor.to_f32_vector());

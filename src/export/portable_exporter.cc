@@ -2,6 +2,8 @@
 // preparation → memory planning → flatbuffers. See docs/exporters.md.
 #include "loom/export/portable_exporter.h"
 
+#include "export/quantized_weights.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -77,7 +79,7 @@ struct Lowering {
     const graph::Value& val = g.value(v);
     if (val.kind == graph::ValueKind::kParameter || val.kind == graph::ValueKind::kConstant) {
       const Tensor& w = val.tensor;
-      if (!w.defined() || w.rank() < 1 || w.rank() > 3 || !dtype_is_float(w.dtype()))
+      if (!w.defined() || w.rank() < 1 || w.rank() > 3 || !(dtype_is_float(w.dtype()) || dtype_is_quantized(w.dtype())))
         return unsupported("portable export: weight '" + val.name + "' must be a float tensor of rank 1, 2 or 3");
       // Rank 3 (a moe's stacked experts [E, R, C]) is stored as [E·R, C]; the
       // op reads expert e at rows e·R.
@@ -149,6 +151,7 @@ Result<PortableProgram> lower_portable(const models::Model& model, const Portabl
   PortableExportReport local;
   PortableExportReport& r = report ? *report : local;
   const ModelConfig& cfg = model.config();
+  exporters::note_dequantized_weights(model, "portable export");
   if (o.max_tokens < 1) return invalid_argument("portable export: max_tokens must be ≥ 1");
   if (const std::string why = portable_export_skip_reason(cfg.model_type); !why.empty())
     return unsupported("portable export: " + cfg.model_type + " is on the portable skip list: " + why);

@@ -33,6 +33,10 @@ Status save_program(const ExportedProgram& p, const std::string& dir) {
     if (!keys.insert(key).second)
       return invalid_argument("save_program: two " + std::string(v.kind == graph::ValueKind::kParameter ? "parameters" : "constants") +
                               " are named '" + v.name + "'");
+    if (dtype_is_quantized(v.tensor.dtype()))
+      return unsupported("save_program: parameter '" + v.name + "' is " + std::string(dtype_name(v.tensor.dtype())) +
+                         "; a program's weights are safetensors, which have no quantized block types (export ONNX or "
+                         "portable, which dequantize, or load the model without --quantize)");
     tensors.emplace_back(key, v.tensor);
   }
   json j;
