@@ -215,6 +215,28 @@ TEST(Gguf, ReadsAVersion2FileBuiltByHand) {
   EXPECT_EQ((*file)->get("nope").status().code(), ErrorCode::kNotFound);
 }
 
+TEST(Gguf, AlignmentOneGivesMisalignedDataACopy) {
+  // general.alignment 1: the data starts right after the tensor infos, at byte 90,
+  // not a multiple of 4, so the F32 view cannot point into the mapping.
+  GgufBytes b;
+  b.header(3, 1, 1).kv_u32("general.alignment", 1).tensor("w", {2}, 0, 0);
+  ASSERT_EQ(b.size(), 90u);
+  for (float f : {1.5f, -2.f}) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    b.u32(bits);
+  }
+  testing::TempDir dir;
+  testing::write_file(dir.file("a1.gguf"), b.bytes());
+  auto file = GgufFile::open(dir.file("a1.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  EXPECT_EQ((*file)->alignment(), 1u);
+  EXPECT_EQ((*file)->data_offset(), 90u);
+  Tensor w = (*file)->get("w").value();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(w.data()) % 4, 0u);
+  EXPECT_EQ(w.to_f32_vector(), (std::vector<float>{1.5f, -2.f}));
+}
+
 TEST(Gguf, ArraysNestedEightDeepAreRead) {
   GgufBytes b;
   b.header(3, 0, 1).str("deep");
