@@ -3,6 +3,8 @@
 // allows: decode against memory read bandwidth (every weight byte is read once
 // per token), prefill against the GEMM throughput of oneDNN's matmul. --profile adds
 // where each phase's time goes, per op and layer-independent scope.
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -121,21 +123,30 @@ void run_bench(const BenchFlags& f) {
     best_prefill = std::max(best_prefill, f.prompt_tokens / prefill_s);
     best_decode = std::max(best_decode, f.decode_tokens / decode_s);
   }
-  std::map<DType, int64_t> per = model->checkpoint().parameters_per_dtype();
+  // The weights as they run (quantized at load, or as the file stores them).
+  std::map<DType, int64_t> per;
+  double weight_bytes = 0;
+  for (const auto& [name, t] : model->parameters()) {
+    per[t.dtype()] += t.numel();
+    weight_bytes += static_cast<double>(t.nbytes());
+  }
   std::string dtypes;
   for (const auto& [dt, n] : per) dtypes += (dtypes.empty() ? "" : "+") + std::string(dtype_name(dt));
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  const double peak_rss_gb = static_cast<double>(usage.ru_maxrss) * 1024.0 / 1e9;  // ru_maxrss is in KB on Linux
   std::printf(
       "| model | dtype | params | threads | isa | backend | matmul | kv cache | prefill tok/s (%lld) | decode tok/s (%lld) | "
-      "load s |\n",
+      "load s | weights GB | peak RSS GB |\n",
       static_cast<long long>(f.prompt_tokens), static_cast<long long>(f.decode_tokens));
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   // The matmul column says whether bf16 weights ran on bf16 dot products (medium on a CPU with fast ones).
   const std::string matmul = std::string(cpu::matmul_precision_name(cpu::matmul_precision())) +
                              (cpu::bf16_dot_products_active() ? " (bf16 dot)" : "");
-  std::printf("| %s | %s | %.3gB | %d | %s | %s | %s | %s | %.1f | %.2f | %.2f |\n", model->module().class_name().c_str(),
-              dtypes.c_str(), model->checkpoint().parameter_count() / 1e9, runner->pool().num_threads(),
-              cpu::isa_name().c_str(), runner->backend_name().c_str(), matmul.c_str(), f.kv_cache_dtype.c_str(),
-              best_prefill, best_decode, load_s);
+  std::printf("| %s | %s | %.3gB | %d | %s | %s | %s | %s | %.1f | %.2f | %.2f | %.3f | %.3f |\n",
+              model->module().class_name().c_str(), dtypes.c_str(), model->checkpoint().parameter_count() / 1e9,
+              runner->pool().num_threads(), cpu::isa_name().c_str(), runner->backend_name().c_str(), matmul.c_str(),
+              f.kv_cache_dtype.c_str(), best_prefill, best_decode, load_s, weight_bytes / 1e9, peak_rss_gb);
   std::fflush(stdout);
   if (f.bounds) print_bounds(f, *model, runner->pool(), best_prefill, best_decode);
   if (f.profile) {
