@@ -11,6 +11,8 @@
 #include "bindings.h"
 #include "buffers.h"
 #include "generation_config_json.h"
+#include "loom/io/checkpoint.h"
+#include "loom/weights/quantization_recipe.h"
 #include "model_handle.h"
 #include "loom/batching/generate.h"
 #include "loom/core/thread_pool.h"
@@ -43,20 +45,23 @@ struct LoadArgs {
   bool trust_remote_code = false;
   std::string backend = "cpu";
   int num_threads = 0;  // 0: the global pool
+  std::string quantize;  // a weights/quantization_recipe.h name; empty: weights as stored
 };
 
 std::shared_ptr<ModelHandle> load(const LoadArgs& a) {
-  if (!fs::is_directory(a.dir)) throw Error(not_found("model directory '" + a.dir + "' does not exist"));
+  if (!fs::is_directory(a.dir) && !Checkpoint::is_gguf_file(a.dir))
+    throw Error(not_found("model '" + a.dir + "' is neither a checkpoint directory nor a .gguf file"));
   if (a.num_threads < 0) throw Error(invalid_argument("num_threads must be ≥ 1, got " + std::to_string(a.num_threads)));
   auto h = std::make_shared<ModelHandle>();
   h->backend = a.backend;
   if (a.num_threads > 0) h->pool = std::make_shared<ThreadPool>(a.num_threads);
+  models::LoadOptions lo;
+  if (!a.quantize.empty()) lo.quantize = unwrap(quantization_recipe(a.quantize));
   if (a.kernel_config_json.empty()) {
     if (!a.plugin_dirs.empty())
       throw Error(invalid_argument("plugin_dirs need a kernel_config naming the kernels to use"));
-    h->model = unwrap(models::Model::load(a.dir));
+    h->model = unwrap(models::Model::load(a.dir, lo));
   } else {
-    models::LoadOptions lo;
     lo.kernel_config = unwrap(kernels::KernelConfig::parse(a.kernel_config_json));
     (a.trust_remote_code ? lo.trusted_plugin_dirs : lo.plugin_dirs) = a.plugin_dirs;
     h->model = unwrap(models::Model::load(a.dir, lo));
@@ -185,12 +190,15 @@ void register_model(py::module_& m) {
       .def_static(
           "load",
           [](const std::string& dir, const std::string& kernel_config_json, std::vector<std::string> plugin_dirs,
-             bool trust_remote_code, const std::string& backend, int num_threads) {
-            return load({dir, kernel_config_json, std::move(plugin_dirs), trust_remote_code, backend, num_threads});
+             bool trust_remote_code, const std::string& backend, int num_threads, const std::string& quantize) {
+            return load({dir, kernel_config_json, std::move(plugin_dirs), trust_remote_code, backend, num_threads,
+                         quantize});
           },
           py::arg("dir"), py::arg("kernel_config_json") = "", py::arg("plugin_dirs") = std::vector<std::string>{},
           py::arg("trust_remote_code") = false, py::arg("backend") = "cpu", py::arg("num_threads") = 0,
-          py::call_guard<py::gil_scoped_release>())
+          py::arg("quantize") = "", py::call_guard<py::gil_scoped_release>())
+      // config.json as the model reads it (for a GGUF file: made from its metadata).
+      .def_property_readonly("config_json", [](const ModelHandle& h) { return h.model->config().raw.dump(); })
       .def("forward", &forward, py::arg("rows"), py::call_guard<py::gil_scoped_release>())
       .def("generate", &generate, py::arg("prompt"), py::arg("generation_config_json"), py::arg("seed") = py::none(),
            py::arg("on_token") = py::none(), py::arg("tokenizer") = nullptr, py::arg("kv_cache_dtype") = "float32")

@@ -50,8 +50,14 @@ class LoomForCausalLM:
     def __init__(self, handle, path, kernel_config):
         self._handle = handle
         self.name_or_path = path
-        self.config = PretrainedConfig.from_pretrained(path)
-        self.generation_config = GenerationConfig.from_pretrained(path)
+        if os.path.isdir(path):
+            self.config = PretrainedConfig.from_pretrained(path)
+            self.generation_config = GenerationConfig.from_pretrained(path)
+        else:  # a GGUF file: config.json as made from its metadata, loom's generation defaults
+            self.config = PretrainedConfig(json.loads(handle.config_json))
+            self.generation_config = GenerationConfig(
+                **{k: v for k, v in self.config.to_dict().items()
+                   if k in ("bos_token_id", "eos_token_id", "pad_token_id")})
         self.kernel_config = kernel_config
         _models.add(self)
 
@@ -188,11 +194,13 @@ class AutoModelForCausalLM:
     @staticmethod
     def from_pretrained(pretrained_model_name_or_path, dtype="auto", kernel_config=None, trust_remote_code=False,
                         matmul_precision=None, num_threads=None, plugin_dirs=None, backend="cpu", torch_dtype=None,
-                        **kwargs):
+                        quantize=None, **kwargs):
         """loom runs weights as the checkpoint stores them (f32, bf16, f16): dtype must be
         "auto" or name that dtype. num_threads: this model's own worker threads (default:
         the process's pool, all cores or LOOM_NUM_THREADS). matmul_precision is process-wide,
-        as torch.set_float32_matmul_precision."""
+        as torch.set_float32_matmul_precision. The path may be a .gguf file (llama.cpp's
+        format); quantize ("q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k") quantizes the weights
+        as they load, with llama.cpp's recipes."""
         if kwargs:
             raise TypeError(f"from_pretrained: unsupported arguments {', '.join(sorted(kwargs))}")
         path = os.fspath(pretrained_model_name_or_path)
@@ -200,7 +208,7 @@ class AutoModelForCausalLM:
         dtype = str(dtype).replace("torch.", "")
         if dtype not in _DTYPES:
             raise ValueError(f"dtype={dtype!r}: use 'auto' (loom runs the checkpoint's own dtype)")
-        if dtype != "auto":
+        if dtype != "auto" and os.path.isdir(path):
             stored = PretrainedConfig.from_pretrained(path).to_dict()
             stored = stored.get("dtype", stored.get("torch_dtype"))
             if stored is not None and stored != dtype:
@@ -213,5 +221,6 @@ class AutoModelForCausalLM:
         if kernel_config is not None and not isinstance(kernel_config, KernelConfig):
             raise TypeError("kernel_config must be a loom.KernelConfig or a mapping")
         handle = _loom._Model.load(path, kernel_config.to_json_string() if kernel_config else "",
-                                   list(plugin_dirs or []), trust_remote_code, backend, int(num_threads or 0))
+                                   list(plugin_dirs or []), trust_remote_code, backend, int(num_threads or 0),
+                                   quantize or "")
         return LoomForCausalLM(handle, path, kernel_config)

@@ -180,3 +180,21 @@ def test_generate_processors_equal_cli(default_model, tokenizer, kwargs, flags):
     ours = default_model.generate(ids, max_new_tokens=24, do_sample=True, seed=3, **kwargs)
     theirs = cli_generate("--prompt-ids", ",".join(map(str, ids[0])), "-n", "24", "--seed", "3", *flags)
     assert ours[0].tolist() == theirs["prompt_ids"] + theirs["generated_ids"]
+
+
+def test_gguf_file_loads_like_its_checkpoint(tmp_path):
+    """from_pretrained on a .gguf file (written by `loom convert --to gguf`): same logits,
+    config from the file's metadata, tokenizer from tokenizer.ggml.*."""
+    path = str(tmp_path / "kjv.gguf")
+    run_cli("convert", "--to", "gguf", "--out", path)
+    folder = loom.AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL)
+    gguf = loom.AutoModelForCausalLM.from_pretrained(path)
+    assert gguf.config.hidden_size == folder.config.hidden_size
+    assert gguf.config.num_hidden_layers == folder.config.num_hidden_layers
+    ids = np.asarray([[4090, 1130, 258, 2081]])
+    assert np.array_equal(gguf(ids).logits, folder(ids).logits)
+    tok_file, tok_folder = loom.AutoTokenizer.from_pretrained(path), loom.AutoTokenizer.from_pretrained(DEFAULT_MODEL)
+    text = "In the beginning God created the heaven"
+    assert tok_file(text)["input_ids"] == tok_folder(text)["input_ids"]
+    with pytest.raises(ValueError, match="q3_k"):
+        loom.AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL, quantize="q3_k")
