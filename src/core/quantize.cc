@@ -1,12 +1,171 @@
-// Placeholder until the block formats land (issue 19, quantized kernels helper).
-#include "loom/core/dtype.h"
+// Q8_0 and Q4_0 row codecs, the activation blocks, the dispatch by DType and the
+// quantized half of convert_elements. The K types live in quantize_k.cc.
+#include "loom/core/quantize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
 #include "loom/core/status.h"
+#include "quantize_k.h"
 
 namespace loom {
+namespace {
 
-void convert_quantized(const void*, DType src_type, void*, DType dst_type, int64_t) {
-  throw Error(unsupported(std::string("conversion ") + std::string(dtype_name(src_type)) + " → " +
-                            std::string(dtype_name(dst_type))));
+int64_t checked_blocks(DType type, int64_t n, const char* what) {
+  if (!dtype_is_quantized(type)) {
+    throw Error(invalid_argument(std::string(what) + ": " + std::string(dtype_name(type)) + " is not a quantized type"));
+  }
+  const int64_t block = dtype_block_elements(type);
+  if (n < 0 || n % block != 0) {
+    throw Error(invalid_argument(std::string(what) + ": " + std::to_string(n) + " elements is not a multiple of " +
+                                 std::string(dtype_name(type)) + "'s block of " + std::to_string(block)));
+  }
+  return n / block;
+}
+
+void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t nblocks) {
+  for (int64_t b = 0; b < nblocks; ++b, x += 32) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[b].d = f32_to_f16(d);
+    // llama.cpp rounds half away from zero here (roundf), with the unrounded d.
+    for (int j = 0; j < 32; ++j) y[b].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+  }
+}
+
+void dequantize_q8_0(const BlockQ8_0* x, float* y, int64_t nblocks) {
+  for (int64_t b = 0; b < nblocks; ++b, y += 32) {
+    const float d = f16_to_f32(x[b].d);
+    for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(x[b].qs[j]) * d;
+  }
+}
+
+void quantize_q4_0(const float* x, BlockQ4_0* y, int64_t nblocks) {
+  for (int64_t b = 0; b < nblocks; ++b, x += 32) {
+    // The signed value of largest magnitude maps to −8, so the grid's extra
+    // negative step is spent on the side that needs it.
+    float amax = 0.0f, extreme = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      if (std::fabs(x[j]) > amax) {
+        amax = std::fabs(x[j]);
+        extreme = x[j];
+      }
+    }
+    const float d = extreme / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[b].d = f32_to_f16(d);
+    for (int j = 0; j < 16; ++j) {
+      // Truncation of (v + 8.5) is round-half-up onto 0..16, then capped at 15.
+      const int lo = std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
+      const int hi = std::min(15, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 8.5f)));
+      y[b].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+void dequantize_q4_0(const BlockQ4_0* x, float* y, int64_t nblocks) {
+  for (int64_t b = 0; b < nblocks; ++b, y += 32) {
+    const float d = f16_to_f32(x[b].d);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = static_cast<float>((x[b].qs[j] & 0xF) - 8) * d;
+      y[j + 16] = static_cast<float>((x[b].qs[j] >> 4) - 8) * d;
+    }
+  }
+}
+
+// q = nearest-even(x / d), d = max|x| / 127; the scale and its use stay f32.
+float quantize_symmetric_127(const float* x, int n, int8_t* q) {
+  float amax = 0.0f;
+  for (int j = 0; j < n; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 127.0f / amax : 0.0f;
+  for (int j = 0; j < n; ++j) {
+    const int v = detail::round_to_int(x[j] * id);
+    q[j] = static_cast<int8_t>(std::max(-127, std::min(127, v)));
+  }
+  return d;
+}
+
+}  // namespace
+
+void dequantize_row_ref(DType type, const void* src, float* dst, int64_t n) {
+  const int64_t nb = checked_blocks(type, n, "dequantize_row_ref");
+  switch (type) {
+    case DType::kQ8_0: return dequantize_q8_0(static_cast<const BlockQ8_0*>(src), dst, nb);
+    case DType::kQ4_0: return dequantize_q4_0(static_cast<const BlockQ4_0*>(src), dst, nb);
+    case DType::kQ4_K: return detail::dequantize_q4_k(static_cast<const BlockQ4_K*>(src), dst, nb);
+    case DType::kQ5_K: return detail::dequantize_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb);
+    case DType::kQ6_K: return detail::dequantize_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb);
+    default: break;
+  }
+  throw Error(unsupported("dequantize_row_ref: " + std::string(dtype_name(type))));
+}
+
+void quantize_row_ref(DType type, const float* src, void* dst, int64_t n) {
+  const int64_t nb = checked_blocks(type, n, "quantize_row_ref");
+  switch (type) {
+    case DType::kQ8_0: return quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), nb);
+    case DType::kQ4_0: return quantize_q4_0(src, static_cast<BlockQ4_0*>(dst), nb);
+    case DType::kQ4_K: return detail::quantize_q4_k(src, static_cast<BlockQ4_K*>(dst), nb);
+    case DType::kQ5_K: return detail::quantize_q5_k(src, static_cast<BlockQ5_K*>(dst), nb);
+    case DType::kQ6_K: return detail::quantize_q6_k(src, static_cast<BlockQ6_K*>(dst), nb);
+    default: break;
+  }
+  throw Error(unsupported("quantize_row_ref: " + std::string(dtype_name(type))));
+}
+
+void quantize_activations_q8x32(const float* x, ActBlockQ8x32* dst, int64_t n) {
+  if (n < 0 || n % 32 != 0) throw Error(invalid_argument("quantize_activations_q8x32: n must be a multiple of 32"));
+  for (int64_t b = 0; b < n / 32; ++b) dst[b].d = quantize_symmetric_127(x + 32 * b, 32, dst[b].qs);
+}
+
+void quantize_activations_q8k(const float* x, ActBlockQ8K* dst, int64_t n) {
+  if (n < 0 || n % 256 != 0) throw Error(invalid_argument("quantize_activations_q8k: n must be a multiple of 256"));
+  for (int64_t b = 0; b < n / 256; ++b) {
+    ActBlockQ8K& y = dst[b];
+    y.d = quantize_symmetric_127(x + 256 * b, 256, y.qs);
+    for (int s = 0; s < 16; ++s) {
+      int sum = 0;
+      for (int j = 0; j < 16; ++j) sum += y.qs[16 * s + j];
+      y.bsums[s] = static_cast<int16_t>(sum);
+    }
+  }
+}
+
+void convert_quantized(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) {
+  const bool from_q = dtype_is_quantized(src_type);
+  const DType plain = from_q ? dst_type : src_type;
+  if (from_q && dtype_is_quantized(dst_type)) {
+    if (src_type == dst_type) {
+      checked_blocks(src_type, n, "convert");
+      std::memcpy(dst, src, dtype_bytes(src_type, n));
+      return;
+    }
+    throw Error(unsupported("conversion " + std::string(dtype_name(src_type)) + " → " +
+                            std::string(dtype_name(dst_type)) + " (requantizing loses precision twice)"));
+  }
+  if (!dtype_is_float(plain)) {
+    throw Error(unsupported("conversion " + std::string(dtype_name(src_type)) + " → " +
+                            std::string(dtype_name(dst_type)) + ": only F32/BF16/F16 pair with a quantized type"));
+  }
+  const DType qtype = from_q ? src_type : dst_type;
+  checked_blocks(qtype, n, "convert");
+  if (from_q) {
+    if (plain == DType::kF32) return dequantize_row_ref(qtype, src, static_cast<float*>(dst), n);
+    std::vector<float> tmp(static_cast<size_t>(n));
+    dequantize_row_ref(qtype, src, tmp.data(), n);
+    convert_elements(tmp.data(), DType::kF32, dst, plain, static_cast<size_t>(n));
+    return;
+  }
+  if (plain == DType::kF32) return quantize_row_ref(qtype, static_cast<const float*>(src), dst, n);
+  std::vector<float> tmp(static_cast<size_t>(n));
+  convert_elements(src, plain, tmp.data(), DType::kF32, static_cast<size_t>(n));
+  quantize_row_ref(qtype, tmp.data(), dst, n);
 }
 
 }  // namespace loom
