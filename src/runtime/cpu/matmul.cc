@@ -20,6 +20,8 @@
 
 #include "loom/runtime/cpu/cpu_features.h"
 #include "runtime/cpu/matmul_kernels.h"
+#include "runtime/cpu/qlinear.h"
+#include "runtime/cpu/share_chunks.h"
 
 namespace loom::cpu {
 namespace {
@@ -284,67 +286,6 @@ void blocked(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0, int6
   }
 }
 
-std::atomic<bool> g_steal{true};  // bench override: false keeps static shares
-
-// body(u0, u1) over [0, units) in chunks of `chunk` units on the pool's threads.
-// Each thread starts at the front of its own equal share, so its weights stream
-// as one contiguous run; a thread that finishes early takes chunks from the back
-// of the share with the most left. A share is not left waiting on a thread that
-// woke late or lost its core to another process (on a busy 2-core machine the
-// static split spent 10-20% of a step spinning in parallel_for). Which thread
-// computes a chunk never changes the result.
-template <class Body>
-void share_chunks(ThreadPool& pool, int64_t units, int64_t chunk, const Body& body) {
-  const int64_t chunks = (units + chunk - 1) / chunk;
-  const int threads = static_cast<int>(std::min<int64_t>(pool.num_threads(), chunks));
-  if (threads <= 1) {
-    body(int64_t{0}, units);
-    return;
-  }
-  // front (high 32 bits) and back (low 32) of a share, in chunks.
-  struct alignas(64) Share {
-    std::atomic<uint64_t> range;
-  };
-  std::unique_ptr<Share[]> shares(new Share[static_cast<size_t>(threads)]);
-  for (int t = 0; t < threads; ++t) {
-    const uint64_t f = static_cast<uint64_t>(chunks * t / threads), b = static_cast<uint64_t>(chunks * (t + 1) / threads);
-    shares[static_cast<size_t>(t)].range.store(f << 32 | b, std::memory_order_relaxed);
-  }
-  auto take = [&](int t, bool from_back) -> int64_t {
-    std::atomic<uint64_t>& r = shares[static_cast<size_t>(t)].range;
-    uint64_t old = r.load(std::memory_order_relaxed);
-    for (;;) {
-      const uint64_t f = old >> 32, b = old & 0xffffffffu;
-      if (f >= b) return -1;
-      const uint64_t next = from_back ? (f << 32 | (b - 1)) : ((f + 1) << 32 | b);
-      if (r.compare_exchange_weak(old, next, std::memory_order_acq_rel, std::memory_order_relaxed)) {
-        return static_cast<int64_t>(from_back ? b - 1 : f);
-      }
-    }
-  };
-  auto run = [&](int64_t c) { body(c * chunk, std::min(units, (c + 1) * chunk)); };
-  const bool steal = g_steal.load(std::memory_order_relaxed);
-  pool.parallel_for(
-      threads,
-      [&](int64_t t0, int64_t t1, int) {
-        for (int64_t t = t0; t < t1; ++t) {
-          for (int64_t c; (c = take(static_cast<int>(t), false)) >= 0;) run(c);
-        }
-        while (steal) {
-          int victim = -1;
-          uint64_t most = 0;
-          for (int v = 0; v < threads; ++v) {
-            const uint64_t r = shares[static_cast<size_t>(v)].range.load(std::memory_order_relaxed);
-            const uint64_t f = r >> 32, b = r & 0xffffffffu;
-            if (f < b && b - f > most) most = b - f, victim = v;
-          }
-          if (victim < 0) break;
-          if (const int64_t c = take(victim, true); c >= 0) run(c);
-        }
-      },
-      1);
-}
-
 [[noreturn]] void fail(const std::string& message) { throw Error(invalid_argument(message)); }
 
 }  // namespace
@@ -352,7 +293,7 @@ void share_chunks(ThreadPool& pool, int64_t units, int64_t chunk, const Body& bo
 namespace detail {
 void set_stream_max_rows(int64_t rows) { g_stream_max_rows.store(rows < 0 ? -1 : rows); }
 void set_stream_panels_limit(int panels) { g_stream_panels_limit.store(panels > 0 ? panels : 0); }
-void set_work_stealing(bool on) { g_steal.store(on); }
+void set_work_stealing(bool on) { g_work_stealing.store(on); }
 void set_stream_group_prefetch(bool on) { g_stream_group_prefetch.store(on); }
 }  // namespace detail
 
@@ -386,9 +327,9 @@ Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias
                             weight.describe());
   }
   const DType dt = weight.dtype();
-  if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16) {
+  if (dt != DType::kF32 && dt != DType::kBF16 && dt != DType::kF16 && !dtype_is_quantized(dt)) {
     return unsupported("PackedLinear::pack: weight dtype " + std::string(dtype_name(dt)) +
-                       " is not supported (F32, BF16, F16), got " + weight.describe());
+                       " is not supported (F32, BF16, F16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), got " + weight.describe());
   }
   const int64_t N = weight.dim(0), K = weight.dim(1);
   if (N < 1 || K < 1) return invalid_argument("PackedLinear::pack: empty weight " + weight.describe());
@@ -406,45 +347,58 @@ Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias
   out.k_ = K;
   out.dtype_ = dt;
   const int64_t panels = out.num_panels();
-  const int64_t k_pairs = (K + 1) / 2;
-  out.panel_bytes_ = dt == DType::kF32 ? static_cast<size_t>(K) * kNr * 4
-                     : dt == DType::kF16 ? static_cast<size_t>(K) * kNr * 2
-                                         : static_cast<size_t>(k_pairs) * kNr * 4;
-  out.data_ = allocate_streamed(out.panel_bytes_ * panels);  // read start to end every decode step
-  out.bytes_ = out.panel_bytes_ * panels;
+  if (dtype_is_quantized(dt)) {
+    // Quantized rows stay as stored (the kernels read whole blocks of a row).
+    if (K % dtype_block_elements(dt) != 0) {
+      return invalid_argument("PackedLinear::pack: in_features " + std::to_string(K) + " is not a multiple of " +
+                              std::string(dtype_name(dt)) + "'s block of " +
+                              std::to_string(dtype_block_elements(dt)) + ", got " + weight.describe());
+    }
+    out.row_bytes_ = dtype_bytes(dt, K);
+    out.data_ = allocate_streamed(out.row_bytes_ * static_cast<size_t>(N));
+    std::memcpy(out.data_.get(), weight.data(), out.row_bytes_ * static_cast<size_t>(N));
+    out.bytes_ = out.row_bytes_ * static_cast<size_t>(N);
+  } else {
+    const int64_t k_pairs = (K + 1) / 2;
+    out.panel_bytes_ = dt == DType::kF32 ? static_cast<size_t>(K) * kNr * 4
+                       : dt == DType::kF16 ? static_cast<size_t>(K) * kNr * 2
+                                           : static_cast<size_t>(k_pairs) * kNr * 4;
+    out.data_ = allocate_streamed(out.panel_bytes_ * panels);  // read start to end every decode step
+    out.bytes_ = out.panel_bytes_ * panels;
 
-  // Transposes 32-row blocks; panels are independent, so loading a model packs
-  // on all threads.
-  ThreadPool::global().parallel_for(panels, [&](int64_t p0, int64_t p1, int) {
-    for (int64_t p = p0; p < p1; ++p) {
-      uint8_t* dst = static_cast<uint8_t*>(out.data_.get()) + out.panel_bytes_ * p;
-      const int64_t rows = std::min<int64_t>(kNr, N - p * kNr);
-      if (dt == DType::kF32) {
-        const float* src = weight.data_as<const float>() + p * kNr * K;
-        float* d = reinterpret_cast<float*>(dst);
-        for (int64_t k = 0; k < K; ++k) {
-          for (int64_t j = 0; j < kNr; ++j) d[k * kNr + j] = j < rows ? src[j * K + k] : 0.0f;
-        }
-      } else if (dt == DType::kF16) {
-        const uint16_t* src = weight.data_as<const uint16_t>() + p * kNr * K;
-        uint16_t* d = reinterpret_cast<uint16_t*>(dst);
-        for (int64_t k = 0; k < K; ++k) {
-          for (int64_t j = 0; j < kNr; ++j) d[k * kNr + j] = j < rows ? src[j * K + k] : 0;
-        }
-      } else {
-        const uint16_t* src = weight.data_as<const uint16_t>() + p * kNr * K;
-        uint16_t* d = reinterpret_cast<uint16_t*>(dst);
-        for (int64_t kp = 0; kp < k_pairs; ++kp) {
-          for (int64_t j = 0; j < kNr; ++j) {
-            for (int64_t s = 0; s < 2; ++s) {
-              const int64_t k = 2 * kp + s;
-              d[(kp * kNr + j) * 2 + s] = (j < rows && k < K) ? src[j * K + k] : 0;
+    // Transposes 32-row blocks; panels are independent, so loading a model packs
+    // on all threads.
+    ThreadPool::global().parallel_for(panels, [&](int64_t p0, int64_t p1, int) {
+      for (int64_t p = p0; p < p1; ++p) {
+        uint8_t* dst = static_cast<uint8_t*>(out.data_.get()) + out.panel_bytes_ * p;
+        const int64_t rows = std::min<int64_t>(kNr, N - p * kNr);
+        if (dt == DType::kF32) {
+          const float* src = weight.data_as<const float>() + p * kNr * K;
+          float* d = reinterpret_cast<float*>(dst);
+          for (int64_t k = 0; k < K; ++k) {
+            for (int64_t j = 0; j < kNr; ++j) d[k * kNr + j] = j < rows ? src[j * K + k] : 0.0f;
+          }
+        } else if (dt == DType::kF16) {
+          const uint16_t* src = weight.data_as<const uint16_t>() + p * kNr * K;
+          uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+          for (int64_t k = 0; k < K; ++k) {
+            for (int64_t j = 0; j < kNr; ++j) d[k * kNr + j] = j < rows ? src[j * K + k] : 0;
+          }
+        } else {
+          const uint16_t* src = weight.data_as<const uint16_t>() + p * kNr * K;
+          uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+          for (int64_t kp = 0; kp < k_pairs; ++kp) {
+            for (int64_t j = 0; j < kNr; ++j) {
+              for (int64_t s = 0; s < 2; ++s) {
+                const int64_t k = 2 * kp + s;
+                d[(kp * kNr + j) * 2 + s] = (j < rows && k < K) ? src[j * K + k] : 0;
+              }
             }
           }
         }
       }
-    }
-  });
+    });
+  }
 
   if (bias) {
     const size_t padded = static_cast<size_t>(panels) * kNr;
@@ -467,6 +421,10 @@ void linear(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, 
   if (x_stride < K) fail("linear: x_stride " + std::to_string(x_stride) + " < in_features " + std::to_string(K));
   if (y_stride < N) fail("linear: y_stride " + std::to_string(y_stride) + " < out_features " + std::to_string(N));
 
+  if (dtype_is_quantized(w.weight_dtype())) {
+    detail::linear_quantized(x, M, x_stride, w, y, y_stride, pool);
+    return;
+  }
   const KernelTable& kt = table_for(matmul_isa());
   Problem pb{x, M, x_stride, &w, y, y_stride, &kt, nullptr, 0};
 
@@ -502,7 +460,7 @@ void linear(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, 
       if (chunk >= 4) chunk = chunk / 4 * 4;
       for (int64_t m0 = 0; m0 < M; m0 += pass_rows) {
         const int64_t m1 = std::min(M, m0 + pass_rows);
-        share_chunks(pool, panels, chunk, [&](int64_t p0, int64_t p1) { stream_panels(pb, m0, m1, p0, p1); });
+        detail::share_chunks(pool, panels, chunk, [&](int64_t p0, int64_t p1) { stream_panels(pb, m0, m1, p0, p1); });
       }
     } else {
       if (!pb.x_bf16) {
@@ -521,7 +479,7 @@ void linear(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, 
         pb.xpack = xpack;
       }
       const int64_t chunk = std::max<int64_t>(1, panels / (kBlockedChunksPerThread * threads));
-      share_chunks(pool, panels, chunk, [&](int64_t p0, int64_t p1) { blocked(pb, 0, M, p0, p1); });
+      detail::share_chunks(pool, panels, chunk, [&](int64_t p0, int64_t p1) { blocked(pb, 0, M, p0, p1); });
     }
   } else {
     // Few panels, many rows: split rows (in whole tiles) instead.

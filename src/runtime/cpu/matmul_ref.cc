@@ -1,5 +1,6 @@
 // Reference linear: double accumulation straight from the [N, K] weight, no
-// packing, no SIMD — what the optimized paths are tested against.
+// packing, no SIMD — what the optimized paths are tested against. Quantized
+// weights are dequantized (core/quantize.h) and x stays f32.
 #include <string>
 #include <vector>
 
@@ -8,8 +9,11 @@
 namespace loom::cpu {
 
 void linear_ref(const float* x, int64_t M, int64_t K, const Tensor& weight, const Tensor* bias, float* y) {
-  if (!weight.defined() || weight.rank() != 2 || weight.dim(1) != K || !dtype_is_float(weight.dtype())) {
-    throw Error(invalid_argument("linear_ref: weight must be a float [N, " + std::to_string(K) + "] tensor, got " +
+  if (!weight.defined() || weight.rank() != 2 || weight.dim(1) != K ||
+      !(dtype_is_float(weight.dtype()) ||
+        (dtype_is_quantized(weight.dtype()) && K % dtype_block_elements(weight.dtype()) == 0))) {
+    throw Error(invalid_argument("linear_ref: weight must be a float or quantized [N, " + std::to_string(K) +
+                                 "] tensor (K a multiple of the block), got " +
                                  (weight.defined() ? weight.describe() : std::string("undefined"))));
   }
   const int64_t N = weight.dim(0);

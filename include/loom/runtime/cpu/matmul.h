@@ -39,6 +39,11 @@ class PackedLinear {
 
   // weight [N, K] F32|BF16|F16 with N, K ≥ 1; bias [N] (any float dtype) or null.
   // F16 weights stay F16 (widened exactly at run time); the bias is stored as F32.
+  // Quantized weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; K a multiple of the block)
+  // keep their rows as stored, one after another (quant_row); linear() then
+  // quantizes x per block to int8 and computes integer dot products per block
+  // pair with f32 accumulation (runtime/cpu/qdot_kernels.h states the order),
+  // again bitwise the same for a row whatever M, its position or the thread count.
   static Result<PackedLinear> pack(const Tensor& weight, const Tensor* bias);
 
   int64_t in_features() const { return k_; }
@@ -53,6 +58,11 @@ class PackedLinear {
   int64_t num_panels() const { return (n_ + kPanel - 1) / kPanel; }
   size_t panel_stride_bytes() const { return panel_bytes_; }
   const uint8_t* panel(int64_t p) const { return static_cast<const uint8_t*>(data_.get()) + panel_bytes_ * p; }
+  // Quantized weights: row n's blocks at quant_row(n), quant_row_bytes() apart.
+  size_t quant_row_bytes() const { return row_bytes_; }
+  const uint8_t* quant_row(int64_t n) const {
+    return static_cast<const uint8_t*>(data_.get()) + row_bytes_ * static_cast<size_t>(n);
+  }
   // num_panels() * kPanel floats, zero past N; null without bias.
   const float* bias() const { return static_cast<const float*>(bias_.get()); }
 
@@ -61,6 +71,7 @@ class PackedLinear {
   int64_t k_ = 0;
   DType dtype_ = DType::kF32;
   size_t panel_bytes_ = 0;
+  size_t row_bytes_ = 0;  // quantized weights only
   size_t bytes_ = 0;
   std::shared_ptr<void> data_;
   std::shared_ptr<void> bias_;
@@ -109,7 +120,7 @@ class ScopedMatmulPrecision {
 bool bf16_dot_products_active();
 
 // Scalar reference with double accumulation, straight from the [N, K] weight
-// tensor (F32|BF16|F16) and optional [N] bias; x is [M, K], y is [M, N], dense.
+// tensor (F32|BF16|F16, or a quantized type: rows dequantized, x kept f32) and optional [N] bias; x is [M, K], y is [M, N], dense.
 // Throws loom::Error for shapes or dtypes that do not fit.
 void linear_ref(const float* x, int64_t M, int64_t K, const Tensor& weight, const Tensor* bias, float* y);
 

@@ -1,0 +1,83 @@
+// The integer dot-product kernels behind linear() on quantized weights, one
+// table per code path (scalar, AVX2 maddubs, AVX512-VNNI vpdpbusd); the driver
+// (qlinear.cc) quantizes activations, splits rows and tiles M.
+//
+// Invariant every kernel keeps (tests check it bitwise across paths and M): per
+// output, for each weight block in increasing order, the block's integer dot
+// products are exact int32 sums and combine into one f32 accumulator as
+//   Q8_0, Q4_0, Q6_K:  acc = fma(d_w·d_x, isum, acc)
+//   Q4_K, Q5_K:        acc = fma(d_w·d_x, Σ_j sc_j·isum_j, acc);
+//                      acc = fma(−(dmin_w·d_x), Σ_j m_j·xsum_j, acc)
+// then acc + bias. Integers are exact in every ISA, so only these f32 steps round.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "loom/core/quantize.h"
+#include "runtime/cpu/matmul_kernels.h"
+
+namespace loom::cpu::detail {
+
+// Activation rows a kernel call pairs with each weight block while it is in L1.
+constexpr int kQTileRows = 4;
+
+struct QdotArgs {
+  const uint8_t* w = nullptr;  // weight row of the first output
+  size_t w_row_bytes = 0;
+  int64_t outputs = 0;         // consecutive weight rows (outputs) to compute
+  int64_t blocks = 0;          // weight blocks per row (K / block elements)
+  // Activation row r's blocks (ActBlockQ8x32 for Q8_0/Q4_0, ActBlockQ8K for the K
+  // types) at act + r * act_row_bytes, r < m.
+  const uint8_t* act = nullptr;
+  size_t act_row_bytes = 0;
+  int m = 1;  // 1..kQTileRows
+  float* y = nullptr;  // output n of activation row r at y[r * ldy + n]
+  int64_t ldy = 0;
+  const float* bias = nullptr;  // `outputs` values, or null
+  // Weights stream from memory (small M): prefetch kStreamPrefetchBytes ahead.
+  bool stream = false;
+};
+using QdotFn = void (*)(const QdotArgs&);
+
+struct QdotTable {
+  const char* name;
+  QdotFn q8_0, q4_0, q4_k, q5_k, q6_k;
+};
+
+const QdotTable& qdot_scalar();
+const QdotTable& qdot_avx2();
+const QdotTable& qdot_avx512vnni();
+
+inline float qdot_step(float acc, float d, int32_t isum) { return std::fma(d, static_cast<float>(isum), acc); }
+inline float qdot_finish(float acc, const float* bias, int64_t n) { return bias ? acc + bias[n] : acc; }
+
+template <class Block>
+const Block* qdot_weight_row(const QdotArgs& a, int64_t n) {
+  return reinterpret_cast<const Block*>(a.w + static_cast<size_t>(n) * a.w_row_bytes);
+}
+template <class Act>
+const Act* qdot_act_row(const QdotArgs& a, int r) {
+  return reinterpret_cast<const Act*>(a.act + static_cast<size_t>(r) * a.act_row_bytes);
+}
+
+void qdot_q8_0_scalar(const QdotArgs& a);
+void qdot_q4_0_scalar(const QdotArgs& a);
+void qdot_q4_K_scalar(const QdotArgs& a);
+void qdot_q5_K_scalar(const QdotArgs& a);
+void qdot_q6_K_scalar(const QdotArgs& a);
+#if defined(LOOM_MATMUL_X86)
+void qdot_q8_0_avx2(const QdotArgs& a);
+void qdot_q4_0_avx2(const QdotArgs& a);
+void qdot_q4_K_avx2(const QdotArgs& a);
+void qdot_q5_K_avx2(const QdotArgs& a);
+void qdot_q6_K_avx2(const QdotArgs& a);
+void qdot_q8_0_avx512vnni(const QdotArgs& a);
+void qdot_q4_0_avx512vnni(const QdotArgs& a);
+void qdot_q4_K_avx512vnni(const QdotArgs& a);
+void qdot_q5_K_avx512vnni(const QdotArgs& a);
+void qdot_q6_K_avx512vnni(const QdotArgs& a);
+#endif
+
+}  // namespace loom::cpu::detail

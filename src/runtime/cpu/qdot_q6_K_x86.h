@@ -1,0 +1,51 @@
+// Q6_K kernel body for qdot_x86.h's primitives (included by the per-ISA files).
+#pragma once
+
+#include "runtime/cpu/qdot_x86.h"
+
+namespace loom::cpu::detail {
+namespace {
+
+LOOM_QDOT_TARGET void qdot_q6_K_body(const QdotArgs& a) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(3);
+  for (int64_t n = 0; n < a.outputs; ++n) {
+    const BlockQ6_K* w = qdot_weight_row<BlockQ6_K>(a, n);
+    float acc[kQTileRows] = {};
+    for (int64_t b = 0; b < a.blocks; ++b) {
+      prefetch_ahead(a, &w[b], sizeof(BlockQ6_K));
+      // q[4h + g]: levels 0..63 of elements 128h + 32g .. +31 (sub-blocks 8h + 2g, +1).
+      __m256i q[8];
+      for (int h = 0; h < 2; ++h) {
+        const __m256i l0 = load256(w[b].ql + 64 * h), l1 = load256(w[b].ql + 64 * h + 32);
+        const __m256i hi = load256(w[b].qh + 32 * h);
+        const __m256i lows[4] = {_mm256_and_si256(l0, low4), _mm256_and_si256(l1, low4),
+                                 _mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                                 _mm256_and_si256(_mm256_srli_epi16(l1, 4), low4)};
+        for (int g = 0; g < 4; ++g) {
+          const __m256i top = _mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi32_si128(2 * g)), low2);
+          q[4 * h + g] = _mm256_or_si256(lows[g], _mm256_slli_epi16(top, 4));
+        }
+      }
+      __m256i scale[8];  // lanes 0-3: sub-block 2i, lanes 4-7: 2i + 1
+      for (int i = 0; i < 8; ++i) {
+        scale[i] = _mm256_set_m128i(_mm_set1_epi32(w[b].scales[2 * i + 1]), _mm_set1_epi32(w[b].scales[2 * i]));
+      }
+      const float d = f16_bits_to_f32(w[b].d);
+      for (int r = 0; r < a.m; ++r) {
+        const ActBlockQ8K& x = qdot_act_row<ActBlockQ8K>(a, r)[b];
+        __m256i scaled = _mm256_setzero_si256();
+        int32_t offset = 0;  // Σ sc_s · 32 · bsum_s: the −32 of every level
+        for (int i = 0; i < 8; ++i) {
+          const __m256i dot = dot_u8s8(q[i], load256(x.qs + 32 * i));
+          scaled = _mm256_add_epi32(scaled, _mm256_mullo_epi32(dot, scale[i]));
+        }
+        for (int s = 0; s < 16; ++s) offset += w[b].scales[s] * x.bsums[s];
+        acc[r] = qdot_step(acc[r], d * x.d, hsum_i32(scaled) - 32 * offset);
+      }
+    }
+    for (int r = 0; r < a.m; ++r) a.y[r * a.ldy + n] = qdot_finish(acc[r], a.bias, n);
+  }
+}
+
+}  // namespace
+}  // namespace loom::cpu::detail

@@ -1,0 +1,51 @@
+// x86 primitives of the quantized dot-product kernels, compiled once per code
+// path: define LOOM_QDOT_VNNI to 1 (AVX512-VNNI vpdpbusd on 256-bit vectors) or 0
+// (AVX2 maddubs + madd) before including. Both give exact int32 sums of u8 × s8
+// products: maddubs' pairwise int16 sums cannot saturate because every weight
+// operand is ≤ 128 and every activation |q| ≤ 127 (2·128·127 < 32768).
+#pragma once
+
+#include <immintrin.h>
+
+#include "runtime/cpu/qdot_kernels.h"
+
+#if LOOM_QDOT_VNNI
+#define LOOM_QDOT_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+#else
+#define LOOM_QDOT_TARGET LOOM_TARGET_AVX2
+#endif
+
+namespace loom::cpu::detail {
+namespace {
+
+// int32 lane i = Σ u[4i..4i+3]·s[4i..4i+3] (lanes 0-3: bytes 0-15, 4-7: 16-31).
+LOOM_QDOT_TARGET LOOM_INLINE __m256i dot_u8s8(__m256i u, __m256i s) {
+#if LOOM_QDOT_VNNI
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+LOOM_QDOT_TARGET LOOM_INLINE int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+LOOM_QDOT_TARGET LOOM_INLINE float f16_bits_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+
+LOOM_QDOT_TARGET LOOM_INLINE __m256i load256(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+// Streaming: pull the weights kStreamPrefetchBytes ahead into L2.
+LOOM_QDOT_TARGET LOOM_INLINE void prefetch_ahead(const QdotArgs& a, const void* block, size_t bytes) {
+  if (!a.stream) return;
+  const char* p = static_cast<const char*>(block) + kStreamPrefetchBytes;
+  for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
+}
+
+}  // namespace
+}  // namespace loom::cpu::detail

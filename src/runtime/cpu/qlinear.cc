@@ -1,0 +1,112 @@
+// Quantized linear driver: x is quantized once per call (per row, per block, on
+// all threads), then outputs are split across threads in chunks of weight rows;
+// within a chunk, tiles of kQTileRows activation rows pass over each weight block
+// while it is in L1, so a tile reads the weights once.
+#include "runtime/cpu/qlinear.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "loom/core/quantize.h"
+#include "loom/runtime/cpu/cpu_features.h"
+#include "runtime/cpu/qdot_kernels.h"
+#include "runtime/cpu/share_chunks.h"
+
+namespace loom::cpu::detail {
+namespace {
+
+const QdotTable& active_table() {
+#if defined(LOOM_MATMUL_X86)
+  switch (active_isa()) {
+    case Isa::kScalar: return qdot_scalar();
+    case Isa::kAvx2: return qdot_avx2();
+    case Isa::kAvx512:
+    case Isa::kAvx512Bf16: return cpu_features().avx512_vnni ? qdot_avx512vnni() : qdot_avx2();
+  }
+#endif
+  return qdot_scalar();
+}
+
+QdotFn kernel_for(const QdotTable& t, DType dt) {
+  switch (dt) {
+    case DType::kQ8_0: return t.q8_0;
+    case DType::kQ4_0: return t.q4_0;
+    case DType::kQ4_K: return t.q4_k;
+    case DType::kQ5_K: return t.q5_k;
+    case DType::kQ6_K: return t.q6_k;
+    default: break;
+  }
+  throw Error(unsupported("linear: no quantized kernel for " + std::string(dtype_name(dt))));
+}
+
+// Weight rows per work chunk. Small M: enough rows for a few prefetch distances
+// of contiguous stream per chunk, and at least 8 chunks per thread to even out.
+// Large M: a chunk's weights (≤ 128 KB) stay in L2 while every row tile passes.
+int64_t chunk_rows(int64_t N, size_t row_bytes, int64_t M, int threads) {
+  const int64_t by_l2 = std::max<int64_t>(1, static_cast<int64_t>((size_t{128} << 10) / row_bytes));
+  const int64_t even = std::max<int64_t>(1, N / (8 * static_cast<int64_t>(threads)));
+  return M <= kQTileRows ? std::min<int64_t>(even, std::max<int64_t>(by_l2, 16)) : std::min(by_l2, even);
+}
+
+thread_local std::vector<uint8_t> t_act;
+
+}  // namespace
+
+const char* quantized_kernels_name() { return active_table().name; }
+
+void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, float* y,
+                      int64_t y_stride, ThreadPool& pool) {
+  const DType dt = w.weight_dtype();
+  const int64_t K = w.in_features(), N = w.out_features();
+  const bool k_types = dtype_block_elements(dt) == 256;
+  const int64_t blocks = K / dtype_block_elements(dt);
+  const size_t act_row_bytes =
+      static_cast<size_t>(blocks) * (k_types ? sizeof(ActBlockQ8K) : sizeof(ActBlockQ8x32));
+  std::vector<uint8_t>& act = t_act;
+  if (act.size() < act_row_bytes * static_cast<size_t>(M)) act.resize(act_row_bytes * static_cast<size_t>(M));
+  uint8_t* act_data = act.data();
+  auto quantize_rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      uint8_t* dst = act_data + act_row_bytes * static_cast<size_t>(r);
+      if (k_types) {
+        quantize_activations_q8k(x + r * x_stride, reinterpret_cast<ActBlockQ8K*>(dst), K);
+      } else {
+        quantize_activations_q8x32(x + r * x_stride, reinterpret_cast<ActBlockQ8x32*>(dst), K);
+      }
+    }
+  };
+  if (M * K >= (int64_t{1} << 16) && pool.num_threads() > 1) {
+    pool.parallel_for(M, [&](int64_t r0, int64_t r1, int) { quantize_rows(r0, r1); });
+  } else {
+    quantize_rows(0, M);
+  }
+
+  const QdotFn kernel = kernel_for(active_table(), dt);
+  const int64_t chunk = chunk_rows(N, w.quant_row_bytes(), M, pool.num_threads());
+  const bool stream = M <= kQTileRows;
+  share_chunks(pool, N, chunk, [&](int64_t n0, int64_t n1) {
+    for (int64_t m0 = 0; m0 < M; m0 += kQTileRows) {
+      QdotArgs a;
+      a.w = w.quant_row(n0);
+      a.w_row_bytes = w.quant_row_bytes();
+      a.outputs = n1 - n0;
+      a.blocks = blocks;
+      a.act = act_data + act_row_bytes * static_cast<size_t>(m0);
+      a.act_row_bytes = act_row_bytes;
+      a.m = static_cast<int>(std::min<int64_t>(kQTileRows, M - m0));
+      a.y = y + m0 * y_stride + n0;
+      a.ldy = y_stride;
+      a.bias = w.bias() ? w.bias() + n0 : nullptr;
+      a.stream = stream;
+      kernel(a);
+    }
+  });
+}
+
+const QdotTable& qdot_scalar() {
+  static const QdotTable t{"SCALAR", qdot_q8_0_scalar, qdot_q4_0_scalar, qdot_q4_K_scalar, qdot_q5_K_scalar,
+                           qdot_q6_K_scalar};
+  return t;
+}
+
+}  // namespace loom::cpu::detail

@@ -1,0 +1,171 @@
+// linear() on quantized weights: every code path against the scalar kernels
+// (bitwise: the integer sums are exact and the f32 steps are the same), against
+// linear_ref on the dequantized weights (bounded by the activation rounding), and
+// batch invariance.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "loom/core/quantize.h"
+#include "loom/runtime/cpu/cpu_features.h"
+#include "loom/runtime/cpu/matmul.h"
+#include "runtime/cpu/qlinear.h"
+
+namespace loom::cpu {
+
+void PrintTo(Isa isa, std::ostream* os);
+
+namespace {
+
+const DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+    if (isa_supported(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+Tensor quantized_weight(int64_t N, int64_t K, DType dt, uint32_t seed) {
+  return Tensor::from_f32(random_floats(static_cast<size_t>(N * K), seed, 0.5f), {N, K}).to(dt);
+}
+
+std::vector<float> run(const std::vector<float>& x, int64_t M, const PackedLinear& w, ThreadPool& pool) {
+  std::vector<float> y(static_cast<size_t>(M * w.out_features()), -1.0f);
+  linear(x.data(), M, w.in_features(), w, y.data(), w.out_features(), pool);
+  return y;
+}
+
+struct Case {
+  int64_t M, blocks, N;
+};
+// N: one output, tails of 32 and of the row tile, several chunks; M: decode, a
+// partial row tile, several tiles plus a tail.
+const Case kCases[] = {{1, 1, 1}, {1, 3, 45}, {3, 1, 33}, {3, 2, 7}, {17, 2, 45}, {17, 1, 130}, {1, 8, 257}};
+
+class QuantizedLinearIsaTest : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(QuantizedLinearIsaTest, EqualsScalarKernelsBitwiseAndBoundsReference) {
+  ThreadPool pool(2);
+  uint32_t seed = 1;
+  for (DType dt : kTypes) {
+    for (const Case& c : kCases) {
+      for (bool with_bias : {false, true}) {
+        ++seed;
+        const int64_t K = c.blocks * dtype_block_elements(dt);
+        const Tensor weight = quantized_weight(c.N, K, dt, seed);
+        const Tensor bias = Tensor::from_f32(random_floats(static_cast<size_t>(c.N), seed + 7), {c.N});
+        auto packed = PackedLinear::pack(weight, with_bias ? &bias : nullptr);
+        ASSERT_TRUE(packed.ok()) << packed.status().message();
+        const std::vector<float> x = random_floats(static_cast<size_t>(c.M * K), seed + 3);
+        std::vector<float> scalar;
+        {
+          ScopedIsa force(Isa::kScalar);
+          scalar = run(x, c.M, *packed, pool);
+        }
+        std::vector<float> got;
+        {
+          ScopedIsa force(GetParam());
+          got = run(x, c.M, *packed, pool);
+        }
+        const std::string where = std::string(dtype_name(dt)) + " M=" + std::to_string(c.M) + " K=" +
+                                  std::to_string(K) + " N=" + std::to_string(c.N) + (with_bias ? " bias" : "");
+        ASSERT_EQ(got, scalar) << where;
+
+        // Against f64 products of x with the dequantized weights: x is rounded to
+        // int8 per block, |x − x̂| ≤ amax(x)/254 per element, so the difference is at
+        // most Σ|w|·amax/254 (plus f32 accumulation, 1e-5 relative).
+        const Tensor dequantized = weight.to(DType::kF32);
+        std::vector<float> ref(scalar.size());
+        linear_ref(x.data(), c.M, K, dequantized, with_bias ? &bias : nullptr, ref.data());
+        std::vector<float> ref_q(scalar.size());
+        linear_ref(x.data(), c.M, K, weight, with_bias ? &bias : nullptr, ref_q.data());
+        ASSERT_EQ(ref_q, ref) << where << ": linear_ref on quantized weights dequantizes them";
+        const std::vector<float> wf = dequantized.to_f32_vector();
+        for (int64_t m = 0; m < c.M; ++m) {
+          float amax = 0;
+          for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(x[m * K + k]));
+          for (int64_t n = 0; n < c.N; ++n) {
+            double wsum = 0, xw = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              wsum += std::fabs(wf[n * K + k]);
+              xw += std::fabs(wf[n * K + k] * x[m * K + k]);
+            }
+            const double tol = wsum * amax / 254.0 + 1e-5 * xw + 1e-6;
+            ASSERT_NEAR(got[m * c.N + n], ref[m * c.N + n], tol) << where << " at (" << m << ", " << n << ")";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(QuantizedLinearIsaTest, RowsAreBitwiseTheSameWhateverMPositionAndThreads) {
+  ScopedIsa force(GetParam());
+  ThreadPool one(1), two(2);
+  uint32_t seed = 100;
+  for (DType dt : kTypes) {
+    const int64_t K = 2 * dtype_block_elements(dt), N = 70, M = 19;
+    const Tensor weight = quantized_weight(N, K, dt, ++seed);
+    const Tensor bias = Tensor::from_f32(random_floats(N, seed + 1), {N});
+    auto packed = PackedLinear::pack(weight, &bias);
+    ASSERT_TRUE(packed.ok()) << packed.status().message();
+    const std::vector<float> x = random_floats(static_cast<size_t>(M * K), seed + 2);
+    const std::vector<float> batch = run(x, M, *packed, two);
+    EXPECT_EQ(run(x, M, *packed, one), batch) << dtype_name(dt) << ": one thread vs two";
+    for (int64_t m : {int64_t{0}, int64_t{5}, M - 1}) {
+      const std::vector<float> row(x.begin() + m * K, x.begin() + (m + 1) * K);
+      const std::vector<float> alone = run(row, 1, *packed, two);
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch.begin() + m * N)) << dtype_name(dt) << " row " << m;
+      // The same row behind two others lands in a different position of its tile.
+      std::vector<float> shifted(x.begin(), x.begin() + 2 * K);
+      shifted.insert(shifted.end(), row.begin(), row.end());
+      const std::vector<float> three = run(shifted, 3, *packed, one);
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), three.begin() + 2 * N)) << dtype_name(dt) << " row " << m;
+    }
+  }
+}
+
+std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); }
+INSTANTIATE_TEST_SUITE_P(Isa, QuantizedLinearIsaTest, ::testing::ValuesIn(supported_isas()), isa_param_name);
+
+TEST(QuantizedLinear, ForcedPathsPickTheirKernels) {
+  {
+    ScopedIsa force(Isa::kScalar);
+    EXPECT_STREQ(detail::quantized_kernels_name(), "SCALAR");
+  }
+  if (isa_supported(Isa::kAvx2)) {
+    ScopedIsa force(Isa::kAvx2);
+    EXPECT_STREQ(detail::quantized_kernels_name(), "AVX2");
+  }
+  if (isa_supported(Isa::kAvx512)) {
+    ScopedIsa force(Isa::kAvx512);
+    EXPECT_STREQ(detail::quantized_kernels_name(), cpu_features().avx512_vnni ? "AVX512_VNNI" : "AVX2");
+  }
+}
+
+TEST(QuantizedLinear, PackRejectsRowsThatAreNotWholeBlocks) {
+  // A [4, 48] Q8_0 tensor is not whole 32-blocks per row though 192 elements are.
+  const Tensor ok = quantized_weight(4, 64, DType::kQ8_0, 1);
+  const Tensor bad = Tensor::wrap(const_cast<void*>(ok.data()), DType::kQ8_0, {8, 16});
+  auto packed = PackedLinear::pack(bad, nullptr);
+  ASSERT_FALSE(packed.ok());
+  EXPECT_NE(packed.status().message().find("multiple of Q8_0's block of 32"), std::string::npos)
+      << packed.status().message();
+}
+
+}  // namespace
+}  // namespace loom::cpu
