@@ -2,6 +2,8 @@
 // quantized half of convert_elements. The K types live in quantize_k.cc.
 #include "loom/core/quantize.h"
 
+#include "loom/core/thread_pool.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -137,6 +139,9 @@ void quantize_activations_q8k(const float* x, ActBlockQ8K* dst, int64_t n) {
   }
 }
 
+// Whole tensors: blocks are independent, so chunks of blocks go to the pool's
+// threads (quantizing a 1B model's matrices is seconds of work, not minutes); a
+// call from inside a pool worker (a row of an embedding) runs inline.
 void convert_quantized(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) {
   const bool from_q = dtype_is_quantized(src_type);
   const DType plain = from_q ? dst_type : src_type;
@@ -155,17 +160,31 @@ void convert_quantized(const void* src, DType src_type, void* dst, DType dst_typ
   }
   const DType qtype = from_q ? src_type : dst_type;
   checked_blocks(qtype, n, "convert");
-  if (from_q) {
-    if (plain == DType::kF32) return dequantize_row_ref(qtype, src, static_cast<float*>(dst), n);
-    std::vector<float> tmp(static_cast<size_t>(n));
-    dequantize_row_ref(qtype, src, tmp.data(), n);
-    convert_elements(tmp.data(), DType::kF32, dst, plain, static_cast<size_t>(n));
-    return;
-  }
-  if (plain == DType::kF32) return quantize_row_ref(qtype, static_cast<const float*>(src), dst, n);
-  std::vector<float> tmp(static_cast<size_t>(n));
-  convert_elements(src, plain, tmp.data(), DType::kF32, static_cast<size_t>(n));
-  quantize_row_ref(qtype, tmp.data(), dst, n);
+  const int64_t blk = dtype_block_elements(qtype), nb = n / blk;
+  constexpr int64_t kChunkBlocks = 64;
+  const auto at = [](const void* p, DType t, int64_t elems) {
+    return static_cast<const uint8_t*>(p) + dtype_bytes(t, elems);
+  };
+  ThreadPool::global().parallel_for((nb + kChunkBlocks - 1) / kChunkBlocks, [&](int64_t c0, int64_t c1, int) {
+    std::vector<float> tmp(static_cast<size_t>(kChunkBlocks * blk));
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t first = c * kChunkBlocks * blk, elems = std::min(kChunkBlocks * blk, n - first);
+      auto* out = const_cast<uint8_t*>(at(dst, from_q ? plain : qtype, first));
+      if (from_q) {
+        if (plain == DType::kF32) {
+          dequantize_row_ref(qtype, at(src, qtype, first), reinterpret_cast<float*>(out), elems);
+        } else {
+          dequantize_row_ref(qtype, at(src, qtype, first), tmp.data(), elems);
+          convert_elements(tmp.data(), DType::kF32, out, plain, static_cast<size_t>(elems));
+        }
+      } else if (plain == DType::kF32) {
+        quantize_row_ref(qtype, reinterpret_cast<const float*>(at(src, plain, first)), out, elems);
+      } else {
+        convert_elements(at(src, plain, first), plain, tmp.data(), DType::kF32, static_cast<size_t>(elems));
+        quantize_row_ref(qtype, tmp.data(), out, elems);
+      }
+    }
+  });
 }
 
 }  // namespace loom
