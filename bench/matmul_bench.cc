@@ -1,6 +1,10 @@
 // Linear layer y = x·Wᵀ + b: loom's kernels on each code path against oneDNN and
 // OpenBLAS, for decode (M = 1, reported as GB/s of weights read) and prefill
-// (M = 512, GFLOP/s), plus the row sweep behind linear()'s decode/blocked switch.
+// (M = 512, GFLOP/s), plus the row sweep behind linear()'s decode/blocked switch,
+// quantized weights (quant/, GB/s of quantized weight bytes read from memory) and a
+// plain read of memory on the same threads to compare them with (memory/read).
+//
+//   matmul_bench --benchmark_filter='quant/|memory/read'
 //
 //   matmul_bench [--benchmark_filter=gemv/bf16] [--benchmark_repetitions=3]
 //
@@ -11,6 +15,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -24,6 +29,10 @@
 #include "loom/runtime/cpu/matmul.h"
 #include "runtime/cpu/matmul_baselines.h"
 #include "runtime/cpu/matmul_kernels.h"
+
+#if defined(LOOM_MATMUL_X86)
+#include <immintrin.h>
+#endif
 
 namespace loom::cpu {
 namespace {
@@ -128,6 +137,83 @@ void run_from_memory(benchmark::State& state, const LinearShape& s, int64_t M, b
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * s.N * s.K * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Quantized weights from memory, as run_from_memory: copies of one quantized
+// layer, 640 MB in all, a different one each call.
+void run_quantized(benchmark::State& state, const LinearShape& s, DType dt, int64_t M, Isa isa) {
+  static std::string key;
+  static std::vector<PackedLinear> copies;
+  const std::string want = std::to_string(s.K) + "x" + std::to_string(s.N) + std::string(dtype_name(dt));
+  if (key != want) {
+    copies.clear();
+    const Tensor weight = Tensor::from_f32(random_floats(static_cast<size_t>(s.N * s.K), 1), {s.N, s.K}).to(dt);
+    const int64_t n = std::max<int64_t>(2, static_cast<int64_t>((size_t{640} << 20) / weight.nbytes()));
+    for (int64_t i = 0; i < n; ++i) copies.push_back(PackedLinear::pack(weight, nullptr).value());
+    key = want;
+  }
+  ScopedIsa force(isa);
+  const std::vector<float> x = random_floats(static_cast<size_t>(M * s.K), 3);
+  std::vector<float> y(static_cast<size_t>(M * s.N));
+  ThreadPool& pool = ThreadPool::global();
+  size_t next = 0;
+  for (auto _ : state) {
+    linear(x.data(), M, s.K, copies[next], y.data(), s.N, pool);
+    next = (next + 1) % copies.size();
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(dtype_bytes(dt, s.N * s.K)) * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * s.N * s.K * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+#if defined(LOOM_MATMUL_X86)
+LOOM_TARGET_AVX2 uint64_t sum_words(const uint64_t* p, int64_t n) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i + 16 <= n; i += 16) {
+    a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 4)));
+    a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 8)));
+    a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 12)));
+  }
+  const __m256i a = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), a);
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+#else
+uint64_t sum_words(const uint64_t* p, int64_t n) {
+  uint64_t s = 0;
+  for (int64_t i = 0; i < n; ++i) s += p[i];
+  return s;
+}
+#endif
+
+// The machine's read bandwidth on the pool's threads: 640 MB summed, each thread
+// a contiguous share, `bytes` per call from a rotating offset (as the layers do).
+void run_memory_read(benchmark::State& state, size_t bytes) {
+  static std::shared_ptr<void> buf;
+  constexpr size_t kTotal = size_t{640} << 20;
+  if (!buf) {
+    buf = allocate_aligned(kTotal);
+    std::memset(buf.get(), 1, kTotal);
+  }
+  const uint64_t* words = static_cast<const uint64_t*>(buf.get());
+  const int64_t per_call = static_cast<int64_t>(bytes / 8);
+  const int64_t calls = static_cast<int64_t>(kTotal / bytes);
+  ThreadPool& pool = ThreadPool::global();
+  int64_t next = 0;
+  std::vector<uint64_t> sums(static_cast<size_t>(pool.num_threads()));
+  for (auto _ : state) {
+    const uint64_t* base = words + next * per_call;
+    pool.parallel_for(per_call / 16, [&](int64_t b, int64_t e, int t) {
+      sums[static_cast<size_t>(t)] += sum_words(base + 16 * b, 16 * (e - b));
+    });
+    next = (next + 1) % calls;
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 std::string shape_name(const LinearShape& s) { return std::to_string(s.K) + "->" + std::to_string(s.N); }
 
 void register_all() {
@@ -204,6 +290,23 @@ void register_all() {
             [=](benchmark::State& st) { run_from_memory(st, s, M, on); });
       }
     }
+  }
+  // Quantized weights at 1B-model shapes from memory, on the best path and on AVX2
+  // (maddubs), against a plain read of the same size per call.
+  for (const LinearShape& s : {LinearShape{2048, 2048}, LinearShape{2048, 8192}, LinearShape{8192, 2048}}) {
+    for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+      for (int64_t M : {1, 32}) {
+        for (Isa isa : isas) {
+          if (isa == Isa::kAvx512Bf16) continue;  // same quantized kernels as AVX512
+          add("quant/" + std::string(dtype_name(dt)) + "/" + shape_name(s) + "/M=" + std::to_string(M) + "/" +
+                  std::string(isa_name(isa)),
+              [=](benchmark::State& st) { run_quantized(st, s, dt, M, isa); });
+        }
+      }
+    }
+  }
+  for (size_t mb : {2, 8, 32}) {
+    add("memory/read/" + std::to_string(mb) + "MB", [=](benchmark::State& st) { run_memory_read(st, mb << 20); });
   }
   // Row sweep for the streaming/blocked switch (stream_max_rows in matmul.cc): the
   // same layer with each strategy forced; 14336→1024 has panels too big for L2.

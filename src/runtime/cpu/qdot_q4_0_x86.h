@@ -6,27 +6,61 @@
 namespace loom::cpu::detail {
 namespace {
 
+// Levels 0..15 of a block: elements 0-15 are the low nibbles, 16-31 the high ones.
+LOOM_QDOT_TARGET LOOM_INLINE __m256i q4_0_levels(const BlockQ4_0& w) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
+}
+
+// Σ(q − 8)·x = Σ q·x − Σ 8·x, as int32 lane sums.
+LOOM_QDOT_TARGET LOOM_INLINE __m256i q4_0_dot(__m256i q, const ActBlockQ8x32& x) {
+  const __m256i s = load256(x.qs);
+  return _mm256_sub_epi32(dot_u8s8(q, s), dot_u8s8(_mm256_set1_epi8(8), s));
+}
+
 LOOM_QDOT_TARGET void qdot_q4_0_body(const QdotArgs& a) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
-  for (int64_t n = 0; n < a.outputs; ++n) {
+  const __m256i zero = _mm256_setzero_si256();
+  int64_t n = 0;
+  // Decode: four outputs at a time share one reduction per block.
+  if (a.m == 1) {
+    const ActBlockQ8x32* x = qdot_act_row<ActBlockQ8x32>(a, 0);
+    for (; n + 4 <= a.outputs; n += 4) {
+      const BlockQ4_0* w[4];
+      for (int i = 0; i < 4; ++i) w[i] = qdot_weight_row<BlockQ4_0>(a, n + i);
+      __m128 acc = _mm_setzero_ps();
+      for (int64_t b = 0; b < a.blocks; ++b) {
+        if (b % 4 == 0) {
+          for (int i = 0; i < 4; ++i) prefetch_ahead(a, &w[i][b], 128);
+        }
+        const __m128i isum = hsum4_i32(q4_0_dot(q4_0_levels(w[0][b]), x[b]), q4_0_dot(q4_0_levels(w[1][b]), x[b]),
+                                       q4_0_dot(q4_0_levels(w[2][b]), x[b]), q4_0_dot(q4_0_levels(w[3][b]), x[b]));
+        const __m128 dw = _mm_cvtph_ps(_mm_setr_epi16(static_cast<short>(w[0][b].d), static_cast<short>(w[1][b].d),
+                                                      static_cast<short>(w[2][b].d), static_cast<short>(w[3][b].d), 0,
+                                                      0, 0, 0));
+        acc = qdot_step4(acc, _mm_mul_ps(dw, _mm_set1_ps(x[b].d)), isum);
+      }
+      alignas(16) float out[4];
+      _mm_store_ps(out, acc);
+      for (int i = 0; i < 4; ++i) a.y[n + i] = qdot_finish(out[i], a.bias, n + i);
+    }
+  }
+  for (; n < a.outputs; ++n) {
     const BlockQ4_0* w = qdot_weight_row<BlockQ4_0>(a, n);
-    float acc[kQTileRows] = {};
+    const ActBlockQ8x32* x[kQTileRows];
+    for (int r = 0; r < kQTileRows; ++r) x[r] = qdot_act_row<ActBlockQ8x32>(a, r < a.m ? r : 0);
+    __m128 acc = _mm_setzero_ps();  // lane r: activation row r
     for (int64_t b = 0; b < a.blocks; ++b) {
       if (b % 4 == 0) prefetch_ahead(a, &w[b], 128);
-      // Elements 0-15 are the low nibbles, 16-31 the high ones: levels 0..15, and
-      // Σ(q − 8)·x = Σ q·x − Σ 8·x.
-      const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
-      const __m256i q = _mm256_and_si256(
-          _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low4);
-      const float dw = f16_bits_to_f32(w[b].d);
-      for (int r = 0; r < a.m; ++r) {
-        const ActBlockQ8x32& x = qdot_act_row<ActBlockQ8x32>(a, r)[b];
-        const __m256i s = load256(x.qs);
-        const __m256i sum = _mm256_sub_epi32(dot_u8s8(q, s), dot_u8s8(eight, s));
-        acc[r] = qdot_step(acc[r], dw * x.d, hsum_i32(sum));
-      }
+      const __m256i q = q4_0_levels(w[b]);
+      __m256i dots[kQTileRows];
+      for (int r = 0; r < kQTileRows; ++r) dots[r] = r < a.m ? q4_0_dot(q, x[r][b]) : zero;
+      const __m128 dx = _mm_setr_ps(x[0][b].d, x[1][b].d, x[2][b].d, x[3][b].d);
+      acc = qdot_step4(acc, _mm_mul_ps(_mm_set1_ps(f16_bits_to_f32(w[b].d)), dx),
+                       hsum4_i32(dots[0], dots[1], dots[2], dots[3]));
     }
-    for (int r = 0; r < a.m; ++r) a.y[r * a.ldy + n] = qdot_finish(acc[r], a.bias, n);
+    alignas(16) float out[4];
+    _mm_store_ps(out, acc);
+    for (int r = 0; r < a.m; ++r) a.y[r * a.ldy + n] = qdot_finish(out[r], a.bias, n);
   }
 }
 

@@ -10,7 +10,7 @@ LOOM_QDOT_TARGET void qdot_q4_K_body(const QdotArgs& a) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int64_t n = 0; n < a.outputs; ++n) {
     const BlockQ4_K* w = qdot_weight_row<BlockQ4_K>(a, n);
-    float acc[kQTileRows] = {};
+    __m128 acc = _mm_setzero_ps();  // lane r: activation row r
     for (int64_t b = 0; b < a.blocks; ++b) {
       prefetch_ahead(a, &w[b], sizeof(BlockQ4_K));
       uint8_t sc[8], mn[8];
@@ -22,20 +22,29 @@ LOOM_QDOT_TARGET void qdot_q4_K_body(const QdotArgs& a) {
         q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
       }
       const float d = f16_bits_to_f32(w[b].d), dmin = f16_bits_to_f32(w[b].dmin);
-      for (int r = 0; r < a.m; ++r) {
+      __m256i scaled[kQTileRows];
+      alignas(16) int32_t mins[kQTileRows] = {};
+      alignas(16) float dx[kQTileRows] = {};
+      for (int r = 0; r < kQTileRows; ++r) {
+        scaled[r] = _mm256_setzero_si256();
+        if (r >= a.m) continue;
         const ActBlockQ8K& x = qdot_act_row<ActBlockQ8K>(a, r)[b];
-        __m256i scaled = _mm256_setzero_si256();
-        int32_t mins = 0;
+        dx[r] = x.d;
         for (int j = 0; j < 8; ++j) {
           const __m256i dot = dot_u8s8(q[j], load256(x.qs + 32 * j));
-          scaled = _mm256_add_epi32(scaled, _mm256_mullo_epi32(dot, _mm256_set1_epi32(sc[j])));
-          mins += mn[j] * (x.bsums[2 * j] + x.bsums[2 * j + 1]);
+          scaled[r] = _mm256_add_epi32(scaled[r], _mm256_mullo_epi32(dot, _mm256_set1_epi32(sc[j])));
+          mins[r] += mn[j] * (x.bsums[2 * j] + x.bsums[2 * j + 1]);
         }
-        acc[r] = qdot_step(acc[r], d * x.d, hsum_i32(scaled));
-        acc[r] = qdot_step(acc[r], -(dmin * x.d), mins);
       }
+      const __m128 dxv = _mm_load_ps(dx);
+      acc = qdot_step4(acc, _mm_mul_ps(_mm_set1_ps(d), dxv), hsum4_i32(scaled[0], scaled[1], scaled[2], scaled[3]));
+      // −(dmin·dx) by flipping the sign bit, as the scalar kernels negate.
+      const __m128 dm = _mm_xor_ps(_mm_mul_ps(_mm_set1_ps(dmin), dxv), _mm_set1_ps(-0.0f));
+      acc = qdot_step4(acc, dm, _mm_load_si128(reinterpret_cast<const __m128i*>(mins)));
     }
-    for (int r = 0; r < a.m; ++r) a.y[r * a.ldy + n] = qdot_finish(acc[r], a.bias, n);
+    alignas(16) float out[kQTileRows];
+    _mm_store_ps(out, acc);
+    for (int r = 0; r < a.m; ++r) a.y[r * a.ldy + n] = qdot_finish(out[r], a.bias, n);
   }
 }
 

@@ -10,7 +10,7 @@ LOOM_QDOT_TARGET void qdot_q6_K_body(const QdotArgs& a) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(3);
   for (int64_t n = 0; n < a.outputs; ++n) {
     const BlockQ6_K* w = qdot_weight_row<BlockQ6_K>(a, n);
-    float acc[kQTileRows] = {};
+    __m128 acc = _mm_setzero_ps();  // lane r: activation row r
     for (int64_t b = 0; b < a.blocks; ++b) {
       prefetch_ahead(a, &w[b], sizeof(BlockQ6_K));
       // q[4h + g]: levels 0..63 of elements 128h + 32g .. +31 (sub-blocks 8h + 2g, +1).
@@ -31,19 +31,27 @@ LOOM_QDOT_TARGET void qdot_q6_K_body(const QdotArgs& a) {
         scale[i] = _mm256_set_m128i(_mm_set1_epi32(w[b].scales[2 * i + 1]), _mm_set1_epi32(w[b].scales[2 * i]));
       }
       const float d = f16_bits_to_f32(w[b].d);
-      for (int r = 0; r < a.m; ++r) {
+      __m256i scaled[kQTileRows];
+      alignas(16) int32_t offset[kQTileRows] = {};  // Σ sc_s · bsum_s: the −32 of every level
+      alignas(16) float dx[kQTileRows] = {};
+      for (int r = 0; r < kQTileRows; ++r) {
+        scaled[r] = _mm256_setzero_si256();
+        if (r >= a.m) continue;
         const ActBlockQ8K& x = qdot_act_row<ActBlockQ8K>(a, r)[b];
-        __m256i scaled = _mm256_setzero_si256();
-        int32_t offset = 0;  // Σ sc_s · 32 · bsum_s: the −32 of every level
+        dx[r] = x.d;
         for (int i = 0; i < 8; ++i) {
           const __m256i dot = dot_u8s8(q[i], load256(x.qs + 32 * i));
-          scaled = _mm256_add_epi32(scaled, _mm256_mullo_epi32(dot, scale[i]));
+          scaled[r] = _mm256_add_epi32(scaled[r], _mm256_mullo_epi32(dot, scale[i]));
         }
-        for (int s = 0; s < 16; ++s) offset += w[b].scales[s] * x.bsums[s];
-        acc[r] = qdot_step(acc[r], d * x.d, hsum_i32(scaled) - 32 * offset);
+        for (int s = 0; s < 16; ++s) offset[r] += w[b].scales[s] * x.bsums[s];
       }
+      const __m128i total = _mm_sub_epi32(hsum4_i32(scaled[0], scaled[1], scaled[2], scaled[3]),
+                                          _mm_slli_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(offset)), 5));
+      acc = qdot_step4(acc, _mm_mul_ps(_mm_set1_ps(d), _mm_load_ps(dx)), total);
     }
-    for (int r = 0; r < a.m; ++r) a.y[r * a.ldy + n] = qdot_finish(acc[r], a.bias, n);
+    alignas(16) float out[kQTileRows];
+    _mm_store_ps(out, acc);
+    for (int r = 0; r < a.m; ++r) a.y[r * a.ldy + n] = qdot_finish(out[r], a.bias, n);
   }
 }
 

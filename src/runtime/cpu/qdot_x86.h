@@ -34,6 +34,20 @@ LOOM_QDOT_TARGET LOOM_INLINE int32_t hsum_i32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
+// The four horizontal sums of a, b, c, d in lanes 0..3 (one reduction for four
+// dot products: per 32-element block it costs as much as the products).
+static_assert(kQTileRows == 4, "the Q8_0/Q4_0 bodies reduce one row tile per hsum4_i32");
+
+LOOM_QDOT_TARGET LOOM_INLINE __m128i hsum4_i32(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i abcd = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+  return _mm_add_epi32(_mm256_castsi256_si128(abcd), _mm256_extracti128_si256(abcd, 1));
+}
+
+// acc[i] = fma(d[i], isum[i], acc[i]) for four lanes: qdot_step lane by lane.
+LOOM_QDOT_TARGET LOOM_INLINE __m128 qdot_step4(__m128 acc, __m128 d, __m128i isum) {
+  return _mm_fmadd_ps(d, _mm_cvtepi32_ps(isum), acc);
+}
+
 LOOM_QDOT_TARGET LOOM_INLINE float f16_bits_to_f32(uint16_t h) { return _cvtsh_ss(h); }
 
 LOOM_QDOT_TARGET LOOM_INLINE __m256i load256(const void* p) {
