@@ -16,6 +16,7 @@
 
 #include "batching_test_util.h"
 #include "loom/runtime/cpu/matmul.h"
+#include "loom/weights/quantization_recipe.h"
 
 namespace loom::batching {
 namespace {
@@ -244,6 +245,28 @@ TEST(Determinism, Gemma2SoftCappedAlternatingWindowsMatchRunningAlone) {
 // The optimized backend's attention tiles a step per sequence, so decode steps
 // (one token per sequence) are row-invariant: requests with one-token prompts
 // batched 20 at a time, over small pages and swap preemption, must match.
+// Quantized weights (llama.cpp's Q4_K_M recipe, at load): the integer block dot
+// products and their f32 accumulation depend on the row alone, so batching,
+// chunking and preemption still change no token.
+TEST(Determinism, QuantizedModelMatchesRunningAlone) {
+  models::LoadOptions lo;
+  lo.quantize = quantization_recipe("q4_k_m").value();
+  std::shared_ptr<const models::Model> model =
+      models::Model::load(std::string(LOOM_SOURCE_DIR) + "/models/loom-kjv-tiny", lo).value();
+  int quantized = 0;
+  for (const auto& [name, t] : model->parameters()) quantized += dtype_is_quantized(t.dtype()) ? 1 : 0;
+  ASSERT_GT(quantized, 0);
+  auto runner = make_runner(model);
+  const Workload w = make_workload(24, 200, 24, model->vocab_size(), 99);
+  const auto expected = run_alone(*runner, w);
+  const Condition conditions[] = {
+      {"q4_k_m page16 sharing fifo async", 16, 2400, 64, true, 0.0, "fifo", true},
+      {"q4_k_m tiny pool recompute prefill_first", 16, 24, 32, false, 0.0, "prefill_first", false, 0.0},
+  };
+  run_condition(runner, w, expected, conditions[0], false);
+  run_condition(runner, w, expected, conditions[1], true);
+}
+
 TEST(Determinism, CpuBackendDecodeBatching) {
   auto model = load_fixture("llama-f32");
   auto runner = make_runner(model, "cpu");
