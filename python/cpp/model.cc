@@ -49,8 +49,9 @@ struct LoadArgs {
 };
 
 std::shared_ptr<ModelHandle> load(const LoadArgs& a) {
+  if (!fs::exists(a.dir)) throw Error(not_found("model '" + a.dir + "' does not exist"));
   if (!fs::is_directory(a.dir) && !Checkpoint::is_gguf_file(a.dir))
-    throw Error(not_found("model '" + a.dir + "' is neither a checkpoint directory nor a .gguf file"));
+    throw Error(invalid_argument("model '" + a.dir + "' is neither a checkpoint directory nor a .gguf file"));
   if (a.num_threads < 0) throw Error(invalid_argument("num_threads must be ≥ 1, got " + std::to_string(a.num_threads)));
   auto h = std::make_shared<ModelHandle>();
   h->backend = a.backend;

@@ -44,6 +44,8 @@ void run_convert_gguf(const ConvertArgs& a, const std::string& src) {
     so.metadata = gguf_tokenizer_metadata(src).value();
   } else {
     std::fprintf(stderr, "convert: %s has no tokenizer.json; the GGUF file will have no tokenizer\n", src.c_str());
+    // llama.cpp's own spelling of "no tokenizer" (it refuses a file without the key).
+    so.metadata.emplace_back("tokenizer.ggml.model", io::GgufValue::string("none"));
   }
   so.metadata.emplace(so.metadata.begin(), "general.name", io::GgufValue::string(fs::path(src).filename().string()));
   if (!a.quantize.empty()) {

@@ -58,8 +58,9 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir) { return load
 
 Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOptions& options) {
   namespace fs = std::filesystem;
+  if (!fs::exists(dir)) return not_found("model '" + dir + "' does not exist");
   if (!fs::is_directory(dir) && !Checkpoint::is_gguf_file(dir))
-    return not_found("model '" + dir + "' is neither a checkpoint directory nor a .gguf file");
+    return invalid_argument("model '" + dir + "' is neither a checkpoint directory nor a .gguf file (no 'GGUF' magic)");
   std::shared_ptr<Model> m(new Model());
   m->dir_ = dir;
   const bool gguf = Checkpoint::is_gguf_file(dir);

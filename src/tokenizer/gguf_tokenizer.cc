@@ -198,6 +198,8 @@ Result<GgufTokenizerJson> tokenizer_json_from_gguf(const io::GgufFile& file) {
   Metadata md{file};
   LOOM_ASSIGN_OR_RETURN(const GgufValue* model_v, file.require_value("tokenizer.ggml.model"));
   LOOM_ASSIGN_OR_RETURN(std::string model, model_v->as_string("tokenizer.ggml.model"));
+  if (model == "none")
+    return not_found(file.path() + ": the file has no tokenizer (tokenizer.ggml.model is 'none'); use token ids");
   LOOM_ASSIGN_OR_RETURN(std::vector<std::string> tokens, md.strings("tokenizer.ggml.tokens", true));
   auto as_i = [](const GgufValue& v, std::string_view w) { return v.as_int(w); };
   auto as_d = [](const GgufValue& v, std::string_view w) { return v.as_double(w); };
@@ -305,7 +307,9 @@ bool Tokenizer::exists_at(const std::string& model_path) {
   if (fs::is_directory(model_path, ec)) return fs::exists(fs::path(model_path) / "tokenizer.json", ec);
   if (!Checkpoint::is_gguf_file(model_path)) return false;
   auto file = io::GgufFile::open(model_path);
-  return file.ok() && file.value()->find_value("tokenizer.ggml.model") != nullptr;
+  if (!file.ok()) return false;
+  const io::GgufValue* model = file.value()->find_value("tokenizer.ggml.model");
+  return model && !(model->is_string() && std::get<std::string>(model->value) == "none");
 }
 
 Result<std::vector<std::pair<std::string, io::GgufValue>>> gguf_tokenizer_metadata(const std::string& dir) {

@@ -110,6 +110,9 @@ TEST(GgufTokenizerFile, BrokenMetadataIsNamed) {
                 {"tokenizer.ggml.tokens", tokens},
                 {"tokenizer.ggml.scores", io::GgufValue::f32s({0.0f})}},
                "tokenizer.ggml.scores");
+  // llama.cpp's "no tokenizer": not a tokenizer to load, and said so.
+  expect_error({{"tokenizer.ggml.model", io::GgufValue::string("none")}}, "no tokenizer");
+  EXPECT_FALSE(Tokenizer::exists_at(p.string()));
   fs::remove(p);
 }
 

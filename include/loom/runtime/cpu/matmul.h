@@ -51,7 +51,8 @@ class PackedLinear {
   DType weight_dtype() const { return dtype_; }
   bool has_bias() const { return bias_ != nullptr; }
   bool empty() const { return data_ == nullptr; }
-  // Bytes held by the packed weights and bias (what a loaded model costs).
+  // Bytes held by the packed weights and bias (what a loaded model costs); quantized
+  // weights are read in place and count 0 here (their tensor holds them).
   size_t packed_bytes() const { return bytes_; }
 
   // For the kernels (src/runtime/cpu/): panel p starts at panel_stride_bytes() * p.
