@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "loom/runtime/cpu/cpu_features.h"
+#include "runtime/matmul_test_util.h"
 #include "runtime/cpu/matmul_baselines.h"
 #include "runtime/cpu/matmul_kernels.h"
 
@@ -27,25 +28,10 @@ void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }
 
 namespace {
 
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> out;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
-    if (isa_supported(isa)) out.push_back(isa);
-  }
-  return out;
-}
+using test_util::random_floats;
+using test_util::supported_isas;
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
-
-Tensor make_weight(int64_t N, int64_t K, DType dt, uint32_t seed) {
-  return Tensor::from_f32(random_floats(static_cast<size_t>(N * K), seed, 0.5f), {N, K}).to(dt);
-}
+Tensor make_weight(int64_t N, int64_t K, DType dt, uint32_t seed) { return test_util::random_weight(N, K, dt, seed); }
 
 // The vdpbf16ps path rounds x to bf16; every other combination computes in f32.
 bool rounds_x(Isa isa, DType dt) { return isa == Isa::kAvx512Bf16 && dt == DType::kBF16; }

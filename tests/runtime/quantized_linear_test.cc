@@ -12,6 +12,7 @@
 
 #include "loom/core/quantize.h"
 #include "loom/runtime/cpu/cpu_features.h"
+#include "runtime/matmul_test_util.h"
 #include "loom/runtime/cpu/matmul.h"
 #include "runtime/cpu/qlinear.h"
 
@@ -23,25 +24,10 @@ namespace {
 
 const DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> out;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
-    if (isa_supported(isa)) out.push_back(isa);
-  }
-  return out;
-}
+using test_util::random_floats;
+using test_util::supported_isas;
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
-
-Tensor quantized_weight(int64_t N, int64_t K, DType dt, uint32_t seed) {
-  return Tensor::from_f32(random_floats(static_cast<size_t>(N * K), seed, 0.5f), {N, K}).to(dt);
-}
+Tensor quantized_weight(int64_t N, int64_t K, DType dt, uint32_t seed) { return test_util::random_weight(N, K, dt, seed); }
 
 std::vector<float> run(const std::vector<float>& x, int64_t M, const PackedLinear& w, ThreadPool& pool) {
   std::vector<float> y(static_cast<size_t>(M * w.out_features()), -1.0f);
