@@ -130,5 +130,27 @@ TEST(CpuFeatures, ScopedIsaRestoresPreviousPath) {
   EXPECT_EQ(active_isa(), best_isa());
 }
 
+// The Highway-built kernels (norm, softmax, rope, elementwise, attention) follow
+// the forced path too: never a wider target than the path allows.
+TEST(CpuFeatures, ForcedPathReachesHighwayKernels) {
+  ForcedIsaGuard guard;
+  ASSERT_TRUE(set_forced_isa("").ok());
+  const std::string unforced = highway_target_name();
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
+    ScopedIsa scoped(isa);
+    const std::string target = highway_target_name();
+    SCOPED_TRACE(std::string(isa_name(isa)) + " -> Highway " + target);
+    if (isa == Isa::kScalar) EXPECT_EQ(target.find("AVX"), std::string::npos);
+    if (isa == Isa::kAvx2) EXPECT_EQ(target.find("AVX3"), std::string::npos);
+#if !defined(HWY_COMPILE_ONLY_STATIC)
+    // Every path here is compiled as a Highway target, so each is reached exactly.
+    if (isa == Isa::kAvx2) EXPECT_EQ(target, "AVX2");
+    if (isa == Isa::kAvx512) EXPECT_NE(target.find("AVX3"), std::string::npos);
+#endif
+  }
+  EXPECT_EQ(highway_target_name(), unforced) << "leaving the scope restores Highway's own choice";
+}
+
 }  // namespace
 }  // namespace loom::cpu

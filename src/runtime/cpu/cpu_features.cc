@@ -77,6 +77,21 @@ CpuFeatures detect() {
 
 constexpr int kNoForce = -1;
 std::atomic<int> g_forced{kNoForce};
+
+}  // namespace
+
+// highway_target.cc: limits Highway's dispatch to the forced path's targets.
+void sync_highway_targets(int forced_isa);
+
+namespace {
+
+// Every change of the forced path goes through here so Highway follows it.
+int store_forced(int forced) {
+  const int previous = g_forced.exchange(forced, std::memory_order_acq_rel);
+  sync_highway_targets(forced);
+  return previous;
+}
+
 std::once_flag g_env_once;
 
 std::string lower(std::string_view s) {
@@ -197,7 +212,7 @@ std::string isa_name() { return std::string(isa_name(active_isa())); }
 Status set_forced_isa(std::string_view name) {
   load_env_once();
   LOOM_ASSIGN_OR_RETURN(int forced, resolve_forced(name));
-  g_forced.store(forced, std::memory_order_release);
+  store_forced(forced);
   return Status::Ok();
 }
 
@@ -205,11 +220,11 @@ Status reload_forced_isa_from_env() {
   const char* env = std::getenv("LOOM_FORCE_ISA");
   Result<int> forced = resolve_forced(env ? env : "");
   if (!forced.ok()) {
-    g_forced.store(kNoForce, std::memory_order_release);
+    store_forced(kNoForce);
     log_warn(forced.status().message() + "; using " + std::string(isa_name(best_isa())));
     return forced.status();
   }
-  g_forced.store(forced.value(), std::memory_order_release);
+  store_forced(forced.value());
   return Status::Ok();
 }
 
@@ -218,9 +233,9 @@ ScopedIsa::ScopedIsa(Isa isa) {
   if (!isa_supported(isa)) {
     throw Error(unsupported("ScopedIsa: this CPU cannot run the " + std::string(isa_name(isa)) + " path"));
   }
-  previous_ = g_forced.exchange(static_cast<int>(isa), std::memory_order_acq_rel);
+  previous_ = store_forced(static_cast<int>(isa));
 }
 
-ScopedIsa::~ScopedIsa() { g_forced.store(previous_, std::memory_order_release); }
+ScopedIsa::~ScopedIsa() { store_forced(previous_); }
 
 }  // namespace loom::cpu

@@ -1,7 +1,8 @@
 // What the CPU (and the OS, for register state) can run, and which compiled code
 // path the CPU kernels use. Detection happens once; the path can be forced with
 // LOOM_FORCE_ISA=scalar|avx2|avx512|avx512_bf16 or set_forced_isa() so tests run
-// every path on one machine.
+// every path on one machine. Forcing reaches every kernel: the hand-written ones
+// read active_isa(), the Highway-built ones are limited to the matching targets.
 #pragma once
 
 #include <cstdint>
@@ -72,6 +73,12 @@ Status set_forced_isa(std::string_view name);
 // Re-reads LOOM_FORCE_ISA (done automatically on first use). A bad value is
 // returned as an error, logged as a warning, and ignored (best_isa() is used).
 Status reload_forced_isa_from_env();
+
+// The Highway target the Highway-built kernels dispatch to now, e.g. "AVX3_DL";
+// follows the forced path (a path below AVX2 gives Highway's static baseline).
+std::string highway_target_name();
+// Highway targets (HWY_* bits) a loom path admits.
+int64_t highway_targets_for(Isa isa);
 
 // RAII override for tests: forces `isa` for the scope, restores the previous one.
 class ScopedIsa {
