@@ -58,6 +58,7 @@ struct Family {
   bool interleaved_rope;  // llama.cpp permuted q/k rows (rope type NORM)
   bool fused_qkv_gate_up;  // Phi-3: attn_qkv and ffn_up (gate ‖ up) stay fused in GGUF
   bool experts;            // stacked experts: ffn_{gate,up,down}_exps, router ffn_gate_inp
+  bool gemma_norms = false;  // Gemma: four norms a layer, stored as 1 + w (llama.cpp multiplies by them)
 };
 
 const std::vector<Family>& families() {
@@ -66,6 +67,7 @@ const std::vector<Family>& families() {
       {"qwen2", "qwen2", "Qwen2ForCausalLM", false, false, false},
       {"qwen3", "qwen3", "Qwen3ForCausalLM", false, false, false},
       {"phi3", "phi3", "Phi3ForCausalLM", false, true, false},
+      {"gemma2", "gemma2", "Gemma2ForCausalLM", false, false, false, true},
       {"qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM", false, false, true},
       // Mixtral is stored as llama with experts; listed after llama so reading picks llama first.
       {"llama", "mixtral", "MixtralForCausalLM", true, false, true},
@@ -86,6 +88,29 @@ const std::vector<NamePair>& expert_names() {
   };
   return names;
 }
+
+// Gemma2's norms around attention and the MLP, where the decoder's ffn_norm is
+// post_attention_layernorm for every other family.
+const std::vector<NamePair>& gemma_norm_names() {
+  static const std::vector<NamePair> names = {
+      {"blk.*.post_attention_norm.weight", "model.layers.*.post_attention_layernorm.weight"},
+      {"blk.*.ffn_norm.weight", "model.layers.*.pre_feedforward_layernorm.weight"},
+      {"blk.*.post_ffw_norm.weight", "model.layers.*.post_feedforward_layernorm.weight"},
+  };
+  return names;
+}
+
+bool is_norm_weight(const std::string& gguf_name) {
+  const std::string tail = "norm.weight";
+  return gguf_name.size() >= tail.size() && gguf_name.compare(gguf_name.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// llama.cpp picks Gemma2's attention scale from the layer count (the 27B model,
+// 46 layers, scales by hidden / heads); Transformers reads query_pre_attn_scalar.
+int64_t gemma2_llama_cpp_query_scalar(int64_t layers, int64_t hidden, int64_t heads, int64_t head_dim) {
+  return layers == 46 ? hidden / heads : head_dim;
+}
+constexpr const char* kGemma2QueryScalarKey = "loom.gemma2.query_pre_attn_scalar";
 
 const Family* family_by_arch(const std::string& arch) {
   for (const auto& f : families())
@@ -117,8 +142,11 @@ std::vector<NamePair> plain_names(const Family& f) {
     if (f.fused_qkv_gate_up && (g == "blk.*.attn_q.weight" || g == "blk.*.attn_k.weight" || g == "blk.*.attn_v.weight" ||
                                 g == "blk.*.ffn_gate.weight" || g == "blk.*.ffn_up.weight"))
       continue;
+    if (f.gemma_norms && g == "blk.*.ffn_norm.weight") continue;
     out.push_back(n);
   }
+  if (f.gemma_norms)
+    for (const NamePair& n : gemma_norm_names()) out.push_back(n);
   if (f.experts)
     for (const NamePair& n : expert_names()) out.push_back(n);
   return out;
@@ -423,6 +451,22 @@ Result<nlohmann::json> config_json_from_gguf(const GgufFile& file) {
       if (w > 0) c["sliding_window"] = w;
     }
   }
+  if (fam->gemma_norms) {
+    c.erase("hidden_act");
+    c["hidden_activation"] = "gelu_pytorch_tanh";
+    LOOM_ASSIGN_OR_RETURN(double attn_cap, opt_number(p + "attn_logit_softcapping", 50.0));
+    LOOM_ASSIGN_OR_RETURN(double final_cap, opt_number(p + "final_logit_softcapping", 30.0));
+    c["attn_logit_softcapping"] = attn_cap;
+    c["final_logit_softcapping"] = final_cap;
+    LOOM_ASSIGN_OR_RETURN(double window, opt_number(p + "attention.sliding_window", 4096));
+    c["sliding_window"] = static_cast<int64_t>(window);
+    nlohmann::json types = nlohmann::json::array();  // llama.cpp's pattern: even layers slide
+    for (int64_t i = 0; i < layers; ++i) types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+    c["layer_types"] = types;
+    LOOM_ASSIGN_OR_RETURN(double scalar, opt_number(kGemma2QueryScalarKey, static_cast<double>(gemma2_llama_cpp_query_scalar(
+                                                                                layers, hidden, heads, head_dim))));
+    c["query_pre_attn_scalar"] = scalar;
+  }
   if (file.find("rope_freqs.weight")) {
     const int64_t rot = c.contains("partial_rotary_factor")
                             ? static_cast<int64_t>(head_dim * c["partial_rotary_factor"].get<double>())
@@ -456,6 +500,9 @@ Result<WeightRules> gguf_weight_rules(const ModelConfig& config) {
     if (heads > 0) {
       rules.push_back(WeightConverter{{n.gguf}, {n.hf}, {PermuteForRope(heads, config.head_dim)}, true,
                                       std::string("GGUF ") + n.gguf + " (interleaved rotary rows)"});
+    } else if (fam->gemma_norms && is_norm_weight(n.gguf)) {
+      rules.push_back(WeightConverter{{n.gguf}, {n.hf}, {AddScalar(-1.0)}, true,
+                                      std::string("GGUF ") + n.gguf + " (stored as 1 + w)"});
     } else {
       // Anchored: a glob renaming replaces any matching run, and "output.weight"
       // is also the tail of "blk.0.attn_output.weight".
@@ -469,7 +516,7 @@ Result<std::string> gguf_architecture_for(const ModelConfig& config) {
   const Family* fam = family_by_type(config.model_type);
   if (!fam)
     return unsupported(config.source + ": model_type '" + config.model_type +
-                       "' has no GGUF mapping (supported: llama, mistral, mixtral, qwen2, qwen3, qwen2_moe, phi3)");
+                       "' has no GGUF mapping (supported: llama, mistral, mixtral, qwen2, qwen3, qwen2_moe, phi3, gemma2)");
   return std::string(fam->gguf_arch);
 }
 
@@ -523,6 +570,25 @@ Result<std::vector<std::pair<std::string, GgufValue>>> gguf_metadata_for(const M
   }
   const bool slides = c.sliding_window && *c.sliding_window > 0 &&
                       std::find(c.layer_types.begin(), c.layer_types.end(), "sliding_attention") != c.layer_types.end();
+  if (c.model_type == "gemma2") {
+    auto number = [&c](const char* key, double fallback) {
+      return c.raw.contains(key) && c.raw.at(key).is_number() ? c.raw.at(key).get<double>() : fallback;
+    };
+    auto capped = [&c](const char* key) { return !c.raw.contains(key) || !c.raw.at(key).is_null(); };
+    if (!capped("attn_logit_softcapping") || !capped("final_logit_softcapping"))
+      return unsupported(c.source + ": Gemma2 without logit soft-capping has no GGUF form (llama.cpp always caps)");
+    m.emplace_back(p + "attn_logit_softcapping", GgufValue::f32(static_cast<float>(number("attn_logit_softcapping", 50.0))));
+    m.emplace_back(p + "final_logit_softcapping", GgufValue::f32(static_cast<float>(number("final_logit_softcapping", 30.0))));
+    for (size_t i = 0; i < c.layer_types.size(); ++i)
+      if ((c.layer_types[i] == "sliding_attention") != (i % 2 == 0))
+        return unsupported(c.source + ": Gemma2 layer " + std::to_string(i) + " is " + c.layer_types[i] +
+                           "; llama.cpp's Gemma2 slides exactly the even layers");
+    if (!slides) return unsupported(c.source + ": Gemma2 without a sliding window has no GGUF form");
+    m.emplace_back(p + "attention.sliding_window", u32(*c.sliding_window));
+    // llama.cpp derives the attention scale from the layer count; loom reads this key back.
+    m.emplace_back(kGemma2QueryScalarKey, GgufValue::f32(static_cast<float>(number("query_pre_attn_scalar", 256.0))));
+    return m;
+  }
   if (slides && c.model_type == "phi3")  // every Phi-3 layer slides when the window is set
     m.emplace_back(p + "attention.sliding_window", u32(*c.sliding_window));
   else if (slides)
@@ -561,6 +627,7 @@ Result<GgufTensorName> gguf_tensor_name_for(const ModelConfig& config, const std
       GgufTensorName out;
       out.gguf_name = fill_star(n.gguf, *star);
       out.rope_heads = fam->interleaved_rope ? rope_heads_of(n.rope, config) : 0;
+      if (fam->gemma_norms && is_norm_weight(n.gguf)) out.add = 1.0;
       return out;
     }
   }

@@ -37,6 +37,11 @@ Status save_gguf(const Model& model, const std::string& path, const GgufSaveOpti
       }
     }
     if (g.rope_heads > 0) out = permute_for_rope(out, g.rope_heads, c.head_dim, /*inverse=*/true);
+    if (g.add != 0) {
+      std::vector<float> v = out.to_f32_vector();
+      for (float& x : v) x += static_cast<float>(g.add);
+      out = Tensor::from_f32(v, out.shape()).to(out.dtype());
+    }
     if (!g.split_into.empty()) {
       const int64_t half = out.dim(1) / 2;
       std::vector<Tensor> pieces = split(out, {half, out.dim(1) - half}, 1);

@@ -70,6 +70,7 @@ ConversionOp ConversionOp::reverse() const {
     case ConversionOpKind::kSplitModulelist: r.kind = ConversionOpKind::kMergeModulelist; break;
     case ConversionOpKind::kTranspose: break;  // swapping the same two dims undoes itself
     case ConversionOpKind::kPermuteForRope: r.inverse = !inverse; break;
+    case ConversionOpKind::kAddScalar: r.scalar = -scalar; break;
   }
   return r;
 }
@@ -90,6 +91,11 @@ std::string ConversionOp::describe() const {
     case ConversionOpKind::kPermuteForRope:
       return std::string(inverse ? "UnpermuteForRope" : "PermuteForRope") + "(n_heads=" + std::to_string(n_heads) +
              ", head_dim=" + std::to_string(head_dim) + slots_suffix(slots) + ")";
+    case ConversionOpKind::kAddScalar: {
+      std::ostringstream v;
+      v << scalar;
+      return "AddScalar(" + v.str() + slots_suffix(slots) + ")";
+    }
   }
   return "?";
 }
@@ -121,6 +127,12 @@ ConversionOp PermuteForRope(int64_t n_heads, int64_t head_dim) {
   ConversionOp op = make(ConversionOpKind::kPermuteForRope, 0);
   op.n_heads = n_heads;
   op.head_dim = head_dim;
+  return op;
+}
+
+ConversionOp AddScalar(double value) {
+  ConversionOp op = make(ConversionOpKind::kAddScalar, 0);
+  op.scalar = value;
   return op;
 }
 
@@ -209,6 +221,14 @@ Result<ShapeBundle> infer_shapes(const ConversionOp& op, const ShapeBundle& in) 
       }
       return out;
     }
+    case ConversionOpKind::kAddScalar: {
+      for (int i : op.slots)
+        if (i < 0 || i >= static_cast<int>(in.size())) return bad(op, "slot " + std::to_string(i) + " not in " + bundle_string(in));
+      for (size_t i = 0; i < in.size(); ++i)
+        if (op.applies_to(static_cast<int>(i)) && (!dtype_is_float(in[i].dtype) || dtype_is_quantized(in[i].dtype)))
+          return bad(op, "needs float tensors, got " + bundle_string(in));
+      return in;
+    }
     case ConversionOpKind::kTranspose:
     case ConversionOpKind::kPermuteForRope: {
       for (int i : op.slots)
@@ -278,6 +298,20 @@ TensorBundle apply_op(const ConversionOp& op, const TensorBundle& in, uint64_t* 
         for (Tensor& t : out[i]) {
           t = op.kind == ConversionOpKind::kTranspose ? transpose(t, op.dim, op.dim1)
                                                       : permute_for_rope(t, op.n_heads, op.head_dim, op.inverse);
+          count(t, {});
+        }
+      }
+      break;
+    case ConversionOpKind::kAddScalar:
+      out = in;
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (!op.applies_to(static_cast<int>(i))) continue;
+        for (Tensor& t : out[i]) {
+          std::vector<float> v = t.to_f32_vector();
+          const float add = static_cast<float>(op.scalar);
+          for (float& x : v) x += add;
+          Tensor sum = Tensor::from_f32(v, t.shape());
+          t = t.dtype() == DType::kF32 ? sum : sum.to(t.dtype());
           count(t, {});
         }
       }

@@ -77,7 +77,44 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GgufRoundTrip,
                          ::testing::Values("llama-f32", "llama-bf16", "llama_mha_untied-f32", "llama_bias-f32",
                                            "llama_kv1_headdim-f32", "llama_rope_linear-f32", "llama_rope_llama3-f32", "qwen2-f32", "qwen2-bf16",
                                            "qwen3-f32", "qwen3-bf16", "phi3-f32", "phi3_sliding-f32",
-                                           "mixtral-f32", "mixtral-bf16", "qwen2_moe-f32"));
+                                           "mixtral-f32", "mixtral-bf16", "qwen2_moe-f32", "gemma2-f32", "gemma2-bf16"));
+
+// llama.cpp multiplies by Gemma's norm weights as stored, so its files hold 1 + w
+// (convert_hf_to_gguf adds 1); its attention scale comes from the layer count,
+// and loom keeps Transformers' query_pre_attn_scalar beside it.
+TEST(GgufModel, Gemma2NormsAreStoredPlusOneAndTheQueryScalarSurvives) {
+  auto st = models::Model::load(existing_fixture("gemma2-f32").string()).value();
+  const fs::path path = temp_gguf("gemma2_layout");
+  ASSERT_TRUE(models::save_gguf(*st, path.string()).ok());
+  auto file = io::GgufFile::open(path.string()).value();
+  const std::vector<float> w = st->parameters().at("model.layers.1.pre_feedforward_layernorm.weight").to_f32_vector();
+  const std::vector<float> stored = file->get("blk.1.ffn_norm.weight").value().to_f32_vector();
+  ASSERT_EQ(stored.size(), w.size());
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_EQ(stored[i], w[i] + 1.0f) << i;
+  ASSERT_NE(file->find("blk.0.post_ffw_norm.weight"), nullptr);
+  ASSERT_NE(file->find("blk.0.post_attention_norm.weight"), nullptr);
+  EXPECT_EQ(file->find_value("gemma2.attention.sliding_window")->as_int("w").value(), 16);
+  EXPECT_FLOAT_EQ(static_cast<float>(file->find_value("gemma2.attn_logit_softcapping")->as_double("c").value()), 5.0f);
+
+  // Without loom's key (a file from llama.cpp's converter), the scale follows
+  // llama.cpp's rule: head_dim for every Gemma2 size but the 46-layer one.
+  io::GgufMetadata md;
+  for (const auto& kv : file->metadata())
+    if (kv.first != "loom.gemma2.query_pre_attn_scalar") md.push_back(kv);
+  io::GgufTensors ts;
+  for (const auto& info : file->tensors()) ts.emplace_back(info.name, file->view(info));
+  const fs::path plain = temp_gguf("gemma2_llama_cpp");
+  ASSERT_TRUE(io::write_gguf(plain.string(), md, ts).ok());
+  const nlohmann::json with_key = models::config_json_from_gguf(*file).value();
+  const nlohmann::json without = models::config_json_from_gguf(*io::GgufFile::open(plain.string()).value()).value();
+  EXPECT_EQ(with_key.at("query_pre_attn_scalar").get<double>(), 24.0);
+  EXPECT_EQ(without.at("query_pre_attn_scalar").get<double>(), 32.0);
+  EXPECT_EQ(without.at("hidden_activation"), "gelu_pytorch_tanh");
+  EXPECT_EQ(without.at("layer_types").at(0), "sliding_attention");
+  EXPECT_EQ(without.at("layer_types").at(1), "full_attention");
+  fs::remove(path);
+  fs::remove(plain);
+}
 
 // llama.cpp's rows differ from Transformers' for q/k only in the Llama family:
 // the file must hold them interleaved, not as loaded.

@@ -285,6 +285,23 @@ TEST_F(PlanRoundTrip, ChunkThenPermuteForRopeOnQAndKOnly) {
   expect_round_trip(params);
 }
 
+// llama.cpp's Gemma norms are 1 + w; AddScalar(-1) loads them and its reverse
+// writes them back, in the tensor's own dtype.
+TEST_F(PlanRoundTrip, AddScalarShiftsFloatTensorsAndRefusesQuantized) {
+  NamedTensors ckpt{{"l.0.norm.weight", Tensor::from_f32({0, 1, 2, 3, 4, 5}, {6}).to(DType::kBF16)}};
+  ExpectedParams exp{{"l.0.input_layernorm.weight", {{6}}}};
+  auto params = load(ckpt, {WeightConverter{{"norm.weight"}, {"input_layernorm.weight"}, {AddScalar(-1.0)}}}, exp);
+  const Tensor& w = params.at("l.0.input_layernorm.weight");
+  EXPECT_EQ(w.dtype(), DType::kBF16);
+  EXPECT_EQ(w.to_f32_vector(), (std::vector<float>{-1, 0, 1, 2, 3, 4}));
+  EXPECT_EQ(stats_.materialized_bytes, 12u);
+  expect_round_trip(params);
+  EXPECT_EQ(AddScalar(-1.0).reverse().scalar, 1.0);
+  EXPECT_EQ(AddScalar(-1.0).describe(), "AddScalar(-1)");
+  ShapeBundle q{{{{4, 32}}, DType::kQ8_0}};
+  EXPECT_FALSE(infer_shapes(AddScalar(1.0), q).ok()) << "quantized blocks cannot be shifted element-wise";
+}
+
 TEST_F(PlanRoundTrip, TransposeWithCheckDimsOnlyWhereShapesDiffer) {
   NamedTensors ckpt{{"a.proj.weight", iota(DType::kF32, {3, 5})}, {"b.proj.weight", iota(DType::kF32, {5, 3}, 50)}};
   ExpectedParams exp{{"a.linear.weight", {{5, 3}}}, {"b.linear.weight", {{5, 3}}}};

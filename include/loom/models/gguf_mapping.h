@@ -42,6 +42,7 @@ Result<WeightRules> gguf_weight_rules(const ModelConfig& config);
 struct GgufTensorName {
   std::string gguf_name;
   int64_t rope_heads = 0;  // > 0: permute rows half-split → interleaved for this many heads
+  double add = 0;          // added to every value (Gemma's norms are stored as 1 + w)
   // Part `part` of `parts` tensors concatenated along dim 0 into gguf_name
   // (Phi-3's fused attn_qkv = q ‖ k ‖ v and ffn_up = gate ‖ up).
   int part = 0, parts = 1;

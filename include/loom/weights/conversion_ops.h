@@ -17,7 +17,10 @@
 //                         expected shape (decided once, at compile time)
 //   PermuteForRope(n_heads, head_dim)  every tensor: Llama's interleaved →
 //                         half-split rotary row order (see permute_for_rope)
-// Per-tensor ops (Transpose, PermuteForRope) can be limited to some slots with
+//   AddScalar(value)      every (float) tensor + value, computed in f32 and
+//                         stored in the tensor's dtype (llama.cpp stores Gemma's
+//                         norm weights as 1 + w)
+// Per-tensor ops (Transpose, PermuteForRope, AddScalar) can be limited to some slots with
 // on_slots({...}), e.g. PermuteForRope(32, 128).on_slots({0}) after a Chunk to
 // permute only q.
 //
@@ -36,7 +39,15 @@
 
 namespace loom {
 
-enum class ConversionOpKind { kConcatenate, kChunk, kMergeModulelist, kSplitModulelist, kTranspose, kPermuteForRope };
+enum class ConversionOpKind {
+  kConcatenate,
+  kChunk,
+  kMergeModulelist,
+  kSplitModulelist,
+  kTranspose,
+  kPermuteForRope,
+  kAddScalar
+};
 
 struct ConversionOp {
   ConversionOpKind kind = ConversionOpKind::kConcatenate;
@@ -47,7 +58,8 @@ struct ConversionOp {
   int64_t n_heads = 0;         // PermuteForRope
   int64_t head_dim = 0;        // PermuteForRope
   bool inverse = false;        // PermuteForRope: half-split → interleaved
-  std::vector<int> slots;      // Transpose/PermuteForRope: slots it applies to (empty: all)
+  double scalar = 0;           // AddScalar
+  std::vector<int> slots;      // Transpose/PermuteForRope/AddScalar: slots it applies to (empty: all)
 
   ConversionOp on_slots(std::vector<int> s) const;
   bool applies_to(int slot) const;
@@ -63,6 +75,7 @@ ConversionOp MergeModulelist(int dim = 0);
 ConversionOp SplitModulelist(int dim = 0);
 ConversionOp Transpose(int dim0 = 0, int dim1 = 1, bool check_dims = false);
 ConversionOp PermuteForRope(int64_t n_heads, int64_t head_dim);
+ConversionOp AddScalar(double value);
 
 // The reversed chain of reverses.
 std::vector<ConversionOp> reverse_chain(const std::vector<ConversionOp>& ops);
