@@ -86,20 +86,20 @@ bool same_split(const json& a, const json& b) {
   return strip(a) == strip(b);
 }
 
-// The SentencePiece model's normalizer and decoder as Transformers' LlamaConverter writes them.
-json spm_normalizer() {
-  return {{"type", "Sequence"},
-          {"normalizers",
-           {{{"type", "Prepend"}, {"prepend", "\u2581"}},
-            {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}}}};
+// The SentencePiece model's normalizer and decoder as Transformers' LlamaConverter
+// writes them. Without a space prefix (tokenizer.ggml.add_space_prefix false: Gemma)
+// nothing is prepended, so nothing is stripped when decoding.
+json spm_normalizer(bool add_space_prefix = true) {
+  json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
+  if (!add_space_prefix) return replace;
+  return {{"type", "Sequence"}, {"normalizers", {{{"type", "Prepend"}, {"prepend", "\u2581"}}, replace}}};
 }
-json spm_decoder() {
-  return {{"type", "Sequence"},
-          {"decoders",
-           {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
-            {{"type", "ByteFallback"}},
-            {{"type", "Fuse"}},
-            {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
+json spm_decoder(bool add_space_prefix = true) {
+  json steps = {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                {{"type", "ByteFallback"}},
+                {{"type", "Fuse"}}};
+  if (add_space_prefix) steps.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  return {{"type", "Sequence"}, {"decoders", steps}};
 }
 
 struct Metadata {
@@ -258,9 +258,13 @@ Result<GgufTokenizerJson> tokenizer_json_from_gguf(const io::GgufFile& file) {
       return parse_error(file.path() + ": tokenizer.ggml.scores has " + std::to_string(scores.size()) + " entries for " +
                          std::to_string(n) + " tokens");
     LOOM_ASSIGN_OR_RETURN(std::optional<int64_t> unk, md.id("tokenizer.ggml.unknown_token_id", n));
-    tj["normalizer"] = spm_normalizer();
+    bool prefix = true;
+    if (const GgufValue* v = md.find("tokenizer.ggml.add_space_prefix")) {
+      LOOM_ASSIGN_OR_RETURN(prefix, v->as_bool("tokenizer.ggml.add_space_prefix"));
+    }
+    tj["normalizer"] = spm_normalizer(prefix);
     tj["pre_tokenizer"] = nullptr;
-    tj["decoder"] = spm_decoder();
+    tj["decoder"] = spm_decoder(prefix);
     tj["model"] = {{"type", "BPE"},
                    {"dropout", nullptr},
                    {"unk_token", unk ? json(tokens[static_cast<size_t>(*unk)]) : json(nullptr)},
@@ -354,10 +358,12 @@ Result<std::vector<std::pair<std::string, io::GgufValue>>> gguf_tokenizer_metada
     }
 
   std::vector<std::pair<std::string, GgufValue>> md;
-  const bool spm = m.value("byte_fallback", false) && tj["normalizer"].is_object() &&
-                   tj["normalizer"] == spm_normalizer() && tj["pre_tokenizer"].is_null();
+  const bool spm_prefixed = tj["normalizer"].is_object() && tj["normalizer"] == spm_normalizer(true);
+  const bool spm_unprefixed = tj["normalizer"].is_object() && tj["normalizer"] == spm_normalizer(false);
+  const bool spm = m.value("byte_fallback", false) && (spm_prefixed || spm_unprefixed) && tj["pre_tokenizer"].is_null();
   if (spm) {
     md.emplace_back("tokenizer.ggml.model", GgufValue::string("llama"));
+    md.emplace_back("tokenizer.ggml.add_space_prefix", GgufValue::boolean(spm_prefixed));
     // SentencePiece BPE merges by piece score; a piece's score is minus the rank of
     // the first merge producing it, so the merges derived back follow the same order.
     std::vector<float> scores(static_cast<size_t>(n), 0.0f);
