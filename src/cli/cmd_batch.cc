@@ -55,6 +55,12 @@ void run_batch(const BatchFlags& f) {
   // Requests without a seed use --seed, else generation_config's, else 0: a line
   // samples what `loom generate` with the same settings samples.
   const batching::ContinuousBatchingConfig cb = make_cb_config(f.cb, f.sampling.seed.value_or(gc.seed.value_or(0)));
+  std::shared_ptr<batching::ModelRunner> runner(batching::ModelRunner::create(model, f.model.backend).value());
+  set_tensor_parallel_timeout(cb.cpu_group_timeout);
+  if (follow_steps_unless_leader(*runner)) return;
+  StepsLeader leader(*runner);
+  if (f.model.tensor_parallel > 1 && cb.cpu_offload_space.value_or(0.0) > 0)
+    throw Error(unsupported("--tensor-parallel with cpu_offload_space: swapped K/V pages would live on rank 0 only"));
 
   std::shared_ptr<Tokenizer> tokenizer;
   if (Tokenizer::exists_at(dir))
@@ -116,10 +122,8 @@ void run_batch(const BatchFlags& f) {
       std::fflush(stderr);
     };
   }
-  auto runner = batching::ModelRunner::create(model, f.model.backend).value();
   for (const std::string& note : cb.cpu_no_op_fields()) std::fprintf(stderr, "note: %s\n", note.c_str());
-  const batching::BatchResult result =
-      batching::generate_batch(std::shared_ptr<batching::ModelRunner>(std::move(runner)), runnable, gc, cb, opts).value();
+  const batching::BatchResult result = batching::generate_batch(runner, runnable, gc, cb, opts).value();
   if (!f.no_progress && tty) std::fprintf(stderr, "\n");
 
   std::ofstream out_file;

@@ -95,6 +95,20 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   LOOM_ASSIGN_OR_RETURN(const Architecture* arch, find_architecture(m->config_));
   if (arch->resolve_config) LOOM_RETURN_IF_ERROR(arch->resolve_config(m->config_));
   LOOM_ASSIGN_OR_RETURN(m->module_, arch->build(m->config_));
+  const TensorParallel& tp = options.tensor_parallel;
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size)
+    return invalid_argument("tensor parallelism: rank " + std::to_string(tp.rank) + " of " + std::to_string(tp.size));
+  std::map<std::string, ParameterShard> shards;
+  if (tp.active()) {
+    if (!options.kernel_config.empty())
+      return unsupported(dir + ": a kernel config with --tensor-parallel (fused kernels are not split over ranks yet)");
+    LOOM_RETURN_IF_ERROR(m->module_->apply_tensor_parallel(tp).with_context(dir));
+    std::vector<ParameterSpec> specs;
+    m->module_->collect_parameters(&specs);
+    for (const auto& p : specs)
+      if (p.shard.sharded()) shards[p.name] = p.shard;
+    m->tp_ = tp;
+  }
   if (gguf_file) {
     // llama.cpp's names and row orders, not the Hugging Face checkpoint's.
     LOOM_ASSIGN_OR_RETURN(m->rules_, gguf_weight_rules(m->config_));
@@ -164,7 +178,10 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
              (unused.size() > 8 ? ", …" : ""));
   }
 
-  auto stats = m->plan_->load(ckpt, [&m](const std::string& name, Tensor t) {
+  auto stats = m->plan_->load(ckpt, [&m, &shards](const std::string& name, Tensor t) {
+    if (auto it = shards.find(name); it != shards.end()) {
+      LOOM_ASSIGN_OR_RETURN(t, shard_parameter(name, t, it->second));
+    }
     m->params_[name] = std::move(t);
     return Status::Ok();
   });
