@@ -99,6 +99,7 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size)
     return invalid_argument("tensor parallelism: rank " + std::to_string(tp.rank) + " of " + std::to_string(tp.size));
   std::map<std::string, ParameterShard> shards;
+  std::map<std::string, Shape> full_shapes;  // of sharded parameters: quantization decides on these
   if (tp.active()) {
     if (!options.kernel_config.empty())
       return unsupported(dir + ": a kernel config with --tensor-parallel (fused kernels are not split over ranks yet)");
@@ -106,7 +107,10 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     std::vector<ParameterSpec> specs;
     m->module_->collect_parameters(&specs);
     for (const auto& p : specs)
-      if (p.shard.sharded()) shards[p.name] = p.shard;
+      if (p.shard.sharded()) {
+        shards[p.name] = p.shard;
+        full_shapes[p.name] = p.shape;
+      }
     m->tp_ = tp;
   }
   if (gguf_file) {
@@ -188,9 +192,17 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   if (!stats.ok()) return stats.status().with_context(ckpt.source() + ": loading " + what);
   if (options.quantize) {
     for (auto& [name, t] : m->params_) {
+      // A shard is quantized as the whole tensor would be: every rank then
+      // holds exactly the blocks a single process would.
+      const auto full = full_shapes.find(name);
+      const Shape& shape = full == full_shapes.end() ? t.shape() : full->second;
       const std::optional<DType> want =
-          options.quantize->type_for(name, t.shape(), m->config_.num_hidden_layers, m->config_.tie_word_embeddings);
+          options.quantize->type_for(name, shape, m->config_.num_hidden_layers, m->config_.tie_word_embeddings);
       if (!want || *want == t.dtype() || dtype_is_quantized(t.dtype())) continue;
+      if (t.rank() == 2 && t.dim(1) % dtype_block_elements(*want) != 0)
+        return invalid_argument("tensor parallelism: " + name + " is quantized to " + std::string(dtype_name(*want)) +
+                                " in blocks of " + std::to_string(dtype_block_elements(*want)) + ", but each rank holds " +
+                                std::to_string(t.dim(1)) + " of its columns; use fewer ranks or another --quantize");
       try {
         t = t.to(*want);
       } catch (const Error& e) {
