@@ -37,6 +37,7 @@ Result<Tensor> ModelRunner::step(const std::vector<SequenceChunk>& chunks, graph
   LOOM_RETURN_IF_ERROR(prepare(chunks, rows));
   if (group_) {
     if (!leads_steps()) return failed_precondition("tensor parallelism: only rank 0 drives steps; the others follow them");
+    if (ended_) return failed_precondition("tensor parallelism: a step after end_steps()");
     LOOM_RETURN_IF_ERROR(send_plan(chunks, kv, rows));
   }
   return execute(kv);
@@ -76,7 +77,8 @@ Status ModelRunner::send_plan(const std::vector<SequenceChunk>& chunks, graph::K
 }
 
 Status ModelRunner::end_steps() {
-  if (!group_ || !leads_steps()) return Status::Ok();
+  if (!group_ || !leads_steps() || ended_) return Status::Ok();
+  ended_ = true;
   StepPlan plan;
   plan.stop = true;
   std::vector<uint8_t> bytes = encode_step_plan(plan);

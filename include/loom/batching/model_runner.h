@@ -45,6 +45,7 @@ class ModelRunner {
   // which runs each plan on this rank's shard until end_steps(). A single
   // process leads, and end_steps() does nothing.
   bool leads_steps() const;
+  runtime::Collectives* group() const { return group_; }
   Status follow_steps();
   Status end_steps();
 
@@ -59,6 +60,7 @@ class ModelRunner {
   Status send_plan(const std::vector<SequenceChunk>& chunks, graph::KvStore& kv, LogitsRows rows);
   Result<Tensor> execute(graph::KvStore& kv);
   runtime::Collectives* group_ = nullptr;  // tensor parallel: the process group
+  bool ended_ = false;                      // end_steps() was called
   std::shared_ptr<const models::Model> model_;
   std::unique_ptr<runtime::Executor> executor_;
   ThreadPool* pool_ = nullptr;

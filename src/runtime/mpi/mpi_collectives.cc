@@ -107,8 +107,10 @@ class MpiWorld final : public Collectives {
 
   Status finish(int rc, MPI_Request* req, const std::string& what, bool bounded, int root = -1) {
     if (rc != MPI_SUCCESS) return internal_error("tensor-parallel rank " + std::to_string(rank_) + ": " + what + ": " + mpi_error(rc));
-    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_);
-    for (int polls = 0;; ++polls) {
+    const auto start = Clock::now();
+    const auto deadline = start + std::chrono::duration<double>(timeout_);
+    const auto spin_until = start + std::chrono::milliseconds(5);
+    for (;;) {
       int done = 0;
       rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS)
@@ -123,9 +125,12 @@ class MpiWorld final : public Collectives {
                      rank_, what.c_str(), peers(root).c_str(), timeout_);
         abort(3);
       }
-      // Spin briefly (a step's collectives complete in microseconds), then
-      // yield the core: ranks may share cores with each other's threads.
-      if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(polls > 200000 ? 1000 : 20));
+      // A step's collectives complete in microseconds to milliseconds: keep
+      // testing (MPI progresses on each test) but yield the core, since ranks
+      // may share cores; past that, an idle wait sleeps between tests.
+      const auto now = Clock::now();
+      if (now < spin_until) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(now - start > std::chrono::seconds(1) ? 1000 : 50));
     }
   }
 
