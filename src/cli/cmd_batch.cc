@@ -39,7 +39,7 @@ void run_batch(const BatchFlags& f) {
   const std::string dir = resolve_model_dir(f.model).value();
   apply_process_options(f.model);
   GenerationConfig gc = GenerationConfig::from_dir_or_default(dir).value();
-  auto model = load_model(dir, f.model).value();
+  auto model = load_model(dir, f.model, /*tensor_parallel_ok=*/true).value();
   gc.inherit_special_tokens(model->config().eos_token_ids, model->config().bos_token_id, model->config().pad_token_id);
   // Command-line sampling flags become every request's defaults.
   const batching::GenerateOptions defaults = make_generate_options(f.sampling, gc, *model, 0);
@@ -100,8 +100,15 @@ void run_batch(const BatchFlags& f) {
   std::vector<size_t> slot;
   for (size_t i = 0; i < inputs.size(); ++i)
     if (!line_errors[i]) {
-      runnable.push_back(inputs[i]);
-      slot.push_back(i);
+      // A forked sequence copies its partial last K/V page on rank 0 only.
+      if (f.model.tensor_parallel > 1 && inputs[i].options.num_return_sequences.value_or(
+                                             static_cast<int32_t>(gc.num_return_sequences)) > 1)
+        line_errors[i] = unsupported("num_return_sequences > 1 with --tensor-parallel (forked K/V pages are not "
+                                     "copied on the other ranks yet)");
+      else {
+        runnable.push_back(inputs[i]);
+        slot.push_back(i);
+      }
     }
 
   batching::GenerateBatchOptions opts;

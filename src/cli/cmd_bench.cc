@@ -120,7 +120,7 @@ void run_bench(const BenchFlags& f) {
   const std::string dir = resolve_model_dir(f.model).value();
   apply_process_options(f.model);
   auto t_load = Clock::now();
-  auto model = load_model(dir, f.model).value();
+  auto model = load_model(dir, f.model, /*tensor_parallel_ok=*/true).value();
   auto runner = batching::ModelRunner::create(model, f.model.backend).value();
   runtime::Collectives* group = runner->group();
   auto weight_bytes_of = [&model] {

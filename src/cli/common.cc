@@ -97,8 +97,11 @@ Result<models::TensorParallel> join_tensor_parallel_group(int n) {
 }
 }  // namespace
 
-Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const ModelOptions& o) {
+Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const ModelOptions& o,
+                                                  bool tensor_parallel_ok) {
   models::LoadOptions lo;
+  if (o.tensor_parallel > 0 && !tensor_parallel_ok)
+    return unsupported("--tensor-parallel: this command does not run split over ranks yet (generate, batch and bench do)");
   if (o.tensor_parallel > 0) {
     LOOM_ASSIGN_OR_RETURN(lo.tensor_parallel, join_tensor_parallel_group(o.tensor_parallel));
   }

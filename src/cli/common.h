@@ -33,7 +33,10 @@ struct ModelOptions {
 void add_model_options(CLI::App* cmd, ModelOptions* o, bool model_required = false);
 // Model::load with the kernel flags (plugin directories without
 // --kernel-config are an error: nothing would use them).
-Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const ModelOptions& o);
+// `tensor_parallel_ok`: the command runs --tensor-parallel (generate, batch,
+// bench); elsewhere the flag is an error naming the ones that do.
+Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const ModelOptions& o,
+                                                  bool tensor_parallel_ok = false);
 
 // With --tensor-parallel, on every rank but 0: runs rank 0's steps until it
 // ends them, then returns true and the command returns (rank 0 alone reads
