@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <unistd.h>
 #include <string>
 
 #include "loom/batching/generate_batch.h"
@@ -19,6 +20,7 @@
 #include "loom/batching/step_plan.h"
 #include "loom/core/thread_pool.h"
 #include "loom/models/model.h"
+#include "loom/models/save_gguf.h"
 #include "loom/runtime/collectives.h"
 #include "loom/runtime/kv_cache_contiguous.h"
 #include "loom/weights/quantization_recipe.h"
@@ -257,6 +259,47 @@ TEST(TensorParallelGroup, Q8_0WeightsEqualOneProcess) {
   auto whole = runner_for(load("mistral_sliding-f32", 1, "q8_0").value());
   EXPECT_TRUE(dtype_is_quantized(whole->model().parameters().at("model.layers.0.mlp.down_proj.weight").dtype()));
   expect_same_logits("mistral_sliding-f32 q8_0", *split, whole.get(), 1e-4);
+}
+
+// GGUF's quantized tensors are read in place and cut on block rows / block
+// columns, as the file stores them.
+TEST(TensorParallelGroup, GgufQ8_0EqualsOneProcess) {
+  const int n = world();
+  // qwen3: its 64 hidden and 192 intermediate columns split into whole Q8_0
+  // blocks over 2 ranks (sliding windows have no GGUF form, so not mistral_sliding).
+  const std::string fixture = n == 4 ? "llama_mha_untied-f32" : "qwen3-f32";
+  const std::string path = (fs::temp_directory_path() / ("loom-tp-" + std::to_string(getpid()) + ".gguf")).string();
+  {
+    auto whole = load(fixture, 1).value();
+    models::GgufSaveOptions o;
+    o.tensor_type = [](const std::string&, const Tensor& t) -> Result<std::optional<DType>> {
+      if (t.dim(1) % 32 == 0) return std::optional<DType>(DType::kQ8_0);
+      return std::optional<DType>();
+    };
+    const Status saved = models::save_gguf(*whole, path, o);
+    ASSERT_TRUE(saved.ok()) << saved.to_string();
+  }
+  models::LoadOptions lo;
+  lo.tensor_parallel = {group()->rank(), n};
+  auto split_model = models::Model::load(path, lo);
+  if (n == 4) {  // llama_mha_untied's o_proj: 24 of 96 columns per rank, less than a block
+    fs::remove(path);
+    ASSERT_FALSE(split_model.ok());
+    EXPECT_NE(split_model.status().message().find("Q8_0 blocks"), std::string::npos) << split_model.status().to_string();
+    return;
+  }
+  ASSERT_TRUE(split_model.ok()) << split_model.status().to_string();
+  EXPECT_EQ((*split_model)->parameters().at("model.layers.0.mlp.down_proj.weight").dtype(), DType::kQ8_0);
+  auto split = runner_for(*split_model);
+  if (!leader()) {
+    ASSERT_TRUE(split->follow_steps().ok());
+    fs::remove(path);
+    return;
+  }
+  EndSteps end{*split};
+  auto whole = runner_for(models::Model::load(path).value());
+  fs::remove(path);
+  expect_same_logits(fixture + " gguf q8_0", *split, whole.get(), 1e-4);
 }
 
 }  // namespace
