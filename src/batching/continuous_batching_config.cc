@@ -295,7 +295,7 @@ std::vector<std::string> ContinuousBatchingConfig::cpu_no_op_fields() const {
   if (default_compile_level != 0) note("default_compile_level", "no effect on CPU (no torch.compile)");
   if (!auto_switch_to_flash) note("auto_switch_to_flash", "no effect on CPU (paged attention is always used)");
   if (!disable_nccl_graph_mixing) note("disable_nccl_graph_mixing", "no effect on CPU (no NCCL)");
-  if (!cpu_group_timeout || *cpu_group_timeout != 300.0) note("cpu_group_timeout", "no effect (no tensor parallelism)");
+  // cpu_group_timeout bounds tensor parallelism's in-step waits (runtime/collectives.h).
   if (use_default_compile_configs) note("use_default_compile_configs", "deprecated (default_compile_level); no effect on CPU");
   if (max_cached_graphs) note("max_cached_graphs", "deprecated; no effect");
   if (max_blocks_per_request && *max_blocks_per_request == 0)

@@ -1,5 +1,7 @@
 #include "loom/batching/model_runner.h"
 
+#include "loom/batching/step_plan.h"
+
 namespace loom::batching {
 
 namespace step_io = models::step_io;
@@ -10,6 +12,14 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::shared_ptr<const m
   if (!b) return invalid_argument("unknown backend '" + backend + "' (cpu, reference)");
   std::unique_ptr<ModelRunner> r(new ModelRunner());
   r->pool_ = pool ? pool : &ThreadPool::global();
+  const models::TensorParallel& tp = model->tensor_parallel();
+  if (tp.active()) {
+    r->group_ = runtime::process_collectives();
+    const int size = r->group_ ? r->group_->size() : 1;
+    if (size != tp.size || r->group_->rank() != tp.rank)
+      return failed_precondition("a model sharded for rank " + std::to_string(tp.rank) + " of " + std::to_string(tp.size) +
+                                 " tensor-parallel ranks, in a process group of " + std::to_string(size));
+  }
   LOOM_ASSIGN_OR_RETURN(r->executor_, runtime::Executor::create(model->step_graph(), *b, r->pool_));
   r->model_ = std::move(model);
   return r;
@@ -24,6 +34,77 @@ runtime::KvLayout ModelRunner::kv_layout() const {
 }
 
 Result<Tensor> ModelRunner::step(const std::vector<SequenceChunk>& chunks, graph::KvStore& kv, LogitsRows rows) {
+  LOOM_RETURN_IF_ERROR(prepare(chunks, rows));
+  if (group_) {
+    if (!leads_steps()) return failed_precondition("tensor parallelism: only rank 0 drives steps; the others follow them");
+    if (ended_) return failed_precondition("tensor parallelism: a step after end_steps()");
+    LOOM_RETURN_IF_ERROR(send_plan(chunks, kv, rows));
+  }
+  return execute(kv);
+}
+
+bool ModelRunner::leads_steps() const { return !group_ || group_->rank() == 0; }
+
+Status ModelRunner::send_plan(const std::vector<SequenceChunk>& chunks, graph::KvStore& kv, LogitsRows rows) {
+  const graph::KvMemory mem = kv.memory();
+  if (!mem.base) return unsupported("tensor parallelism: this KV store has no memory block to share with the other ranks");
+  StepPlan plan;
+  plan.all_token_rows = rows == LogitsRows::kAllTokens;
+  plan.kv_id = reinterpret_cast<uintptr_t>(mem.base);
+  plan.kv_bytes = mem.bytes;
+  const auto* base = static_cast<const char*>(mem.base);
+  auto offset = [&](void* page) -> int64_t { return page ? static_cast<const char*>(page) - base : -1; };
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    StepPlanSequence s;
+    s.tokens.assign(chunks[i].tokens, chunks[i].tokens + chunks[i].num_tokens);
+    s.past_len = chunks[i].past_len;
+    s.all_rows = chunks[i].all_rows;
+    for (int l = 0; l < model_->num_layers(); ++l) {
+      const graph::KvPageTable t = kv.pages(l, static_cast<int>(i));
+      plan.page_size = t.page_size;
+      plan.kv_dtype = t.dtype;
+      s.k_pages.emplace_back();
+      s.v_pages.emplace_back();
+      for (int64_t p = 0; p < t.num_pages; ++p) {
+        s.k_pages.back().push_back(offset(t.k_pages[p]));
+        s.v_pages.back().push_back(offset(t.v_pages[p]));
+      }
+    }
+    plan.sequences.push_back(std::move(s));
+  }
+  std::vector<uint8_t> bytes = encode_step_plan(plan);
+  return group_->broadcast(&bytes, 0, /*bounded=*/true);
+}
+
+Status ModelRunner::end_steps() {
+  if (!group_ || !leads_steps() || ended_) return Status::Ok();
+  ended_ = true;
+  StepPlan plan;
+  plan.stop = true;
+  std::vector<uint8_t> bytes = encode_step_plan(plan);
+  return group_->broadcast(&bytes, 0, /*bounded=*/true);
+}
+
+Status ModelRunner::follow_steps() {
+  if (!group_ || leads_steps()) return failed_precondition("follow_steps: this process leads the steps");
+  MirroredKvStore kv;
+  std::vector<uint8_t> bytes;
+  std::vector<SequenceChunk> chunks;
+  while (true) {
+    // Rank 0 may be idle for as long as it likes (a server between requests).
+    LOOM_RETURN_IF_ERROR(group_->broadcast(&bytes, 0, /*bounded=*/false));
+    LOOM_ASSIGN_OR_RETURN(StepPlan plan, decode_step_plan(bytes));
+    if (plan.stop) return Status::Ok();
+    LOOM_RETURN_IF_ERROR(kv.bind(plan));
+    chunks.clear();
+    for (const StepPlanSequence& s : plan.sequences)
+      chunks.push_back({s.tokens.data(), static_cast<int64_t>(s.tokens.size()), s.past_len, s.all_rows});
+    LOOM_RETURN_IF_ERROR(prepare(chunks, plan.all_token_rows ? LogitsRows::kAllTokens : LogitsRows::kLastOfEachSequence));
+    LOOM_RETURN_IF_ERROR(execute(kv).status());
+  }
+}
+
+Status ModelRunner::prepare(const std::vector<SequenceChunk>& chunks, LogitsRows rows) {
   if (chunks.empty()) return invalid_argument("step: no sequences");
   const int64_t vocab = model_->vocab_size();
   ctx_.sequences.clear();
@@ -50,6 +131,10 @@ Result<Tensor> ModelRunner::step(const std::vector<SequenceChunk>& chunks, graph
     if (rows == LogitsRows::kLastOfEachSequence && !c.all_rows) rows_.push_back(static_cast<int32_t>(ids_.size() - 1));
     ctx_.sequences.push_back(seq);
   }
+  return Status::Ok();
+}
+
+Result<Tensor> ModelRunner::execute(graph::KvStore& kv) {
   ctx_.kv = &kv;
   const int64_t n = static_cast<int64_t>(ids_.size());
   std::vector<std::pair<std::string, Tensor>> inputs = {

@@ -373,6 +373,7 @@ void PagedKvCache::bind(StepKvView& view, const std::vector<const SequenceKv*>& 
   view.num_layers_ = L;
   view.page_size_ = page_size_;
   view.dtype_ = pool_.shape().dtype;
+  view.memory_ = {pool_.storage().k(0), pool_.storage().bytes()};
   view.k_.clear();
   view.v_.clear();
   view.entries_.clear();

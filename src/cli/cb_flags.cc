@@ -44,7 +44,7 @@ void add_cb_options(CLI::App* cmd, CbFlags* f) {
   cmd->add_option("--drop-unsupported-processors", f->drop_unsupported_processors,
                   "Ignore per-line sampling settings when they are off, instead of failing");
   cmd->add_option("--disable-nccl-graph-mixing", f->disable_nccl_graph_mixing, "GPU/TP only; no effect on CPU");
-  cmd->add_option("--cpu-group-timeout", f->cpu_group_timeout, "TP only; no effect");
+  cmd->add_option("--cpu-group-timeout", f->cpu_group_timeout, "With --tensor-parallel: seconds a rank waits for the others inside a step before ending the job");
 }
 
 namespace {

@@ -39,7 +39,7 @@ void run_batch(const BatchFlags& f) {
   const std::string dir = resolve_model_dir(f.model).value();
   apply_process_options(f.model);
   GenerationConfig gc = GenerationConfig::from_dir_or_default(dir).value();
-  auto model = load_model(dir, f.model).value();
+  auto model = load_model(dir, f.model, /*tensor_parallel_ok=*/true).value();
   gc.inherit_special_tokens(model->config().eos_token_ids, model->config().bos_token_id, model->config().pad_token_id);
   // Command-line sampling flags become every request's defaults.
   const batching::GenerateOptions defaults = make_generate_options(f.sampling, gc, *model, 0);
@@ -55,6 +55,12 @@ void run_batch(const BatchFlags& f) {
   // Requests without a seed use --seed, else generation_config's, else 0: a line
   // samples what `loom generate` with the same settings samples.
   const batching::ContinuousBatchingConfig cb = make_cb_config(f.cb, f.sampling.seed.value_or(gc.seed.value_or(0)));
+  std::shared_ptr<batching::ModelRunner> runner(batching::ModelRunner::create(model, f.model.backend).value());
+  set_tensor_parallel_timeout(cb.cpu_group_timeout);
+  if (follow_steps_unless_leader(*runner)) return;
+  StepsLeader leader(*runner);
+  if (f.model.tensor_parallel > 1 && cb.cpu_offload_space.value_or(0.0) > 0)
+    throw Error(unsupported("--tensor-parallel with cpu_offload_space: swapped K/V pages would live on rank 0 only"));
 
   std::shared_ptr<Tokenizer> tokenizer;
   if (Tokenizer::exists_at(dir))
@@ -94,8 +100,15 @@ void run_batch(const BatchFlags& f) {
   std::vector<size_t> slot;
   for (size_t i = 0; i < inputs.size(); ++i)
     if (!line_errors[i]) {
-      runnable.push_back(inputs[i]);
-      slot.push_back(i);
+      // A forked sequence copies its partial last K/V page on rank 0 only.
+      if (f.model.tensor_parallel > 1 && inputs[i].options.num_return_sequences.value_or(
+                                             static_cast<int32_t>(gc.num_return_sequences)) > 1)
+        line_errors[i] = unsupported("num_return_sequences > 1 with --tensor-parallel (forked K/V pages are not "
+                                     "copied on the other ranks yet)");
+      else {
+        runnable.push_back(inputs[i]);
+        slot.push_back(i);
+      }
     }
 
   batching::GenerateBatchOptions opts;
@@ -116,10 +129,8 @@ void run_batch(const BatchFlags& f) {
       std::fflush(stderr);
     };
   }
-  auto runner = batching::ModelRunner::create(model, f.model.backend).value();
   for (const std::string& note : cb.cpu_no_op_fields()) std::fprintf(stderr, "note: %s\n", note.c_str());
-  const batching::BatchResult result =
-      batching::generate_batch(std::shared_ptr<batching::ModelRunner>(std::move(runner)), runnable, gc, cb, opts).value();
+  const batching::BatchResult result = batching::generate_batch(runner, runnable, gc, cb, opts).value();
   if (!f.no_progress && tty) std::fprintf(stderr, "\n");
 
   std::ofstream out_file;

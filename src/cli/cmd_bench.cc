@@ -18,6 +18,8 @@
 #include "loom/runtime/cpu/cpu_features.h"
 #include "loom/runtime/cpu/matmul.h"
 #include "loom/runtime/cpu/machine_bounds.h"
+#include "loom/runtime/collectives.h"
+#include "loom/runtime/kv_cache_contiguous.h"
 #include "loom/runtime/op_profile.h"
 
 namespace loom::cli {
@@ -70,13 +72,68 @@ void print_bounds(const BenchFlags& f, const models::Model& model, ThreadPool& p
   }
 }
 
+void check_ok(const Status& s) {
+  if (!s.ok()) throw Error(s);
+}
+
+// Tensor parallelism: what one run's steps spent in collectives.
+struct CollectiveTotals {
+  runtime::CollectiveStats stats;
+  double step_seconds = 0;  // wall time of those steps
+  int64_t steps = 0;
+};
+
+void print_collectives(const CollectiveTotals& prefill, const CollectiveTotals& decode) {
+  std::printf("\n| rank 0 collectives (last run) | calls per step | KiB per step | ms per step | share of step time |\n");
+  std::printf("|---|---|---|---|---|\n");
+  for (const auto& [name, c] : {std::pair<const char*, const CollectiveTotals&>{"prefill", prefill}, {"decode", decode}}) {
+    const double steps = static_cast<double>(std::max<int64_t>(c.steps, 1));
+    std::printf("| %s | %.0f | %.1f | %.3f | %.0f%% |\n", name, c.stats.calls / steps, c.stats.bytes / steps / 1024.0,
+                c.stats.seconds / steps * 1e3, c.step_seconds > 0 ? 100.0 * c.stats.seconds / c.step_seconds : 0.0);
+  }
+}
+
+// The KV cache one run of this bench allocates (every rank's is the same size).
+double last_kv_bytes(const BenchFlags& f, const batching::ModelRunner& runner) {
+  runtime::ContiguousKvCache cache(runner.kv_layout(), 1, f.prompt_tokens + f.decode_tokens + 1,
+                                   batching::kv_cache_dtype_from_name(f.kv_cache_dtype).value());
+  return static_cast<double>(cache.bytes());
+}
+
+// Every rank's weights, KV cache and peak RSS, printed by rank 0.
+void print_rank_memory(runtime::Collectives& group, double weight_bytes, double kv_bytes) {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  const float mine[3] = {static_cast<float>(weight_bytes / 1e9), static_cast<float>(kv_bytes / 1e9),
+                         static_cast<float>(static_cast<double>(usage.ru_maxrss) * 1024.0 / 1e9)};
+  std::vector<float> all(static_cast<size_t>(3 * group.size()));
+  check_ok(group.all_gather(mine, 3, all.data()));
+  if (group.rank() != 0) return;
+  std::printf("\n| rank | weights GB | KV cache GB | peak RSS GB |\n|---|---|---|---|\n");
+  for (int r = 0; r < group.size(); ++r)
+    std::printf("| %d | %.4f | %.4f | %.4f |\n", r, all[3 * r], all[3 * r + 1], all[3 * r + 2]);
+  std::fflush(stdout);
+}
+
 void run_bench(const BenchFlags& f) {
   using Clock = std::chrono::steady_clock;
   const std::string dir = resolve_model_dir(f.model).value();
   apply_process_options(f.model);
   auto t_load = Clock::now();
-  auto model = load_model(dir, f.model).value();
+  auto model = load_model(dir, f.model, /*tensor_parallel_ok=*/true).value();
   auto runner = batching::ModelRunner::create(model, f.model.backend).value();
+  runtime::Collectives* group = runner->group();
+  auto weight_bytes_of = [&model] {
+    double bytes = 0;
+    for (const auto& [name, t] : model->parameters()) bytes += static_cast<double>(t.nbytes());
+    return bytes;
+  };
+  if (follow_steps_unless_leader(*runner)) {
+    print_rank_memory(*group, weight_bytes_of(), last_kv_bytes(f, *runner));
+    return;
+  }
+  StepsLeader leader(*runner);
+  CollectiveTotals prefill_comm, decode_comm;
   const double load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
   const int64_t vocab = model->vocab_size();
   generation::Rng rng(1234);
@@ -94,9 +151,14 @@ void run_bench(const BenchFlags& f) {
                                      batching::kv_cache_dtype_from_name(f.kv_cache_dtype).value());
     profile.reset();
     profile.set_enabled(profiled);
+    if (group) group->reset_stats();
     auto t0 = Clock::now();
     Tensor logits = runner->step({{prompt.data(), f.prompt_tokens, 0}}, cache).value();
     const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (group) {
+      prefill_comm = {group->stats(), prefill_s, 1};
+      group->reset_stats();
+    }
     if (profiled) {
       prefill_profile = profile.table();
       profile.reset();
@@ -115,6 +177,7 @@ void run_bench(const BenchFlags& f) {
       next = best;
     }
     const double decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
+    if (group) decode_comm = {group->stats(), decode_s, f.decode_tokens};
     if (profiled) {
       decode_profile = profile.table();
       profile.set_enabled(false);
@@ -148,6 +211,11 @@ void run_bench(const BenchFlags& f) {
               runner->pool().num_threads(), cpu::isa_name().c_str(), runner->backend_name().c_str(), matmul.c_str(),
               f.kv_cache_dtype.c_str(), best_prefill, best_decode, load_s, weight_bytes / 1e9, peak_rss_gb);
   std::fflush(stdout);
+  if (group) {
+    print_collectives(prefill_comm, decode_comm);
+    check_ok(runner->end_steps());
+    print_rank_memory(*group, weight_bytes, last_kv_bytes(f, *runner));
+  }
   if (f.bounds) print_bounds(f, *model, runner->pool(), best_prefill, best_decode);
   if (f.profile) {
     std::printf("\nPrefill of %lld tokens, time per op:\n%s", static_cast<long long>(f.prompt_tokens),

@@ -22,14 +22,18 @@ struct GenerateFlags {
   bool json = false;
   bool no_special_tokens = false;
   std::string kv_cache_dtype = "float32";
+  double cpu_group_timeout = 300.0;
 };
 
 void run_generate(const GenerateFlags& f) {
   const std::string dir = resolve_model_dir(f.model).value();
   apply_process_options(f.model);
   GenerationConfig gc = GenerationConfig::from_dir_or_default(dir).value();
-  auto model = load_model(dir, f.model).value();
+  auto model = load_model(dir, f.model, /*tensor_parallel_ok=*/true).value();
   auto runner = batching::ModelRunner::create(model, f.model.backend).value();
+  set_tensor_parallel_timeout(f.cpu_group_timeout);
+  if (follow_steps_unless_leader(*runner)) return;
+  StepsLeader leader(*runner);
   auto text = batching::open_text_stream(dir);  // null without tokenizer.json
 
   std::vector<int32_t> prompt;
@@ -91,6 +95,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype,
                   "KV cache elements: float32 (default) or bfloat16 (half the memory, rounded once when written)")
       ->check(CLI::IsMember({"float32", "bfloat16"}));
+  cmd->add_option("--cpu-group-timeout", f->cpu_group_timeout,
+                  "With --tensor-parallel: seconds a rank waits for the others inside a step before ending the job")
+      ->check(CLI::PositiveNumber);
   cmd->callback([f] {
     if (f->prompt.empty() && f->prompt_ids.empty()) throw Error(invalid_argument("give --prompt TEXT or --prompt-ids 1,2,3"));
     run_generate(*f);

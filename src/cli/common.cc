@@ -9,6 +9,7 @@
 
 #include "loom/core/thread_pool.h"
 #include "loom/io/checkpoint.h"
+#include "loom/runtime/collectives.h"
 #include "loom/runtime/cpu/cpu_features.h"
 #include "loom/runtime/cpu/matmul.h"
 #include "loom/weights/quantization_recipe.h"
@@ -50,10 +51,60 @@ void add_model_options(CLI::App* cmd, ModelOptions* o, bool model_required) {
   cmd->add_option("--quantize", o->quantize,
                   "Quantize the weights as they load, with llama.cpp's recipes: q8_0, q4_0, q4_k_m, q5_k_m, q6_k")
       ->check(CLI::IsMember(quantization_recipe_names()));
+  cmd->add_option("--tensor-parallel,--tp", o->tensor_parallel,
+                  "Split the model over N processes started by mpirun: mpirun -np N loom ... --tensor-parallel N")
+      ->check(CLI::PositiveNumber);
 }
 
-Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const ModelOptions& o) {
+bool follow_steps_unless_leader(batching::ModelRunner& runner) {
+  if (runner.leads_steps()) return false;
+  Status st = runner.follow_steps();
+  if (!st.ok()) {
+    runtime::Collectives* g = runtime::process_collectives();
+    std::fprintf(stderr, "loom: error: tensor-parallel rank %d: %s\n", g ? g->rank() : -1, st.to_string().c_str());
+    if (g) g->abort(2);
+    throw Error(st);
+  }
+  return true;
+}
+
+StepsLeader::~StepsLeader() {
+  Status st = runner_.end_steps();
+  if (!st.ok()) std::fprintf(stderr, "loom: error: %s\n", st.to_string().c_str());
+}
+
+void set_tensor_parallel_timeout(std::optional<double> seconds) {
+  if (runtime::Collectives* g = runtime::process_collectives(); g && seconds) g->set_timeout(*seconds);
+}
+
+namespace {
+// Joins the mpirun job --tensor-parallel names; the group bounds its waits by
+// cpu_group_timeout's default until a command sets its own.
+Result<models::TensorParallel> join_tensor_parallel_group(int n) {
+  const std::string flag = "--tensor-parallel " + std::to_string(n);
+  if (!runtime::launched_by_mpi())
+    return invalid_argument(flag + " needs " + std::to_string(n) + " processes started by mpirun: mpirun -np " +
+                            std::to_string(n) + " loom <command> ... " + flag);
+  if (!runtime::process_collectives()) {
+    LOOM_ASSIGN_OR_RETURN(auto group, runtime::open_mpi_world(300.0));
+    runtime::set_process_collectives(std::move(group));
+  }
+  runtime::Collectives* g = runtime::process_collectives();
+  if (g->size() != n)
+    return invalid_argument(flag + ", but mpirun started " + std::to_string(g->size()) + " processes (-np " +
+                            std::to_string(g->size()) + "): give both the same number");
+  return models::TensorParallel{g->rank(), g->size()};
+}
+}  // namespace
+
+Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const ModelOptions& o,
+                                                  bool tensor_parallel_ok) {
   models::LoadOptions lo;
+  if (o.tensor_parallel > 0 && !tensor_parallel_ok)
+    return unsupported("--tensor-parallel: this command does not run split over ranks yet (generate, batch and bench do)");
+  if (o.tensor_parallel > 0) {
+    LOOM_ASSIGN_OR_RETURN(lo.tensor_parallel, join_tensor_parallel_group(o.tensor_parallel));
+  }
   if (!o.quantize.empty()) {
     LOOM_ASSIGN_OR_RETURN(lo.quantize, quantization_recipe(o.quantize));
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@ struct ModelOptions {
   std::string matmul_precision = "highest";  // cpu::MatmulPrecision by name
   std::string quantize;  // a weights/quantization_recipe.h name; empty: weights as stored
   std::vector<std::string> plugin_dirs, trusted_plugin_dirs;
+  int tensor_parallel = 0;  // ranks of an mpirun job sharing the model; 0: not tensor parallel
 };
 
 // Adds --model, --threads, --backend, --kernel-config, --plugin-dir,
@@ -31,7 +33,28 @@ struct ModelOptions {
 void add_model_options(CLI::App* cmd, ModelOptions* o, bool model_required = false);
 // Model::load with the kernel flags (plugin directories without
 // --kernel-config are an error: nothing would use them).
-Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const ModelOptions& o);
+// `tensor_parallel_ok`: the command runs --tensor-parallel (generate, batch,
+// bench); elsewhere the flag is an error naming the ones that do.
+Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const ModelOptions& o,
+                                                  bool tensor_parallel_ok = false);
+
+// With --tensor-parallel, on every rank but 0: runs rank 0's steps until it
+// ends them, then returns true and the command returns (rank 0 alone reads
+// input and prints). An error on such a rank ends the whole job.
+bool follow_steps_unless_leader(batching::ModelRunner& runner);
+// On rank 0: tells the other ranks to stop when the command ends, however it ends.
+class StepsLeader {
+ public:
+  explicit StepsLeader(batching::ModelRunner& runner) : runner_(runner) {}
+  ~StepsLeader();
+  StepsLeader(const StepsLeader&) = delete;
+  StepsLeader& operator=(const StepsLeader&) = delete;
+
+ private:
+  batching::ModelRunner& runner_;
+};
+// Bounds tensor-parallel waits (ContinuousBatchingConfig.cpu_group_timeout).
+void set_tensor_parallel_timeout(std::optional<double> seconds);
 
 // The bundled default model: $LOOM_DEFAULT_MODEL, else models/<default> next to
 // the source tree or the installed binary.

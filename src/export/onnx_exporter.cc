@@ -210,6 +210,9 @@ Status export_onnx(const models::Model& model, const std::string& path, const On
         continue;
       }
     }
+    if (n.op == "all_reduce" || n.op == "all_gather")
+      return unsupported("onnx export: " + n.op + " (" + n.scope + "): this graph is one rank's shard of a tensor-parallel model (" +
+                         std::to_string(n.attr_int("parts", 0)) + " ranks); export the whole model, without --tensor-parallel");
     auto it = table.find(n.op);
     if (it == table.end())
       return unsupported("onnx export: no ONNX lowering for op '" + n.op + "' (" + n.scope +

@@ -209,6 +209,9 @@ Result<PortableProgram> lower_portable(const models::Model& model, const Portabl
   const graph::ValueId positions = g.input(models::step_io::kPositions);
   std::map<int, int64_t> kv_rows;
   for (const graph::Node& n : g.nodes()) {
+    if (n.op == "all_reduce" || n.op == "all_gather")
+      return unsupported("portable export: " + n.op + " (" + n.scope + "): this graph is one rank's shard of a tensor-parallel model (" +
+                         std::to_string(n.attr_int("parts", 0)) + " ranks); export the whole model, without --tensor-parallel");
     if (!op_codes().count(n.op))
       return unsupported("portable export: op '" + n.op + "' (" + n.scope + ") has no portable kernel");
     PortableOp op;

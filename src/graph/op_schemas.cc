@@ -323,6 +323,40 @@ std::map<std::string, OpSchema> build_schemas() {
     };
     add(m, s);
   }
+  // Tensor parallelism's collectives over the ranks of the process group
+  // (runtime/collectives.h); `parts` is the group size the graph was sharded for.
+  {
+    OpSchema s;
+    s.name = "all_reduce";
+    s.summary = "sum of x over the `parts` ranks of the tensor-parallel group (after a row-parallel linear)";
+    s.min_inputs = s.max_inputs = 1;
+    s.required_attrs = {"parts"};
+    s.infer = [](const std::vector<const Value*>& in, const Node& n, std::vector<TypedShape>* out) {
+      LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
+      if (in[0]->dtype != DType::kF32) return invalid_argument("x must be F32");
+      if (n.attr_int("parts") < 1) return invalid_argument("parts must be >= 1");
+      out->push_back({DType::kF32, in[0]->shape});
+      return Status::Ok();
+    };
+    add(m, s);
+  }
+  {
+    OpSchema s;
+    s.name = "all_gather";
+    s.summary = "columns of x from the `parts` ranks side by side, rank 0 first (a vocab-parallel LM head's logits)";
+    s.min_inputs = s.max_inputs = 1;
+    s.required_attrs = {"parts"};
+    s.infer = [](const std::vector<const Value*>& in, const Node& n, std::vector<TypedShape>* out) {
+      LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
+      if (in[0]->dtype != DType::kF32) return invalid_argument("x must be F32");
+      const int64_t parts = n.attr_int("parts");
+      if (parts < 1) return invalid_argument("parts must be >= 1");
+      if (!in[0]->shape[1].is_static()) return invalid_argument("all_gather needs a static column count");
+      out->push_back({DType::kF32, {in[0]->shape[0], Dim::fixed(in[0]->shape[1].value * parts)}});
+      return Status::Ok();
+    };
+    add(m, s);
+  }
   return m;
 }
 

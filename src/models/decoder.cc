@@ -92,6 +92,12 @@ CausalLM::CausalLM(const DecoderSettings& s)
                                s.tie_word_embeddings ? "model.embed_tokens.weight" : "");
 }
 
+Status CausalLM::apply_tensor_parallel(const TensorParallel& tp) {
+  LOOM_RETURN_IF_ERROR(model_->apply_tensor_parallel(tp));
+  if (!tp.active() || lm_head_->tied() || s_.vocab_size % tp.size != 0) return Status::Ok();
+  return lm_head_->parallelize(LinearParallel::kColumnGathered, tp);
+}
+
 graph::Graph CausalLM::build_graph(const graph::GraphBuilder::ParameterSource& params,
                                    const kernels::KernelPlan* plan) const {
   graph::Graph g;

@@ -75,7 +75,27 @@ ValueId Linear::forward(GraphBuilder& b, ValueId x) const {
   GraphBuilder::Scope scope(b, path());
   std::vector<ValueId> in = {x, b.param(weight_name_)};
   if (bias_) in.push_back(b.param(param_name("bias")));
-  return b.op("linear", std::move(in));
+  ValueId y = b.op("linear", std::move(in));
+  if (parallel_ == LinearParallel::kRow) return b.op("all_reduce", {y}, {{"parts", parts_}});
+  if (parallel_ == LinearParallel::kColumnGathered) return b.op("all_gather", {y}, {{"parts", parts_}});
+  return y;
+}
+
+Status Linear::parallelize(LinearParallel style, const TensorParallel& tp) {
+  if (!tp.active() || style == LinearParallel::kReplicated) return Status::Ok();
+  if (tied()) return internal_error(path() + ": a tied linear cannot be split (its weight is " + weight_name_ + ")");
+  const bool rows = style != LinearParallel::kRow;
+  const int64_t features = rows ? out_ : in_;
+  if (features % tp.size != 0)
+    return invalid_argument("tensor parallelism: " + path() + " has " + std::to_string(features) +
+                            (rows ? " output" : " input") + " features, not divisible by --tensor-parallel " +
+                            std::to_string(tp.size));
+  set_parameter_shard("weight", {rows ? 0 : 1, tp.rank, tp.size, false});
+  // A row-parallel bias is added once, by rank 0, before the sum.
+  if (bias_) set_parameter_shard("bias", rows ? ParameterShard{0, tp.rank, tp.size, false} : ParameterShard{-1, tp.rank, tp.size, true});
+  parallel_ = style;
+  parts_ = tp.size;
+  return Status::Ok();
 }
 
 Embedding::Embedding(const std::string& path, int64_t num_embeddings, int64_t dim)
@@ -167,6 +187,11 @@ MLP::MLP(const std::string& path, std::string class_name, int64_t hidden, int64_
   down_ = add_child<Linear>(join_path(path, "down_proj"), intermediate, hidden, bias);
 }
 
+Status MLP::apply_tensor_parallel(const TensorParallel& tp) {
+  LOOM_RETURN_IF_ERROR(up_->parallelize(LinearParallel::kColumn, tp));
+  return down_->parallelize(LinearParallel::kRow, tp);
+}
+
 ValueId MLP::forward(GraphBuilder& b, ValueId x) const {
   if (fused_away(*this, b.kernel(path()))) return x;
   ValueId up = up_->forward(b, x);
@@ -208,6 +233,12 @@ GatedMLP::GatedMLP(const std::string& path, std::string class_name, int64_t hidd
   act_ = add_child<GatedActivation>(join_path(path, "act_fn"), activation_);
 }
 
+Status GatedMLP::apply_tensor_parallel(const TensorParallel& tp) {
+  LOOM_RETURN_IF_ERROR(gate_->parallelize(LinearParallel::kColumn, tp));
+  LOOM_RETURN_IF_ERROR(up_->parallelize(LinearParallel::kColumn, tp));
+  return down_->parallelize(LinearParallel::kRow, tp);
+}
+
 ValueId GatedMLP::forward(GraphBuilder& b, ValueId x) const {
   if (fused_away(*this, b.kernel(path()))) return x;
   ValueId gate = gate_->forward(b, x);
@@ -233,6 +264,21 @@ std::string SelfAttention::class_name_prefix() const {
   const std::string& c = class_name();
   const auto pos = c.find("Attention");
   return pos == std::string::npos ? c : c.substr(0, pos);
+}
+
+Status SelfAttention::apply_tensor_parallel(const TensorParallel& tp) {
+  if (!tp.active()) return Status::Ok();
+  for (const auto& [what, heads] : {std::pair<const char*, int64_t>{"num_attention_heads", s_.num_heads},
+                                    {"num_key_value_heads", s_.num_kv_heads}})
+    if (heads % tp.size != 0)
+      return invalid_argument("tensor parallelism: " + path() + " has " + what + " = " + std::to_string(heads) +
+                              ", not divisible by --tensor-parallel " + std::to_string(tp.size) +
+                              " (each rank holds whole KV-head groups)");
+  for (Linear* l : {q_, k_, v_}) LOOM_RETURN_IF_ERROR(l->parallelize(LinearParallel::kColumn, tp));
+  LOOM_RETURN_IF_ERROR(o_->parallelize(LinearParallel::kRow, tp));
+  s_.num_heads /= tp.size;
+  s_.num_kv_heads /= tp.size;
+  return Status::Ok();
 }
 
 namespace {

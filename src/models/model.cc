@@ -95,6 +95,24 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   LOOM_ASSIGN_OR_RETURN(const Architecture* arch, find_architecture(m->config_));
   if (arch->resolve_config) LOOM_RETURN_IF_ERROR(arch->resolve_config(m->config_));
   LOOM_ASSIGN_OR_RETURN(m->module_, arch->build(m->config_));
+  const TensorParallel& tp = options.tensor_parallel;
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size)
+    return invalid_argument("tensor parallelism: rank " + std::to_string(tp.rank) + " of " + std::to_string(tp.size));
+  std::map<std::string, ParameterShard> shards;
+  std::map<std::string, Shape> full_shapes;  // of sharded parameters: quantization decides on these
+  if (tp.active()) {
+    if (!options.kernel_config.empty())
+      return unsupported(dir + ": a kernel config with --tensor-parallel (fused kernels are not split over ranks yet)");
+    LOOM_RETURN_IF_ERROR(m->module_->apply_tensor_parallel(tp).with_context(dir));
+    std::vector<ParameterSpec> specs;
+    m->module_->collect_parameters(&specs);
+    for (const auto& p : specs)
+      if (p.shard.sharded()) {
+        shards[p.name] = p.shard;
+        full_shapes[p.name] = p.shape;
+      }
+    m->tp_ = tp;
+  }
   if (gguf_file) {
     // llama.cpp's names and row orders, not the Hugging Face checkpoint's.
     LOOM_ASSIGN_OR_RETURN(m->rules_, gguf_weight_rules(m->config_));
@@ -164,16 +182,27 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
              (unused.size() > 8 ? ", …" : ""));
   }
 
-  auto stats = m->plan_->load(ckpt, [&m](const std::string& name, Tensor t) {
+  auto stats = m->plan_->load(ckpt, [&m, &shards](const std::string& name, Tensor t) {
+    if (auto it = shards.find(name); it != shards.end()) {
+      LOOM_ASSIGN_OR_RETURN(t, shard_parameter(name, t, it->second));
+    }
     m->params_[name] = std::move(t);
     return Status::Ok();
   });
   if (!stats.ok()) return stats.status().with_context(ckpt.source() + ": loading " + what);
   if (options.quantize) {
     for (auto& [name, t] : m->params_) {
+      // A shard is quantized as the whole tensor would be: every rank then
+      // holds exactly the blocks a single process would.
+      const auto full = full_shapes.find(name);
+      const Shape& shape = full == full_shapes.end() ? t.shape() : full->second;
       const std::optional<DType> want =
-          options.quantize->type_for(name, t.shape(), m->config_.num_hidden_layers, m->config_.tie_word_embeddings);
+          options.quantize->type_for(name, shape, m->config_.num_hidden_layers, m->config_.tie_word_embeddings);
       if (!want || *want == t.dtype() || dtype_is_quantized(t.dtype())) continue;
+      if (t.rank() == 2 && t.dim(1) % dtype_block_elements(*want) != 0)
+        return invalid_argument("tensor parallelism: " + name + " is quantized to " + std::string(dtype_name(*want)) +
+                                " in blocks of " + std::to_string(dtype_block_elements(*want)) + ", but each rank holds " +
+                                std::to_string(t.dim(1)) + " of its columns; use fewer ranks or another --quantize");
       try {
         t = t.to(*want);
       } catch (const Error& e) {

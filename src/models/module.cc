@@ -7,6 +7,21 @@ void Module::collect_parameters(std::vector<ParameterSpec>* out) const {
   for (const Module* c : children_) c->collect_parameters(out);
 }
 
+Status Module::apply_tensor_parallel(const TensorParallel& tp) {
+  for (Module* c : children_) LOOM_RETURN_IF_ERROR(c->apply_tensor_parallel(tp));
+  return Status::Ok();
+}
+
+void Module::set_parameter_shard(const std::string& leaf, ParameterShard shard) {
+  const std::string name = param_name(leaf);
+  for (auto& p : params_)
+    if (p.name == name) {
+      p.shard = shard;
+      return;
+    }
+  throw Error(internal_error(path_ + " has no parameter " + name + " to shard"));
+}
+
 void Module::collect_modules(std::vector<const Module*>* out) const {
   out->push_back(this);
   for (const Module* c : children_) c->collect_modules(out);

@@ -42,4 +42,12 @@ ValueId SparseMoeBlock::forward(GraphBuilder& b, ValueId x) const {
                {"activation", activation_}});
 }
 
+// Expert parallelism is not there yet: refuse rather than run a replicated
+// block on every rank (correct, but every rank would hold every expert).
+Status SparseMoeBlock::apply_tensor_parallel(const TensorParallel& tp) {
+  if (!tp.active()) return Status::Ok();
+  return unsupported("tensor parallelism: " + path() + " (" + class_name() +
+                     ") is a mixture of experts; loom splits dense attention and MLPs over ranks, not experts yet");
+}
+
 }  // namespace loom::models

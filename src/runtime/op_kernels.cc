@@ -12,6 +12,7 @@
 #include "loom/runtime/cpu/matmul.h"
 #include "loom/runtime/cpu/norm.h"
 #include "loom/runtime/cpu/rope.h"
+#include "runtime/collective_kernels.h"
 #include "runtime/external_call_kernel.h"
 #include "runtime/moe_kernel.h"
 
@@ -423,6 +424,8 @@ Backend make_backend(const char* name) {
   b.add("attention", attention_kernel<kRef>());
   b.add("moe", moe_op_kernel(kRef));
   b.add("external_call", external_call_op_kernel());
+  b.add("all_reduce", all_reduce_kernel());
+  b.add("all_gather", all_gather_kernel());
   return b;
 }
 

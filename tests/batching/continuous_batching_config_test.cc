@@ -59,12 +59,13 @@ TEST(ContinuousBatchingConfig, LoadsEveryFieldFromJsonAndRoundTrips) {
   const auto notes = c.cpu_no_op_fields();
   for (const char* f : {"use_cuda_graph", "q_padding_interval_size", "kv_padding_interval_size",
                         "varlen_compile_config", "default_compile_level", "auto_switch_to_flash",
-                        "disable_nccl_graph_mixing", "cpu_group_timeout", "use_default_compile_configs",
-                        "max_cached_graphs"}) {
+                        "disable_nccl_graph_mixing", "use_default_compile_configs", "max_cached_graphs"}) {
     bool found = false;
     for (const auto& n : notes) found |= n.rfind(std::string(f) + ":", 0) == 0;
     EXPECT_TRUE(found) << f;
   }
+  // cpu_group_timeout bounds tensor parallelism's waits: not a no-op.
+  for (const auto& n : notes) EXPECT_NE(n.rfind("cpu_group_timeout:", 0), 0u) << n;
   const ContinuousBatchingConfig both = ContinuousBatchingConfig::from_json({{"use_cuda_graph", true}}).value();
   EXPECT_TRUE(both.use_cuda_graph->first && both.use_cuda_graph->second);
 }

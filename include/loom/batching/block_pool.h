@@ -94,6 +94,7 @@ class BlockPool {
   int64_t live_blocks() const { return live_blocks_.load(std::memory_order_relaxed); }
   size_t page_bytes() const { return shape_.page_bytes(); }
   size_t budget_bytes() const { return storage_.bytes(); }
+  const PageStorage& storage() const { return storage_; }
   size_t bytes_in_use() const { return static_cast<size_t>(used_pages()) * page_bytes(); }
   const KvPageShape& shape() const { return shape_; }
 

@@ -10,6 +10,7 @@
 
 #include "loom/core/status.h"
 #include "loom/models/model.h"
+#include "loom/runtime/collectives.h"
 #include "loom/runtime/executor.h"
 #include "loom/runtime/kv_cache_contiguous.h"
 
@@ -38,6 +39,16 @@ class ModelRunner {
   Result<Tensor> step(const std::vector<SequenceChunk>& chunks, graph::KvStore& kv,
                       LogitsRows rows = LogitsRows::kLastOfEachSequence);
 
+  // Tensor parallelism (models/tensor_parallel.h, batching/step_plan.h): on
+  // rank 0, step() first sends the other ranks the step's plan, and
+  // end_steps() tells them it is done. The other ranks call follow_steps(),
+  // which runs each plan on this rank's shard until end_steps(). A single
+  // process leads, and end_steps() does nothing.
+  bool leads_steps() const;
+  runtime::Collectives* group() const { return group_; }
+  Status follow_steps();
+  Status end_steps();
+
   const models::Model& model() const { return *model_; }
   runtime::KvLayout kv_layout() const;
   const std::string& backend_name() const { return executor_->backend().name(); }
@@ -45,6 +56,11 @@ class ModelRunner {
 
  private:
   ModelRunner() = default;
+  Status prepare(const std::vector<SequenceChunk>& chunks, LogitsRows rows);
+  Status send_plan(const std::vector<SequenceChunk>& chunks, graph::KvStore& kv, LogitsRows rows);
+  Result<Tensor> execute(graph::KvStore& kv);
+  runtime::Collectives* group_ = nullptr;  // tensor parallel: the process group
+  bool ended_ = false;                      // end_steps() was called
   std::shared_ptr<const models::Model> model_;
   std::unique_ptr<runtime::Executor> executor_;
   ThreadPool* pool_ = nullptr;

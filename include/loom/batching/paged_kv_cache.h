@@ -66,6 +66,7 @@ struct SequenceKv {
 class StepKvView : public graph::KvStore {
  public:
   graph::KvPageTable pages(int layer, int seq) override;
+  graph::KvMemory memory() const override { return memory_; }
   int num_sequences() const { return num_seqs_; }
 
  private:
@@ -78,6 +79,7 @@ class StepKvView : public graph::KvStore {
   int num_layers_ = 0;
   int64_t page_size_ = 0;
   DType dtype_ = DType::kF32;
+  graph::KvMemory memory_;
   std::vector<void*> k_, v_;
   std::vector<Entry> entries_;  // [seq * num_layers + layer]
 };

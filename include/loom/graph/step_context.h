@@ -25,9 +25,18 @@ struct KvPageTable {
   DType dtype = DType::kF32;
 };
 
+// The one block of memory all of a store's pages lie in. Tensor parallelism
+// sends page addresses to the other ranks as offsets into it (every rank's
+// store has the same layout: its own KV heads). {} when a store has no such block.
+struct KvMemory {
+  const void* base = nullptr;
+  size_t bytes = 0;
+};
+
 class KvStore {
  public:
   virtual ~KvStore() = default;
+  virtual KvMemory memory() const { return {}; }
   // Pages of step sequence `seq` for `layer`, covering every position the step
   // writes. Valid until the step ends.
   virtual KvPageTable pages(int layer, int seq) = 0;

@@ -100,6 +100,9 @@ class CausalLM : public Module {
   // throws loom::Error when the plan asks for a kernel loom cannot record.
   graph::Graph build_graph(const graph::GraphBuilder::ParameterSource& params,
                            const kernels::KernelPlan* plan = nullptr) const;
+  // The decoder's split, plus the LM head: vocab-parallel (then all_gather)
+  // when untied and the vocabulary divides, else replicated.
+  Status apply_tensor_parallel(const TensorParallel& tp) override;
 
  private:
   DecoderSettings s_;

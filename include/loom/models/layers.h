@@ -16,6 +16,14 @@ class UnaryModule : public Module {
   virtual ValueId forward(GraphBuilder& b, ValueId x) const = 0;
 };
 
+// How a linear is split over tensor-parallel ranks (models/tensor_parallel.h).
+enum class LinearParallel {
+  kReplicated,      // every rank holds all of it
+  kColumn,          // a slice of the output features; the output stays sharded
+  kColumnGathered,  // a slice of the output features, then all_gather (the LM head)
+  kRow,             // a slice of the input features, then all_reduce
+};
+
 class Linear : public Module {
  public:
   Linear(const std::string& path, int64_t in_features, int64_t out_features, bool bias,
@@ -23,11 +31,17 @@ class Linear : public Module {
   ValueId forward(GraphBuilder& b, ValueId x) const;
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
+  bool tied() const { return weight_name_ != param_name("weight"); }
+  // Splits this linear; an error names it when its features do not divide.
+  Status parallelize(LinearParallel style, const TensorParallel& tp);
+  Status apply_tensor_parallel(const TensorParallel&) override { return Status::Ok(); }  // replicated unless told
 
  private:
   int64_t in_, out_;
   bool bias_;
   std::string weight_name_;  // differs from path + ".weight" when tied
+  LinearParallel parallel_ = LinearParallel::kReplicated;
+  int64_t parts_ = 1;
 };
 
 class Embedding : public Module {
@@ -87,6 +101,7 @@ class GatedMLP : public UnaryModule {
   ValueId forward(GraphBuilder& b, ValueId x) const override;
   const std::string& activation() const { return activation_; }
   bool has_bias() const { return bias_; }
+  Status apply_tensor_parallel(const TensorParallel& tp) override;
 
  private:
   Linear *gate_, *up_, *down_;
@@ -101,6 +116,7 @@ class MLP : public UnaryModule {
   MLP(const std::string& path, std::string class_name, int64_t hidden, int64_t intermediate, bool bias,
       std::string activation);
   ValueId forward(GraphBuilder& b, ValueId x) const override;
+  Status apply_tensor_parallel(const TensorParallel& tp) override;
 
  private:
   Linear *up_, *down_;
@@ -144,7 +160,10 @@ class SelfAttention : public Module {
  public:
   SelfAttention(const std::string& path, std::string class_name, const AttentionSettings& s);
   ValueId forward(GraphBuilder& b, ValueId x, ValueId positions) const;
+  // The settings of this rank's heads once tensor-parallel.
   const AttentionSettings& settings() const { return s_; }
+  // Whole KV-head groups per rank: q/k/v column-parallel, o row-parallel.
+  Status apply_tensor_parallel(const TensorParallel& tp) override;
 
  private:
   std::string class_name_prefix() const;  // "Qwen3" for "Qwen3Attention"

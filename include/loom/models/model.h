@@ -42,6 +42,10 @@ struct LoadOptions {
   // Quantize the weights as they load (weights/quantization_recipe.h); unset:
   // run them as stored (a GGUF file's quantized tensors stay quantized).
   std::optional<QuantizationRecipe> quantize;
+  // Load only this rank's shard (models/tensor_parallel.h): the module tree is
+  // split, each parameter is cut as it streams from the checkpoint, and the
+  // step graph holds the collectives. Not with a kernel_config.
+  TensorParallel tensor_parallel;
 };
 
 class Model {
@@ -75,7 +79,9 @@ class Model {
 
   int64_t vocab_size() const { return config_.vocab_size; }
   int num_layers() const { return static_cast<int>(config_.num_hidden_layers); }
-  int64_t num_kv_heads() const { return config_.num_key_value_heads; }
+  // Of this rank: the KV cache of a tensor-parallel rank holds its heads only.
+  int64_t num_kv_heads() const { return config_.num_key_value_heads / tp_.size; }
+  const TensorParallel& tensor_parallel() const { return tp_; }
   int64_t head_dim() const { return config_.head_dim; }
 
  private:
@@ -89,6 +95,7 @@ class Model {
   std::map<std::string, Tensor> params_;
   std::shared_ptr<const graph::Graph> graph_;
   std::unique_ptr<kernels::KernelPlan> kernel_plan_;
+  TensorParallel tp_;
 };
 
 // The module tree's parameters as a conversion plan expects them: name → shape,

@@ -12,6 +12,7 @@
 #include "loom/core/tensor.h"
 #include "loom/graph/builder.h"
 #include "loom/kernels/kernel_plan.h"
+#include "loom/models/tensor_parallel.h"
 
 namespace loom::models {
 
@@ -45,9 +46,12 @@ class GraphBuilder : public graph::GraphBuilder {
 };
 
 // A parameter a module expects in the checkpoint, with its shape.
+// With tensor parallelism, `shape` stays the checkpoint's and `shard` says
+// which piece of it this rank holds.
 struct ParameterSpec {
   std::string name;
   Shape shape;
+  ParameterShard shard;
 };
 
 class Module {
@@ -70,6 +74,12 @@ class Module {
   // Every module in the subtree, depth first (this one included).
   void collect_modules(std::vector<const Module*>* out) const;
 
+  // Makes this subtree one rank's shard (models/tensor_parallel.h). The default
+  // applies it to the children: a module with parameters of its own that does
+  // not override it is replicated. Errors name the module and the size that
+  // does not divide.
+  virtual Status apply_tensor_parallel(const TensorParallel& tp);
+
  protected:
   template <typename T, typename... Args>
   T* add_child(Args&&... args) {
@@ -79,7 +89,8 @@ class Module {
     return raw;
   }
   std::string param_name(const std::string& leaf) const { return path_.empty() ? leaf : path_ + "." + leaf; }
-  void declare_parameter(const std::string& leaf, Shape shape) { params_.push_back({param_name(leaf), std::move(shape)}); }
+  void declare_parameter(const std::string& leaf, Shape shape) { params_.push_back({param_name(leaf), std::move(shape), {}}); }
+  void set_parameter_shard(const std::string& leaf, ParameterShard shard);
 
  private:
   std::string path_;

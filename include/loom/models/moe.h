@@ -38,6 +38,7 @@ class SparseMoeBlock : public UnaryModule {
   SparseMoeBlock(const std::string& path, const MoeSettings& s, int64_t hidden, std::string activation);
   ValueId forward(GraphBuilder& b, ValueId x) const override;
   const MoeSettings& settings() const { return s_; }
+  Status apply_tensor_parallel(const TensorParallel& tp) override;
 
  private:
   MoeSettings s_;

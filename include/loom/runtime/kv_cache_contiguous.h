@@ -24,6 +24,7 @@ class ContiguousKvCache : public graph::KvStore {
   ContiguousKvCache(const KvLayout& layout, int slots, int64_t capacity, DType dtype = DType::kF32);
 
   graph::KvPageTable pages(int layer, int seq) override;
+  graph::KvMemory memory() const override { return {storage_.get(), bytes()}; }
   int64_t capacity() const { return capacity_; }
   int slots() const { return slots_; }
   size_t bytes() const;

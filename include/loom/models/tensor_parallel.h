@@ -1,0 +1,43 @@
+// Tensor parallelism as the module tree sees it (Megatron's split, as vLLM and
+// Transformers' tp_plan apply it): q/k/v and gate/up are column-parallel (each
+// rank holds a slice of the output features: whole heads, grouped by KV head),
+// o_proj and down_proj are row-parallel (a slice of the input features) and end
+// in an all_reduce; an untied LM head is vocab-parallel and ends in an
+// all_gather; embeddings and norms are replicated. A module applies this to
+// itself (Module::apply_tensor_parallel), declares which slice of each of its
+// parameters this rank holds, and records the sharded ops: one graph, one code
+// path, for every rank and for a single process.
+#pragma once
+
+#include <string>
+
+#include "loom/core/status.h"
+#include "loom/core/tensor.h"
+
+namespace loom::models {
+
+struct TensorParallel {
+  int rank = 0;
+  int size = 1;
+  bool active() const { return size > 1; }
+};
+
+// Which part of a checkpoint parameter this rank holds: `dim` 0 (rows) or 1
+// (columns) cut into `parts` equal pieces, piece `rank`; -1 the whole tensor.
+// `first_rank_only`: the whole tensor on rank 0 and zeros elsewhere (a
+// row-parallel linear's bias, added once to the sum of the partial products).
+struct ParameterShard {
+  int dim = -1;
+  int rank = 0;
+  int parts = 1;
+  bool first_rank_only = false;
+  bool sharded() const { return dim >= 0 || first_rank_only; }
+};
+
+// This rank's piece of `full` (the parameter as the checkpoint holds it). Rows
+// are a view of `full` (pages of other ranks' rows are never read); columns are
+// copied. A quantized tensor's columns are cut on block boundaries only:
+// anything else is an error naming the parameter.
+Result<Tensor> shard_parameter(const std::string& name, const Tensor& full, const ParameterShard& shard);
+
+}  // namespace loom::models
