@@ -271,31 +271,26 @@ class SchemaConverter {
     if (!more_allowed) max = max < 0 ? n_prefix : std::min(max, n_prefix);
     if (max >= 0 && max < min) return bad(path, "minItems cannot be met with items false");
     // Element k (0-based) is prefix[k] while k < n_prefix, else `item`. Built from the
-    // right: tail(k) = what may follow once k elements are written.
+    // right: `tail` is what may follow once k elements are written, starting at k0 —
+    // past the prefix, the minimum and the first element — where only repetitions of
+    // `item` remain.
     const std::string sep = "ws \",\" ws ";
     auto element = [&](int64_t k) { return k < n_prefix ? prefix[k] : item; };
-    std::string tail;  // tail(k) for the k being built, as an expression ("" = nothing)
-    // Past the prefix and the minimum, an unbounded/bounded repetition of `item`.
-    int64_t k0 = std::max(n_prefix, min);
-    if (max < 0) {
-      tail = "(" + sep + item + ")*";
-    } else if (max > k0) {
-      tail = "(" + sep + item + "){0," + std::to_string(max - k0) + "}";
-    }
-    if (max >= 0 && k0 > max) k0 = max;
-    for (int64_t k = k0 - 1; k >= 1; --k) {
-      std::string step = sep + element(k) + (tail.empty() ? "" : " " + tail);
-      tail = k >= min ? "(" + step + ")?" : step;
-      if (tail.size() > 200) tail = new_rule(hint + "-tail", tail);
-    }
     std::string body;
-    if (k0 == 0) {
-      if (max == 0) {
-        body = "";
-      } else {
-        body = "(" + element(0) + (tail.empty() ? "" : " " + tail) + ")?";
+    if (max != 0) {
+      int64_t k0 = std::max<int64_t>({n_prefix, min, 1});
+      if (max >= 0) k0 = std::min(k0, max);
+      std::string tail;
+      if (max < 0) {
+        tail = "(" + sep + item + ")*";
+      } else if (max > k0) {
+        tail = "(" + sep + item + "){0," + std::to_string(max - k0) + "}";
       }
-    } else {
+      for (int64_t k = k0 - 1; k >= 1; --k) {
+        std::string step = sep + element(k) + (tail.empty() ? "" : " " + tail);
+        tail = k >= min ? "(" + step + ")?" : step;
+        if (tail.size() > 200) tail = new_rule(hint + "-tail", tail);
+      }
       body = element(0) + (tail.empty() ? "" : " " + tail);
       if (min == 0) body = "(" + body + ")?";
     }

@@ -29,6 +29,7 @@ TEST(JsonSchema, KeywordsAcceptInstancesAndRejectOthers) {
        {R"({"k":1,"other":2})", R"({"k":"x"})", R"({"k":1,"k":"dup"})"}},
       {R"({"enum":["red","green",3,null]})", {R"("red")", "3", "null"}, {R"("blue")", "4", R"(red)"}},
       {R"({"const":{"v":1}})", {R"({"v":1})"}, {R"({"v":2})"}},
+      {R"({"type":"array","maxItems":2})", {"[]", "[1]", "[1, null]"}, {"[1,2,3]"}},
       {R"({"type":"array","items":{"type":"number"},"minItems":1,"maxItems":3})",
        {"[1]", "[1, 2.5, -3e2]"}, {"[]", "[1,2,3,4]", R"(["a"])"}},
       {R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],"items":false})",
