@@ -53,26 +53,72 @@ size_t Constraint::StateHash::operator()(const AutomatonState& s) const {
   return static_cast<size_t>(h);
 }
 
-void Constraint::compute_mask(const AutomatonState& state, Mask* out) {
-  out->assign((static_cast<size_t>(vocab_->size()) + 63) / 64, 0);
+// One preorder walk of the vocabulary trie from `start`. Without `dependent`, marks
+// the tokens some stack survives. With it (`start` from a context stack), also
+// collects the tokens a branch carries below the known frames: those are decided
+// per real stack.
+void Constraint::walk_trie(const AutomatonState& start, Mask* accepted, std::vector<int32_t>* dependent) {
+  accepted->assign((static_cast<size_t>(vocab_->size()) + 63) / 64, 0);
   const auto& nodes = vocab_->nodes();
   const auto& ids = vocab_->token_ids();
   std::vector<AutomatonState> at_depth(vocab_->max_depth() + 1);
-  at_depth[0] = state;
-  std::lock_guard<std::mutex> lock(grammar_->mutex());
+  std::vector<uint8_t> left(vocab_->max_depth() + 1, 0);  // some branch left the known frames
+  at_depth[0] = start;
   for (size_t i = 0; i < nodes.size();) {
     const TokenVocabulary::TrieNode& n = nodes[i];
     AutomatonState& here = at_depth[n.depth];
     grammar_->advance_unlocked(at_depth[n.depth - 1], n.byte, &here);
+    bool gone = left[n.depth - 1];
+    if (!here.empty() && here.front() == kNeedsContext) {
+      here.erase(here.begin());
+      gone = true;
+    }
+    left[n.depth] = gone;
     if (here.empty()) {
+      if (gone && dependent) {
+        for (uint32_t k = nodes[i].first_token; k < (n.subtree_end < nodes.size() ? nodes[n.subtree_end].first_token
+                                                                                   : static_cast<uint32_t>(ids.size()));
+             ++k)
+          dependent->push_back(ids[k]);
+      }
       i = n.subtree_end;
       continue;
     }
     for (uint32_t k = 0; k < n.token_count; ++k) {
       const int32_t id = ids[n.first_token + k];
-      (*out)[id >> 6] |= uint64_t{1} << (id & 63);
+      (*accepted)[id >> 6] |= uint64_t{1} << (id & 63);
     }
     ++i;
+  }
+}
+
+const Constraint::ContextTokens& Constraint::context_tokens(const std::vector<int32_t>& frames) {
+  auto it = context_.find(frames);
+  if (it != context_.end()) return *it->second;
+  auto ct = std::make_unique<ContextTokens>();
+  const int32_t stack = grammar_->context_stack(frames);
+  walk_trie(AutomatonState{stack}, &ct->independent, &ct->dependent);
+  return *context_.emplace(frames, std::move(ct)).first->second;
+}
+
+void Constraint::compute_mask(const AutomatonState& state, Mask* out) {
+  out->assign((static_cast<size_t>(vocab_->size()) + 63) / 64, 0);
+  std::lock_guard<std::mutex> lock(grammar_->mutex());
+  AutomatonState cur, next;
+  for (int32_t stack : state) {
+    if (stack < 0) continue;
+    const ContextTokens& ct = context_tokens(grammar_->top_frames(stack, kContextFrames));
+    for (size_t w = 0; w < out->size(); ++w) (*out)[w] |= ct.independent[w];
+    for (int32_t id : ct.dependent) {
+      if (((*out)[id >> 6] >> (id & 63)) & 1) continue;
+      cur.assign(1, stack);
+      for (unsigned char b : *vocab_->bytes(id)) {
+        grammar_->advance_unlocked(cur, b, &next);
+        cur.swap(next);
+        if (cur.empty()) break;
+      }
+      if (!cur.empty()) (*out)[id >> 6] |= uint64_t{1} << (id & 63);
+    }
   }
 }
 

@@ -34,7 +34,9 @@ int32_t CompiledGrammar::intern(int32_t position, int32_t parent) {
 // frame, so right recursion (repetition) does not deepen the stack.
 void CompiledGrammar::expand(int32_t position, int32_t parent, AutomatonState* out) {
   if (at_end(position)) {
-    if (parent < 0) {
+    if (parent == kNeedsContext) {
+      out->push_back(kNeedsContext);
+    } else if (parent < 0) {
       out->push_back(kAcceptStack);
     } else {
       const Node n = nodes_[parent];
@@ -71,7 +73,7 @@ AutomatonState CompiledGrammar::initial_state() {
 void CompiledGrammar::advance_unlocked(const AutomatonState& state, uint8_t byte, AutomatonState* out) {
   out->clear();
   for (int32_t stack : state) {
-    if (stack == kAcceptStack) continue;
+    if (stack < 0) continue;
     const Node n = nodes_[stack];
     const Position& p = positions_[n.position];
     if (!g_.rules[p.rule].alternatives[p.alt].elements[p.index].bytes.has(byte)) continue;
@@ -85,6 +87,27 @@ AutomatonState CompiledGrammar::advance(const AutomatonState& state, uint8_t byt
   AutomatonState out;
   advance_unlocked(state, byte, &out);
   return out;
+}
+
+std::vector<int32_t> CompiledGrammar::top_frames(int32_t stack, size_t frames) const {
+  std::vector<int32_t> out;
+  while (stack >= 0 && out.size() < frames) {
+    out.push_back(nodes_[stack].position);
+    stack = nodes_[stack].parent;
+  }
+  if (stack < 0) out.push_back(-1);
+  return out;
+}
+
+int32_t CompiledGrammar::context_stack(const std::vector<int32_t>& frames) {
+  size_t n = frames.size();
+  int32_t parent = kNeedsContext;
+  if (n > 0 && frames[n - 1] == -1) {
+    parent = -1;
+    --n;
+  }
+  for (size_t i = n; i-- > 0;) parent = intern(frames[i], parent);
+  return parent;
 }
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<CompiledGrammar> grammar)

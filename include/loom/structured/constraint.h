@@ -54,11 +54,23 @@ class Constraint {
   MaskCacheStats cache_stats() const;
 
   static constexpr size_t kMaxCachedMasks = 4096;
+  // Frames of a stack's top that key its context-independent tokens.
+  static constexpr size_t kContextFrames = 2;
 
  private:
   struct StateHash {
     size_t operator()(const AutomatonState& s) const;
   };
+  // xgrammar's split, per stack top (its kContextFrames top positions): tokens the top
+  // frames accept whatever lies below them, and tokens whose fate depends on the
+  // frames below (they return into them), which are checked against the whole stack.
+  struct ContextTokens {
+    Mask independent;
+    std::vector<int32_t> dependent;
+  };
+  const ContextTokens& context_tokens(const std::vector<int32_t>& frames);  // grammar lock held
+  void walk_trie(const AutomatonState& start, Mask* accepted, std::vector<int32_t>* dependent);  // lock held
+  std::unordered_map<std::vector<int32_t>, std::unique_ptr<ContextTokens>, StateHash> context_;  // under the grammar lock
   std::shared_ptr<CompiledGrammar> grammar_;
   std::shared_ptr<const TokenVocabulary> vocab_;
   mutable std::mutex cache_mu_;

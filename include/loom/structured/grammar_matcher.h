@@ -6,6 +6,7 @@
 // for every request that shares the grammar.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,9 @@ namespace loom::structured {
 // a complete sentence".
 using AutomatonState = std::vector<int32_t>;
 constexpr int32_t kAcceptStack = -1;
+// In a state advanced from a truncated stack (context_stack): some branch returned
+// into the frames that were cut off, so what follows depends on them.
+constexpr int32_t kNeedsContext = -2;
 
 class CompiledGrammar {
  public:
@@ -36,10 +40,19 @@ class CompiledGrammar {
   void advance_unlocked(const AutomatonState& state, uint8_t byte, AutomatonState* out);
   std::mutex& mutex() const { return mu_; }
 
-  static bool accepting(const AutomatonState& s) { return !s.empty() && s.front() == kAcceptStack; }
+  static bool accepting(const AutomatonState& s) {
+    return std::find(s.begin(), s.end(), kAcceptStack) != s.end();
+  }
   // Whether some stack still expects bytes.
-  static bool can_continue(const AutomatonState& s) { return !s.empty() && s.back() != kAcceptStack; }
+  static bool can_continue(const AutomatonState& s) { return !s.empty() && s.back() >= 0; }
   size_t pool_size() const { return nodes_.size(); }
+
+  // For masks by context (Constraint): the top `frames` positions of a stack, top
+  // first, followed by -1 when they are the whole stack. Needs lock().
+  std::vector<int32_t> top_frames(int32_t stack, size_t frames) const;
+  // A stack of those positions whose bottom is unknown: popping below it yields
+  // kNeedsContext. Needs lock().
+  int32_t context_stack(const std::vector<int32_t>& frames);
 
  private:
   struct Position {
