@@ -381,7 +381,7 @@ bool ContinuousBatchingManager::sample_into(RequestState* r, float* row) {
       }
       if (step == ConstraintStep::kDeadEnd) {
         finish(r, RequestStatus::kFailed, FinishReason::kError,
-               failed_precondition("request " + r->id + ": no token of the vocabulary continues its grammar here"));
+               dead_end_error(*r->constraint).with_context("request " + r->id));
         return false;
       }
     }

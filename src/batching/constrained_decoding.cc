@@ -4,6 +4,11 @@
 
 namespace loom::batching {
 
+Status dead_end_error(const structured::ConstraintState& constraint) {
+  if (constraint.constraint().grammar()->too_complex()) return structured::too_complex_error();
+  return failed_precondition("no token of the vocabulary continues the grammar here");
+}
+
 ConstraintStep mask_for_constraint(const structured::ConstraintState& constraint, float* row, int64_t vocab,
                                    const std::vector<int32_t>& eos_token_ids) {
   const bool complete = constraint.accepting();

@@ -17,6 +17,9 @@ enum class ConstraintStep {
 
 // Sets every id the constraint does not allow next to -inf; EOS ids are allowed
 // exactly where the text so far is a complete match.
+// Why a kDeadEnd happened, for the request's error.
+Status dead_end_error(const structured::ConstraintState& constraint);
+
 ConstraintStep mask_for_constraint(const structured::ConstraintState& constraint, float* row, int64_t vocab,
                                    const std::vector<int32_t>& eos_token_ids);
 

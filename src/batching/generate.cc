@@ -57,8 +57,8 @@ Result<GenerateResult> generate(ModelRunner& runner, const std::vector<int32_t>&
         break;
       }
       if (step == ConstraintStep::kDeadEnd)
-        return failed_precondition("no token of the vocabulary continues the grammar after " +
-                                   std::to_string(r.generated_ids.size()) + " generated tokens");
+        return dead_end_error(*constraint).with_context("after " + std::to_string(r.generated_ids.size()) +
+                                                        " generated tokens");
     }
     const generation::SampledToken tok =
         generation::sample_next(logits.data_as<float>(), vocab, o.sampling, context, rng, o.logprobs, prompt_ids.size());

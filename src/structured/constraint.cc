@@ -167,10 +167,16 @@ Status ConstraintState::accept_token(int32_t id) {
     return invalid_argument("token " + std::to_string(id) + " has no text and cannot appear in constrained output");
   }
   if (!matcher_.accept(*v.bytes(id))) {
+    if (constraint_->grammar()->too_complex()) return too_complex_error();
     return invalid_argument("token " + std::to_string(id) + " is not allowed by the grammar here");
   }
   token_byte_counts_.push_back(static_cast<uint32_t>(v.bytes(id)->size()));
   return Status::Ok();
+}
+
+Status too_complex_error() {
+  return resource_exhausted("the grammar is too ambiguous: one step of its automaton needed more than " +
+                            std::to_string(CompiledGrammar::kMaxClosureSteps) + " expansions");
 }
 
 void ConstraintState::rollback_tokens(size_t n) {

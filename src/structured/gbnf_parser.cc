@@ -9,6 +9,8 @@ namespace loom::structured {
 namespace {
 
 constexpr int kMaxRepetition = 10000;
+// Groups nest by recursion: deeper than this is refused rather than overflowing the stack.
+constexpr int kMaxNesting = 200;
 
 bool is_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
@@ -192,8 +194,10 @@ class GbnfParser {
     }
     if (c == '(') {
       ++pos_;
+      if (++depth_ > kMaxNesting) return error_at(at, "groups nest deeper than " + std::to_string(kMaxNesting));
       std::vector<Alternative> alts;
       LOOM_RETURN_IF_ERROR(parse_alternates(rule, true, &alts));
+      --depth_;
       skip_space();
       if (peek() != ')') return error_at(at, "unclosed '('");
       ++pos_;
@@ -348,6 +352,7 @@ class GbnfParser {
   std::vector<bool> defined_;
   std::vector<size_t> first_use_;
   int helper_count_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -31,29 +31,42 @@ int32_t CompiledGrammar::intern(int32_t position, int32_t parent) {
 
 // Follows `position` until every branch sits on a byte element (a stack top) or has
 // emptied its stack; rule references at the end of an alternative reuse the caller's
-// frame, so right recursion (repetition) does not deepen the stack.
+// frame, so right recursion (repetition) does not deepen the stack. A worklist, not
+// recursion: nested nullable repetitions can chain far deeper than a thread's stack,
+// and a budget turns a pathologically ambiguous grammar into an error, not a hang.
 void CompiledGrammar::expand(int32_t position, int32_t parent, AutomatonState* out) {
-  if (at_end(position)) {
-    if (parent == kNeedsContext) {
-      out->push_back(kNeedsContext);
-    } else if (parent < 0) {
-      out->push_back(kAcceptStack);
-    } else {
-      const Node n = nodes_[parent];
-      expand(n.position, n.parent, out);
+  work_.clear();
+  work_.emplace_back(position, parent);
+  size_t steps = 0;
+  while (!work_.empty()) {
+    const auto [pos, par] = work_.back();
+    work_.pop_back();
+    if (++steps > kMaxClosureSteps) {
+      too_complex_ = true;
+      return;
     }
-    return;
+    if (at_end(pos)) {
+      if (par == kNeedsContext) {
+        out->push_back(kNeedsContext);
+      } else if (par < 0) {
+        out->push_back(kAcceptStack);
+      } else {
+        const Node n = nodes_[par];
+        work_.emplace_back(n.position, n.parent);
+      }
+      continue;
+    }
+    const Position p = positions_[pos];
+    const Element& e = g_.rules[p.rule].alternatives[p.alt].elements[p.index];
+    if (e.kind == Element::Kind::kByte) {
+      out->push_back(intern(pos, par));
+      continue;
+    }
+    const int32_t next = pos + 1;
+    const int32_t frame = at_end(next) ? par : intern(next, par);
+    for (size_t a = g_.rules[e.rule].alternatives.size(); a-- > 0;)
+      work_.emplace_back(position_id(e.rule, static_cast<int32_t>(a), 0), frame);
   }
-  const Position p = positions_[position];
-  const Element& e = g_.rules[p.rule].alternatives[p.alt].elements[p.index];
-  if (e.kind == Element::Kind::kByte) {
-    out->push_back(intern(position, parent));
-    return;
-  }
-  const int32_t next = position + 1;
-  const int32_t frame = at_end(next) ? parent : intern(next, parent);
-  const size_t alts = g_.rules[e.rule].alternatives.size();
-  for (size_t a = 0; a < alts; ++a) expand(position_id(e.rule, static_cast<int32_t>(a), 0), frame, out);
 }
 
 void CompiledGrammar::canonicalize(AutomatonState* s) {

@@ -70,6 +70,15 @@ class SchemaConverter {
   }
 
   Result<std::string> visit(const json& s, const std::string& hint, const std::string& path) {
+    // Subschemas nest by recursion: refuse what would overflow the stack.
+    if (depth_ >= 100) return bad(path, "schemas nest deeper than 100");
+    ++depth_;
+    auto r = visit_nested(s, hint, path);
+    --depth_;
+    return r;
+  }
+
+  Result<std::string> visit_nested(const json& s, const std::string& hint, const std::string& path) {
     if (s.is_boolean()) {
       if (s.get<bool>()) return std::string("json-value");
       return bad(path, "schema 'false' matches nothing");
@@ -411,6 +420,7 @@ class SchemaConverter {
 
   const json& root_;
   bool strict_;
+  int depth_ = 0;
   std::map<std::string, std::string> rules_;
   std::map<std::string, std::string> ref_rules_;
 };

@@ -199,6 +199,7 @@ class RegexTranslator {
     const char c = peek();
     if (c == '(') {
       ++pos_;
+      if (++depth_ > 200) return error("groups nest deeper than 200");
       if (peek() == '?') {
         if (pos_ + 1 < re_.size() && re_[pos_ + 1] == ':') {
           pos_ += 2;
@@ -209,6 +210,7 @@ class RegexTranslator {
       LOOM_RETURN_IF_ERROR(parse_alternation(out));
       if (peek() != ')') return error("unclosed '('");
       ++pos_;
+      --depth_;
       return Status::Ok();
     }
     if (c == '[') return parse_class(out);
@@ -283,6 +285,7 @@ class RegexTranslator {
   std::string_view re_;
   RegexOptions opts_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

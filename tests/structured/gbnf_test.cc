@@ -121,3 +121,22 @@ TEST(Gbnf, ErrorsNameTheProblem) {
 
 }  // namespace
 }  // namespace loom::structured
+
+namespace loom::structured {
+namespace {
+
+// Inputs that would overflow a recursive parser or explode the automaton get errors.
+TEST(Gbnf, PathologicalInputsAreRefusedNotFatal) {
+  std::string deep = "root ::= " + std::string(100000, '(') + "\"a\"" + std::string(100000, ')');
+  auto g = parse_gbnf(deep);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("nest deeper"), std::string::npos) << g.status().message();
+  // Nested nullable repetitions: expansion chains far deeper than a call stack would allow.
+  auto explode = test::compile(parse_gbnf("root ::= ((\"a\"?){10000}){10000} \"b\""));
+  ASSERT_TRUE(explode);
+  GrammarMatcher m(explode);
+  EXPECT_TRUE(explode->too_complex());
+}
+
+}  // namespace
+}  // namespace loom::structured

@@ -98,3 +98,19 @@ TEST(JsonSchema, CorpusCompiles) {
 
 }  // namespace
 }  // namespace loom::structured
+
+namespace loom::structured {
+namespace {
+
+TEST(JsonSchema, DeepNestingIsRefused) {
+  std::string s;
+  for (int i = 0; i < 5000; ++i) s += R"({"type":"array","items":)";
+  s += "true";
+  for (int i = 0; i < 5000; ++i) s += "}";
+  auto g = json_schema_to_grammar(s);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("nest deeper"), std::string::npos) << g.status().message();
+}
+
+}  // namespace
+}  // namespace loom::structured

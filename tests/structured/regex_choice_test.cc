@@ -59,3 +59,15 @@ TEST(Choice, ExactlyOneOfTheList) {
 
 }  // namespace
 }  // namespace loom::structured
+
+namespace loom::structured {
+namespace {
+
+TEST(Regex, DeepNestingIsRefused) {
+  auto g = regex_to_grammar(std::string(50000, '(') + "a" + std::string(50000, ')'));
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("nest deeper"), std::string::npos) << g.status().message();
+}
+
+}  // namespace
+}  // namespace loom::structured

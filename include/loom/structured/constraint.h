@@ -92,6 +92,9 @@ class ConstraintRegistry {
   std::map<std::string, std::shared_ptr<Constraint>> compiled_;
 };
 
+// The error of a constraint whose automaton exceeded its step budget.
+Status too_complex_error();
+
 class ConstraintState {
  public:
   explicit ConstraintState(std::shared_ptr<Constraint> constraint);

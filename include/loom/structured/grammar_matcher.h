@@ -7,11 +7,13 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "loom/structured/grammar.h"
@@ -46,6 +48,11 @@ class CompiledGrammar {
   // Whether some stack still expects bytes.
   static bool can_continue(const AutomatonState& s) { return !s.empty() && s.back() >= 0; }
   size_t pool_size() const { return nodes_.size(); }
+  // Some step needed more than kMaxClosureSteps expansions (a grammar so ambiguous
+  // that its state explodes): that step's state is incomplete, and the constraint
+  // reports it instead of generating from it.
+  bool too_complex() const { return too_complex_; }
+  static constexpr size_t kMaxClosureSteps = size_t{1} << 20;
 
   // For masks by context (Constraint): the top `frames` positions of a stack, top
   // first, followed by -1 when they are the whole stack. Needs lock().
@@ -73,6 +80,8 @@ class CompiledGrammar {
   std::vector<std::vector<int32_t>> alt_base_;
   std::vector<Node> nodes_;
   std::unordered_map<uint64_t, int32_t> node_ids_;
+  std::vector<std::pair<int32_t, int32_t>> work_;  // expand's worklist: (position, parent)
+  std::atomic<bool> too_complex_{false};
   mutable std::mutex mu_;
 };
 
