@@ -5,7 +5,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(LOOM_LAYER_NAMES core graph runtime io weights kernels models tokenizer generation batching export serve)
+set(LOOM_LAYER_NAMES core graph runtime io weights kernels models tokenizer generation structured batching export serve)
 set(LOOM_INSTALLED_TARGETS loom loom_portable loom_portable_schema)
 foreach(layer ${LOOM_LAYER_NAMES})
   list(APPEND LOOM_INSTALLED_TARGETS loom_${layer})
@@ -59,7 +59,7 @@ install(FILES ${PROJECT_BINARY_DIR}/loomConfig.cmake ${PROJECT_BINARY_DIR}/loomC
         DESTINATION ${LOOM_CMAKE_DIR})
 
 # pkg-config: static libraries, so Libs lists every layer in link order and what they use.
-set(LOOM_PC_LIBS "-lloom_serve -lloom_export -lloom_batching -lloom_tokenizer -lloom_generation -lloom_models -lloom_kernels -lloom_weights -lloom_io -lloom_runtime -lloom_graph -lloom_core -lloom_portable")
+set(LOOM_PC_LIBS "-lloom_serve -lloom_export -lloom_batching -lloom_structured -lloom_tokenizer -lloom_generation -lloom_models -lloom_kernels -lloom_weights -lloom_io -lloom_runtime -lloom_graph -lloom_core -lloom_portable")
 set(LOOM_PC_EXTRA_LIBS "-lonnx_proto")
 if(NOT LOOM_HTTP_LIBRARY STREQUAL "beast")
   string(APPEND LOOM_PC_EXTRA_LIBS " -lcpp-httplib")

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/structured/constraint.h"
+#include "loom/structured/request_constraint.h"
 #include "loom/tokenizer/tokenizer.h"
 
 namespace loom::batching {
@@ -66,7 +68,7 @@ class LineFields {
 }  // namespace
 
 Result<BatchInput> parse_batch_input_line(std::string_view line, size_t line_number, const Tokenizer* tokenizer,
-                                          bool add_special_tokens) {
+                                          bool add_special_tokens, structured::ConstraintRegistry* constraints) {
   const std::string where = "input line " + std::to_string(line_number) + ": ";
   json j = json::parse(line, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return parse_error(where + "not a JSON object");
@@ -115,6 +117,14 @@ Result<BatchInput> parse_batch_input_line(std::string_view line, size_t line_num
     if (j.contains("stop")) {
       if (j["stop"].is_string()) o.stop_strings.push_back(j["stop"].get<std::string>());
       else o.stop_strings = j["stop"].get<std::vector<std::string>>();
+    }
+    LOOM_ASSIGN_OR_RETURN(std::optional<structured::ConstraintSpec> spec,
+                          structured::constraint_spec_from_request(j, where));
+    if (spec) {
+      if (!constraints) return invalid_argument(where + "a constrained output needs the model's tokenizer");
+      auto c = constraints->get(*spec);
+      if (!c.ok()) return Status(c.status().code(), where + c.status().message());
+      o.constraint = *c;
     }
   } catch (const json::exception& e) {
     return parse_error(where + "a field has the wrong type (" + e.what() + ")");

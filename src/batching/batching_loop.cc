@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "batching/constrained_decoding.h"
 #include "batching/result_queue.h"
 #include "batching/wall_clock.h"
 #include "loom/batching/continuous_batching_manager.h"
@@ -347,6 +348,7 @@ void ContinuousBatchingManager::fork_sequences(RequestState* parent, const float
     c->stop_strings = parent->stop_strings;
     if (opts_.text_stream) c->text_stream = opts_.text_stream(c->prompt);
     c->stops = generation::StopStringMatcher(c->stop_strings);
+    c->constraint = parent->constraint;
     c->sequence_index = index;
     c->parent_id = parent->id;
     c->streaming = parent->streaming;
@@ -370,6 +372,19 @@ bool ContinuousBatchingManager::sample_into(RequestState* r, float* row) {
   {
     // Alternatives come from the raw row, before sample_next biases and penalizes it.
     if (r->top_logprobs_k > 0) r->top_logprobs.push_back(generation::top_logprobs(row, vocab_, r->top_logprobs_k));
+    if (r->constraint) {
+      const ConstraintStep step = mask_for_constraint(*r->constraint, row, vocab_, r->eos_token_ids);
+      if (step == ConstraintStep::kComplete) {
+        // The structure is closed and nothing may follow it: done, as if EOS came.
+        finish(r, RequestStatus::kFinished, FinishReason::kEos);
+        return false;
+      }
+      if (step == ConstraintStep::kDeadEnd) {
+        finish(r, RequestStatus::kFailed, FinishReason::kError,
+               dead_end_error(*r->constraint).with_context("request " + r->id));
+        return false;
+      }
+    }
     const generation::SampledToken tok =
         generation::sample_next(row, vocab_, r->sampling, r->tokens, r->rng, r->want_logprobs, r->prompt.size());
     r->tokens.push_back(tok.id);
@@ -380,6 +395,12 @@ bool ContinuousBatchingManager::sample_into(RequestState* r, float* row) {
       ++stats_.generated_tokens;
     }
     const bool is_eos = std::find(r->eos_token_ids.begin(), r->eos_token_ids.end(), tok.id) != r->eos_token_ids.end();
+    if (r->constraint && !is_eos) {
+      if (Status s = r->constraint->accept_token(tok.id); !s.ok()) {
+        finish(r, RequestStatus::kFailed, FinishReason::kError, s.with_context("request " + r->id));
+        return false;
+      }
+    }
     if (r->text_stream && !is_eos) {
       Result<std::string> piece = r->text_stream->push(tok.id);
       if (!piece.ok()) {
@@ -391,6 +412,7 @@ bool ContinuousBatchingManager::sample_into(RequestState* r, float* row) {
     FinishReason reason = FinishReason::kNone;
     if (is_eos) reason = FinishReason::kEos;
     else if (r->stops.stopped()) reason = FinishReason::kStopString;
+    else if (r->constraint && r->constraint->accepting() && !r->constraint->can_continue()) reason = FinishReason::kEos;
     else if (r->generated() >= r->max_new_tokens) reason = FinishReason::kLength;
     if (reason != FinishReason::kNone) {
       finish(r, RequestStatus::kFinished, reason);

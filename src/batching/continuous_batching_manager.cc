@@ -165,6 +165,12 @@ Result<std::string> ContinuousBatchingManager::add_request(std::vector<int32_t> 
     return invalid_argument("add_request: stop strings need a tokenizer (the manager has no text stream)");
   if (opts_.text_stream) r->text_stream = opts_.text_stream(input_ids);
   r->stops = generation::StopStringMatcher(r->stop_strings);
+  if (o.constraint) {
+    if (o.constraint->vocabulary()->size() > vocab_)
+      return invalid_argument("add_request: the constraint's vocabulary (" + std::to_string(o.constraint->vocabulary()->size()) +
+                              " ids) is larger than the model's (" + std::to_string(vocab_) + "): compiled for another tokenizer?");
+    r->constraint.emplace(o.constraint);
+  }
   r->streaming = o.streaming;
   r->record_timestamps = o.record_timestamps;
   r->prompt = input_ids;

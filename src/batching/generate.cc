@@ -1,7 +1,10 @@
 #include "loom/batching/generate.h"
 
+#include "batching/constrained_decoding.h"
+
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 namespace loom::batching {
 
@@ -26,6 +29,12 @@ Result<GenerateResult> generate(ModelRunner& runner, const std::vector<int32_t>&
   generation::StopStringMatcher stops(o.stop_strings);
   std::vector<int32_t> context = prompt_ids;
   const int64_t vocab = runner.model().vocab_size();
+  std::optional<structured::ConstraintState> constraint;
+  if (o.constraint) {
+    if (o.constraint->vocabulary()->size() > vocab)
+      return invalid_argument("the constraint's vocabulary is larger than the model's: compiled for another tokenizer?");
+    constraint.emplace(o.constraint);
+  }
 
   std::vector<int32_t> pending = prompt_ids;  // tokens to feed next step
   int64_t past = 0;
@@ -41,6 +50,16 @@ Result<GenerateResult> generate(ModelRunner& runner, const std::vector<int32_t>&
       r.timings.decode_seconds += dt;
       r.timings.decode_steps += 1;
     }
+    if (constraint) {
+      const ConstraintStep step = mask_for_constraint(*constraint, logits.data_as<float>(), vocab, o.eos_token_ids);
+      if (step == ConstraintStep::kComplete) {
+        r.finish_reason = generation::FinishReason::kEos;
+        break;
+      }
+      if (step == ConstraintStep::kDeadEnd)
+        return dead_end_error(*constraint).with_context("after " + std::to_string(r.generated_ids.size()) +
+                                                        " generated tokens");
+    }
     const generation::SampledToken tok =
         generation::sample_next(logits.data_as<float>(), vocab, o.sampling, context, rng, o.logprobs, prompt_ids.size());
     r.generated_ids.push_back(tok.id);
@@ -48,6 +67,7 @@ Result<GenerateResult> generate(ModelRunner& runner, const std::vector<int32_t>&
     context.push_back(tok.id);
 
     const bool is_eos = std::find(o.eos_token_ids.begin(), o.eos_token_ids.end(), tok.id) != o.eos_token_ids.end();
+    if (constraint && !is_eos) LOOM_RETURN_IF_ERROR(constraint->accept_token(tok.id));
     TokenEvent ev{tok.id, tok.logprob, ""};
     if (text && !is_eos) {
       LOOM_ASSIGN_OR_RETURN(std::string piece, text->push(tok.id));
@@ -61,6 +81,10 @@ Result<GenerateResult> generate(ModelRunner& runner, const std::vector<int32_t>&
     }
     if (stops.stopped()) {
       r.finish_reason = generation::FinishReason::kStopString;
+      break;
+    }
+    if (constraint && constraint->accepting() && !constraint->can_continue()) {
+      r.finish_reason = generation::FinishReason::kEos;
       break;
     }
     if (static_cast<int64_t>(r.generated_ids.size()) >= o.max_new_tokens) {

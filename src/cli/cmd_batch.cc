@@ -19,6 +19,8 @@
 #include "loom/batching/tokenizer_text_stream.h"
 #include "loom/batching/generate_batch.h"
 #include "loom/core/logging.h"
+#include "loom/structured/constraint.h"
+#include "loom/structured/token_vocabulary.h"
 
 namespace loom::cli {
 
@@ -66,6 +68,11 @@ void run_batch(const BatchFlags& f) {
   if (Tokenizer::exists_at(dir))
     tokenizer = Tokenizer::from_dir(dir).value();
 
+  // Lines that name the same schema or grammar share one compiled constraint.
+  std::unique_ptr<structured::ConstraintRegistry> constraints;
+  if (tokenizer)
+    constraints = std::make_unique<structured::ConstraintRegistry>(structured::TokenVocabulary::from_tokenizer(*tokenizer));
+
   std::ifstream file;
   std::istream* in = &std::cin;
   if (f.input != "-") {
@@ -81,7 +88,7 @@ void run_batch(const BatchFlags& f) {
     ++number;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     Result<batching::BatchInput> r =
-        batching::parse_batch_input_line(line, number, tokenizer.get(), !f.no_special_tokens);
+        batching::parse_batch_input_line(line, number, tokenizer.get(), !f.no_special_tokens, constraints.get());
     if (r.ok()) {
       inputs.push_back(std::move(*r));
       line_errors.push_back(std::nullopt);

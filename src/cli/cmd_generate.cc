@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/constraint_flags.h"
 #include "loom/batching/tokenizer_text_stream.h"
 #include "loom/batching/continuous_batching_config.h"
 #include "loom/batching/generate.h"
@@ -19,6 +20,7 @@ struct GenerateFlags {
   std::string prompt;
   std::string prompt_ids;
   SamplingFlags sampling;
+  ConstraintFlags constraint;
   bool json = false;
   bool no_special_tokens = false;
   std::string kv_cache_dtype = "float32";
@@ -47,6 +49,11 @@ void run_generate(const GenerateFlags& f) {
 
   batching::GenerateOptions o = make_generate_options(f.sampling, gc, *model, static_cast<int64_t>(prompt.size()));
   o.kv_cache_dtype = batching::kv_cache_dtype_from_name(f.kv_cache_dtype).value();
+  {
+    std::shared_ptr<Tokenizer> tokenizer;
+    if (Tokenizer::exists_at(dir)) tokenizer = Tokenizer::from_path(dir).value();
+    o.constraint = compile_constraint(f.constraint, tokenizer.get()).value();
+  }
 
   batching::TextStream* stream = text.ok() ? text->get() : nullptr;
   if (stream) (*text)->start(prompt);
@@ -90,6 +97,7 @@ void add_generate_command(CLI::App& app) {
   auto* ids = cmd->add_option("--prompt-ids", f->prompt_ids, "Prompt as token ids: 1,2,3");
   p->excludes(ids);
   add_sampling_options(cmd, &f->sampling);
+  add_constraint_options(cmd, &f->constraint);
   cmd->add_flag("--no-special-tokens", f->no_special_tokens, "Do not add BOS/EOS when tokenizing the prompt");
   cmd->add_flag("--json", f->json, "Print one JSON object (prompt_ids, generated_ids, text, finish_reason, timings)");
   cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype,

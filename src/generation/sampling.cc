@@ -118,6 +118,39 @@ int32_t argmax(const float* logits, int64_t vocab) {
 }
 }  // namespace
 
+int64_t apply_allowed_tokens(float* logits, int64_t vocab, const uint64_t* allowed, int64_t allowed_count,
+                             const std::vector<int32_t>& also_allowed) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  std::vector<float> kept;
+  kept.reserve(also_allowed.size());
+  for (int32_t id : also_allowed) kept.push_back(id >= 0 && id < vocab ? logits[id] : kNegInf);
+  int64_t count = 0;
+  const int64_t covered = std::min(vocab, allowed_count);
+  for (int64_t w = 0; w * 64 < covered; ++w) {
+    const uint64_t bits = allowed[w];
+    const int64_t end = std::min<int64_t>(covered, (w + 1) * 64);
+    if (bits == ~uint64_t{0} && end == (w + 1) * 64) {
+      count += 64;
+      continue;
+    }
+    for (int64_t id = w * 64; id < end; ++id) {
+      if ((bits >> (id & 63)) & 1) ++count;
+      else logits[id] = kNegInf;
+    }
+  }
+  for (int64_t id = covered; id < vocab; ++id) logits[id] = kNegInf;
+  for (size_t i = 0; i < also_allowed.size(); ++i) {
+    const int32_t id = also_allowed[i];
+    if (id < 0 || id >= vocab) continue;
+    const bool was_allowed = id < covered && ((allowed[id >> 6] >> (id & 63)) & 1);
+    if (!was_allowed) {
+      logits[id] = kept[i];
+      ++count;
+    }
+  }
+  return count;
+}
+
 SampledToken sample_next(float* logits, int64_t vocab, const SamplingParams& p, const std::vector<int32_t>& context,
                          Rng& rng, bool with_logprob, size_t generated_begin) {
   // The logprob reported is that of the raw model distribution, as the OpenAI API does:

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "loom/core/dtype.h"
 #include "loom/generation/sampling.h"
 #include "loom/generation/stopping.h"
+#include "loom/structured/constraint.h"
 
 namespace loom::batching {
 
@@ -34,6 +36,9 @@ struct GenerateOptions {
   // TokenEvent::logprob): a pass over the vocabulary per token. Off: empty / 0.
   bool logprobs = true;
   DType kv_cache_dtype = DType::kF32;  // F32 or BF16 (see ContinuousBatchingConfig::kv_cache_dtype)
+  // Output constrained to a grammar (RequestOptions::constraint): masked logits,
+  // EOS only where the output is complete, finish "stop" when nothing may follow.
+  std::shared_ptr<structured::Constraint> constraint;
 };
 
 struct TokenEvent {

@@ -5,10 +5,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace loom::structured {
+class Constraint;
+}
 
 namespace loom::batching {
 
@@ -52,6 +57,11 @@ struct RequestOptions {
   // it; none for the first), with this many alternatives each (0: only the
   // prompt token's). Such a request computes its whole prompt: no prefix-cache hits.
   std::optional<int32_t> prompt_logprobs;
+
+  // Output constrained to a grammar (structured::ConstraintRegistry compiles and
+  // shares them): each step's logits are masked to the tokens it allows, EOS only
+  // where the output is complete. Its vocabulary must be the model's tokenizer's.
+  std::shared_ptr<structured::Constraint> constraint;
 
   // With max_queue_size reached: wait this long for room (seconds), else fail at once.
   std::optional<double> queue_timeout;

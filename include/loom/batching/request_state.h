@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "loom/batching/paged_kv_cache.h"
 #include "loom/generation/sampling.h"
 #include "loom/generation/stopping.h"
+#include "loom/structured/constraint.h"
 
 namespace loom::batching {
 
@@ -50,6 +52,8 @@ struct RequestState {
   std::unique_ptr<TextStream> text_stream;  // null without a tokenizer
   generation::StopStringMatcher stops;
   std::string text;
+  // The request's position in its grammar (RequestOptions::constraint), if any.
+  std::optional<structured::ConstraintState> constraint;
 
   // num_return_sequences: the sequences (index, id) still to fork from this one
   // once its prompt is computed, and their RNG seeds' base. A forked sequence

@@ -75,6 +75,13 @@ SampledToken sample_next(float* logits, int64_t vocab, const SamplingParams& par
                          const std::vector<int32_t>& context, Rng& rng, bool with_logprob = true,
                          size_t generated_begin = 0);
 
+// Constrained decoding: every id whose bit is clear in `allowed` (bit id%64 of word
+// id/64; ids ≥ allowed_count count as clear) gets -inf, except the ids of `also_allowed`
+// (EOS where the grammar is complete). Greedy and sampled picks then only see allowed
+// ids. Returns how many ids stay allowed (0: nothing can be sampled).
+int64_t apply_allowed_tokens(float* logits, int64_t vocab, const uint64_t* allowed, int64_t allowed_count,
+                             const std::vector<int32_t>& also_allowed);
+
 // log softmax of one logit: logits[id] - logsumexp(logits).
 float token_logprob(const float* logits, int64_t vocab, int32_t id);
 

@@ -1,0 +1,120 @@
+// What a request's output must match, compiled once per (spec, tokenizer) and shared:
+// a Constraint owns the automaton, the vocabulary trie and the masks it computed, keyed
+// by automaton state, so requests with the same schema reuse each other's masks. A
+// ConstraintState is one request's position in it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "loom/core/status.h"
+#include "loom/structured/grammar.h"
+#include "loom/structured/grammar_matcher.h"
+#include "loom/structured/token_vocabulary.h"
+
+namespace loom::structured {
+
+struct ConstraintSpec {
+  enum class Kind { kGrammar, kRegex, kChoice, kJsonSchema, kJsonObject };
+  Kind kind = Kind::kJsonObject;
+  std::string text;                  // GBNF, regex, or the schema's JSON text
+  std::vector<std::string> choices;  // kChoice
+  bool strict = true;                // kJsonSchema: refuse unsupported keywords (else ignore them)
+
+  std::string cache_key() const;
+  static const char* kind_name(Kind k);
+};
+
+Result<Grammar> spec_to_grammar(const ConstraintSpec& spec);
+
+struct MaskCacheStats {
+  uint64_t hits = 0, misses = 0;
+};
+
+class Constraint {
+ public:
+  Constraint(std::shared_ptr<CompiledGrammar> grammar, std::shared_ptr<const TokenVocabulary> vocab);
+  static Result<std::shared_ptr<Constraint>> compile(const ConstraintSpec& spec,
+                                                     std::shared_ptr<const TokenVocabulary> vocab);
+
+  using Mask = std::vector<uint64_t>;  // bit id set: the token may come next (EOS excluded)
+  // The state's mask, computed on first use and cached (bounded: the cache is
+  // dropped when it holds kMaxCachedMasks).
+  std::shared_ptr<const Mask> mask(const AutomatonState& state);
+  // The same without the cache, for tests and benchmarks.
+  void compute_mask(const AutomatonState& state, Mask* out);
+
+  const std::shared_ptr<CompiledGrammar>& grammar() const { return grammar_; }
+  const std::shared_ptr<const TokenVocabulary>& vocabulary() const { return vocab_; }
+  MaskCacheStats cache_stats() const;
+
+  static constexpr size_t kMaxCachedMasks = 4096;
+  // Frames of a stack's top that key its context-independent tokens.
+  static constexpr size_t kContextFrames = 2;
+
+ private:
+  struct StateHash {
+    size_t operator()(const AutomatonState& s) const;
+  };
+  // xgrammar's split, per stack top (its kContextFrames top positions): tokens the top
+  // frames accept whatever lies below them, and tokens whose fate depends on the
+  // frames below (they return into them), which are checked against the whole stack.
+  struct ContextTokens {
+    Mask independent;
+    std::vector<int32_t> dependent;
+  };
+  const ContextTokens& context_tokens(const std::vector<int32_t>& frames);  // grammar lock held
+  void walk_trie(const AutomatonState& start, Mask* accepted, std::vector<int32_t>* dependent);  // lock held
+  std::unordered_map<std::vector<int32_t>, std::unique_ptr<ContextTokens>, StateHash> context_;  // under the grammar lock
+  std::shared_ptr<CompiledGrammar> grammar_;
+  std::shared_ptr<const TokenVocabulary> vocab_;
+  mutable std::mutex cache_mu_;
+  std::unordered_map<AutomatonState, std::shared_ptr<const Mask>, StateHash> cache_;
+  MaskCacheStats stats_;
+};
+
+// Compiled constraints by spec, for one vocabulary: requests naming the same schema
+// share one Constraint (and its masks).
+class ConstraintRegistry {
+ public:
+  explicit ConstraintRegistry(std::shared_ptr<const TokenVocabulary> vocab) : vocab_(std::move(vocab)) {}
+  Result<std::shared_ptr<Constraint>> get(const ConstraintSpec& spec);
+  const std::shared_ptr<const TokenVocabulary>& vocabulary() const { return vocab_; }
+
+ private:
+  std::shared_ptr<const TokenVocabulary> vocab_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Constraint>> compiled_;
+};
+
+// The error of a constraint whose automaton exceeded its step budget.
+Status too_complex_error();
+
+class ConstraintState {
+ public:
+  explicit ConstraintState(std::shared_ptr<Constraint> constraint);
+
+  // Tokens that may come next (EOS is the caller's: allowed iff accepting()).
+  std::shared_ptr<const Constraint::Mask> allowed_tokens() const { return constraint_->mask(matcher_.state()); }
+  // Fails, naming the token, when the grammar does not allow it here.
+  Status accept_token(int32_t id);
+  // The text so far is a complete match.
+  bool accepting() const { return matcher_.accepting(); }
+  // More text could follow (false with accepting(): only EOS fits).
+  bool can_continue() const { return matcher_.can_continue(); }
+  // Undoes the last n accepted tokens.
+  void rollback_tokens(size_t n);
+  const Constraint& constraint() const { return *constraint_; }
+
+ private:
+  std::shared_ptr<Constraint> constraint_;
+  GrammarMatcher matcher_;
+  std::vector<uint32_t> token_byte_counts_;
+};
+
+}  // namespace loom::structured
