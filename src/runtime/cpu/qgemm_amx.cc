@@ -299,21 +299,44 @@ struct TileJob {
   int64_t ldy;
 };
 
+// One pass's tile products (stored at out): Q8_0/Q4_0 four blocks from b, the
+// K types every sub-block of block b.
+LOOM_AMX_TARGET LOOM_INLINE void dots_q8x32(const TileJob& j, int64_t b, int32_t* out) {
+  dot4(j.w + b * j.w_block, j.ws, j.w_block, j.x + b * 512, 512, out);
+}
+
+LOOM_AMX_TARGET LOOM_INLINE void dots_q4_K(const TileJob& j, int64_t b, int32_t* out) {
+  const int8_t* w = j.w + b * j.w_block;
+  const uint8_t* x = j.x + b * 8 * 512;
+  dot4(w, j.ws, 32, x, 512, out);
+  dot4(w + 128, j.ws, 32, x + 4 * 512, 512, out + 4 * 256);
+}
+
+LOOM_AMX_TARGET LOOM_INLINE void dots_q6_K(const TileJob& j, int64_t b, int32_t* out) {
+  const int8_t* w = j.w + b * j.w_block;
+  const uint8_t* x = j.x + b * 8 * 512;
+  for (int q = 0; q < 4; ++q) dot4(w + 64 * q, j.ws, 16, x + 1024 * q, 256, out + 1024 * q);
+}
+
+// The tile products of the next pass are issued before this pass's stored
+// tiles combine, so the two overlap (double-buffered stores).
 LOOM_AMX_TARGET void tile_q8x32(const TileJob& j) {
   const int64_t blocks = j.L->blocks;
   const float* dw = j.c->d.data() + static_cast<size_t>(j.group * blocks) * kTile;
   const float* dx = reinterpret_cast<const float*>(j.x + j.L->dx_offset());
-  alignas(64) int32_t cb[4 * 256];
+  alignas(64) int32_t cb[2][4 * 256];
   __m512 acc[kTile];
   for (__m512& a : acc) a = _mm512_setzero_ps();
-  int64_t b = 0;
-  for (; b + 4 <= blocks; b += 4) {
-    dot4(j.w + b * j.w_block, j.ws, j.w_block, j.x + b * 512, 512, cb);
-    for (int i = 0; i < 4; ++i) combine_q8x32(acc, cb + 256 * i, dw + (b + i) * kTile, dx + (b + i) * kTile);
+  const int64_t whole = blocks / 4 * 4;
+  if (whole > 0) dots_q8x32(j, 0, cb[0]);
+  for (int64_t b = 0; b < whole; b += 4) {
+    const int32_t* now = cb[(b / 4) & 1];
+    if (b + 4 < whole) dots_q8x32(j, b + 4, cb[((b / 4) & 1) ^ 1]);
+    for (int i = 0; i < 4; ++i) combine_q8x32(acc, now + 256 * i, dw + (b + i) * kTile, dx + (b + i) * kTile);
   }
-  for (; b < blocks; ++b) {
-    dot1(j.w + b * j.w_block, j.ws, j.x + b * 512, cb);
-    combine_q8x32(acc, cb, dw + b * kTile, dx + b * kTile);
+  for (int64_t b = whole; b < blocks; ++b) {
+    dot1(j.w + b * j.w_block, j.ws, j.x + b * 512, cb[0]);
+    combine_q8x32(acc, cb[0], dw + b * kTile, dx + b * kTile);
   }
   write_tile(acc, j.rows, j.outputs, j.bias, j.y, j.ldy);
 }
@@ -324,14 +347,13 @@ LOOM_AMX_TARGET void tile_q4_K(const TileJob& j) {
   const float* dx = reinterpret_cast<const float*>(j.x + j.L->dx_offset());
   const float* xsum = reinterpret_cast<const float*>(j.x + j.L->sums_offset());
   const __m512 sign = _mm512_set1_ps(-0.0f);
-  alignas(64) int32_t cb[8 * 256];
+  alignas(64) int32_t cbs[2][8 * 256];
   __m512 acc[kTile];
   for (__m512& a : acc) a = _mm512_setzero_ps();
+  dots_q4_K(j, 0, cbs[0]);
   for (int64_t b = 0; b < blocks; ++b) {
-    const int8_t* w = j.w + b * j.w_block;
-    const uint8_t* x = j.x + b * 8 * 512;
-    dot4(w, j.ws, 32, x, 512, cb);
-    dot4(w + 128, j.ws, 32, x + 4 * 512, 512, cb + 4 * 256);
+    if (b + 1 < blocks) dots_q4_K(j, b + 1, cbs[(b + 1) & 1]);
+    const int32_t* cb = cbs[b & 1];
     const size_t at = first + static_cast<size_t>(b) * kTile;
     const int32_t* sc = j.c->sc.data() + at * 8;
     const float* mn = j.c->mins.data() + at * 8;
@@ -360,13 +382,13 @@ LOOM_AMX_TARGET void tile_q6_K(const TileJob& j) {
   const int64_t blocks = j.L->blocks;
   const size_t first = static_cast<size_t>(j.group * blocks) * kTile;
   const float* dx = reinterpret_cast<const float*>(j.x + j.L->dx_offset());
-  alignas(64) int32_t cb[16 * 256];
+  alignas(64) int32_t cbs[2][16 * 256];
   __m512 acc[kTile];
   for (__m512& a : acc) a = _mm512_setzero_ps();
+  dots_q6_K(j, 0, cbs[0]);
   for (int64_t b = 0; b < blocks; ++b) {
-    const int8_t* w = j.w + b * j.w_block;
-    const uint8_t* x = j.x + b * 8 * 512;
-    for (int q = 0; q < 4; ++q) dot4(w + 64 * q, j.ws, 16, x + 1024 * q, 256, cb + 1024 * q);
+    if (b + 1 < blocks) dots_q6_K(j, b + 1, cbs[(b + 1) & 1]);
+    const int32_t* cb = cbs[b & 1];
     const size_t at = first + static_cast<size_t>(b) * kTile;
     const int32_t* sc = j.c->sc.data() + at * 16;
     const __m512 dxv = _mm512_loadu_ps(dx + b * kTile);
