@@ -96,13 +96,21 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
   std::vector<uint8_t>& act = t_act;
   if (act.size() < act_row_bytes * static_cast<size_t>(M)) act.resize(act_row_bytes * static_cast<size_t>(M));
   uint8_t* act_data = act.data();
+  void (*q8k)(const float*, ActBlockQ8K*, int64_t) = quantize_activations_q8k;
+  void (*q8x32)(const float*, ActBlockQ8x32*, int64_t) = quantize_activations_q8x32;
+#if defined(LOOM_MATMUL_X86)
+  if (active_isa() == Isa::kAvx512 || active_isa() == Isa::kAvx512Bf16) {
+    q8k = quantize_activations_q8k_avx512;
+    q8x32 = quantize_activations_q8x32_avx512;
+  }
+#endif
   auto quantize_rows = [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       uint8_t* dst = act_data + act_row_bytes * static_cast<size_t>(r);
       if (k_types) {
-        quantize_activations_q8k(x + r * x_stride, reinterpret_cast<ActBlockQ8K*>(dst), K);
+        q8k(x + r * x_stride, reinterpret_cast<ActBlockQ8K*>(dst), K);
       } else {
-        quantize_activations_q8x32(x + r * x_stride, reinterpret_cast<ActBlockQ8x32*>(dst), K);
+        q8x32(x + r * x_stride, reinterpret_cast<ActBlockQ8x32*>(dst), K);
       }
     }
   };
