@@ -1,10 +1,10 @@
 // AMX-INT8 GEMM over quantized weights. Tiles are C[n][m] = Σ_k W[n][k]·X[m][k]
 // (tdpbssd, s8 × s8, exact int32) over one weight block (Q8_0, Q4_0: 32 elements)
 // or sub-block (Q4_K, Q5_K: 32; Q6_K: 16) for 16 outputs × 16 activation rows:
-//  - weights are the A operand, 16 rows of levels as signed bytes: read in place
-//    for Q8_0, unpacked per chunk of outputs for the others (Q4_0 as q − 8, Q6_K
-//    as q − 32 so a sub-block's sum is already dot − 32·bsum), into a buffer that
-//    stays in L2 while every row tile passes;
+//  - weights are the A operand, 16 rows of levels as signed bytes (Q4_0 as q − 8,
+//    Q6_K as q − 32 so a sub-block's sum is already dot − 32·bsum), unpacked per
+//    chunk of outputs into a buffer that stays in L2 while every row tile passes,
+//    each tile's 16 × 32 bytes contiguous (whole cache lines, read in order);
 //  - activations are the B operand, rearranged once per call into AMX's 4-byte
 //    groups (row k/4, column m) per tile of 16 rows.
 // Each stored tile is combined in AVX-512, 16 rows per output vector, in the
@@ -119,7 +119,8 @@ void build_act_tile(const uint8_t* act, size_t act_row_bytes, int rows, bool k_t
 }
 
 // Per chunk of outputs, in groups of 16 (the last zero-padded): signed levels,
-// row-major [n][K] (A tiles, stride K), and the f32/int scales per block.
+// per group and 32 elements k0..k0+31 one 16 × 32-byte A tile (row r at
+// 32·r), and the f32/int scales per block.
 struct WeightChunk {
   std::vector<int8_t> levels;
   std::vector<float> d, dmin, mins;  // [group][block][16]; mins [group][block][16 n][8 j]
@@ -134,7 +135,8 @@ LOOM_AMX_TARGET void unpack_q4_0(const BlockQ4_0& w, int8_t* dst) {
                    _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), low4), eight));
 }
 
-LOOM_AMX_TARGET void unpack_q4_K(const uint8_t* qs, const uint8_t* qh, int8_t* dst) {
+// Sub-block j (32 levels) to dst + j·step.
+LOOM_AMX_TARGET void unpack_q4_K(const uint8_t* qs, const uint8_t* qh, int8_t* dst, size_t step) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
   const __m256i h = qh ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh)) : _mm256_setzero_si256();
   for (int c = 0; c < 4; ++c) {
@@ -144,12 +146,13 @@ LOOM_AMX_TARGET void unpack_q4_K(const uint8_t* qs, const uint8_t* qh, int8_t* d
       __m256i q = _mm256_and_si256(half ? _mm256_srli_epi16(v, 4) : v, low4);
       // bit j of qh[l] is bit 4 of sub-block j's element l (Q5_K)
       q = _mm256_or_si256(q, _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(h, _mm_cvtsi32_si128(j)), 4), bit4));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32 * j), q);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + step * j), q);
     }
   }
 }
 
-LOOM_AMX_TARGET void unpack_q6_K(const BlockQ6_K& w, int8_t* dst) {
+// Elements 32c..32c+31 to dst + c·step.
+LOOM_AMX_TARGET void unpack_q6_K(const BlockQ6_K& w, int8_t* dst, size_t step) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
   for (int h = 0; h < 2; ++h) {
     const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.ql + 64 * h));
@@ -161,18 +164,22 @@ LOOM_AMX_TARGET void unpack_q6_K(const BlockQ6_K& w, int8_t* dst) {
     for (int g = 0; g < 4; ++g) {
       const __m256i top = _mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi32_si128(2 * g)), low2);
       const __m256i q = _mm256_or_si256(lows[g], _mm256_slli_epi16(top, 4));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 128 * h + 32 * g), _mm256_sub_epi8(q, bias));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + step * (4 * h + g)), _mm256_sub_epi8(q, bias));
     }
   }
 }
 
-// Fills `c` for outputs [n0, n1). Q8_0 levels are copied only for a partial group.
+constexpr size_t kATile = kTile * 32;  // bytes of one group's 32 elements
+
+// Fills `c` for outputs [n0, n1).
 LOOM_AMX_TARGET void pack_chunk(const PackedLinear& w, int64_t n0, int64_t n1, int64_t blocks, WeightChunk& c) {
   const DType dt = w.weight_dtype();
   const int64_t K = w.in_features();
   const int64_t groups = (n1 - n0 + kTile - 1) / kTile;
   const size_t per_group = static_cast<size_t>(blocks) * kTile;
-  c.levels.assign(static_cast<size_t>(groups) * kTile * static_cast<size_t>(K), 0);
+  const size_t group_bytes = kTile * static_cast<size_t>(K);
+  c.levels.resize(static_cast<size_t>(groups) * group_bytes);
+  if ((n1 - n0) % kTile != 0) std::memset(c.levels.data() + (groups - 1) * group_bytes, 0, group_bytes);
   c.d.assign(static_cast<size_t>(groups) * per_group, 0.0f);
   const int subs = dt == DType::kQ6_K ? 16 : 8;
   if (kind_of(dt) != Kind::kQ8x32) c.sc.assign(static_cast<size_t>(groups) * per_group * subs, 0);
@@ -182,7 +189,7 @@ LOOM_AMX_TARGET void pack_chunk(const PackedLinear& w, int64_t n0, int64_t n1, i
   }
   for (int64_t n = n0; n < n1; ++n) {
     const int64_t i = n - n0, g = i / kTile, r = i % kTile;
-    int8_t* lv = c.levels.data() + static_cast<size_t>(i) * static_cast<size_t>(K);
+    int8_t* lv = c.levels.data() + static_cast<size_t>(g) * group_bytes + 32 * static_cast<size_t>(r);
     const uint8_t* row = w.quant_row(n);
     for (int64_t b = 0; b < blocks; ++b) {
       const size_t at = static_cast<size_t>((g * blocks + b) * kTile + r);
@@ -190,13 +197,13 @@ LOOM_AMX_TARGET void pack_chunk(const PackedLinear& w, int64_t n0, int64_t n1, i
         case DType::kQ8_0: {
           const BlockQ8_0& x = reinterpret_cast<const BlockQ8_0*>(row)[b];
           c.d[at] = f16_to_f32(x.d);
-          std::memcpy(lv + 32 * b, x.qs, 32);
+          std::memcpy(lv + kATile * b, x.qs, 32);
           break;
         }
         case DType::kQ4_0: {
           const BlockQ4_0& x = reinterpret_cast<const BlockQ4_0*>(row)[b];
           c.d[at] = f16_to_f32(x.d);
-          unpack_q4_0(x, lv + 32 * b);
+          unpack_q4_0(x, lv + kATile * b);
           break;
         }
         case DType::kQ4_K:
@@ -218,14 +225,14 @@ LOOM_AMX_TARGET void pack_chunk(const PackedLinear& w, int64_t n0, int64_t n1, i
             c.sc[at * 8 + j] = s;
             c.mins[at * 8 + j] = m;
           }
-          unpack_q4_K(qs, qh, lv + 256 * b);
+          unpack_q4_K(qs, qh, lv + 8 * kATile * b, kATile);
           break;
         }
         case DType::kQ6_K: {
           const BlockQ6_K& x = reinterpret_cast<const BlockQ6_K*>(row)[b];
           c.d[at] = f16_to_f32(x.d);
           for (int s = 0; s < 16; ++s) c.sc[at * 16 + s] = x.scales[s];
-          unpack_q6_K(x, lv + 256 * b);
+          unpack_q6_K(x, lv + 8 * kATile * b, kATile);
           break;
         }
         default: break;
@@ -244,14 +251,12 @@ LOOM_AMX_TARGET void pack_chunk(const PackedLinear& w, int64_t n0, int64_t n1, i
     _tile_dpbssd(C, A, B);              \
   } while (0)
 
-// Four products (weights at w + i·w_step, activations at x + i·x_step), stored
-// at cb + 256·i.
-LOOM_AMX_TARGET LOOM_INLINE void dot4(const int8_t* w, size_t ws, size_t w_step, const uint8_t* x, size_t x_step,
-                                      int32_t* cb) {
-  LOOM_AMX_DOT(0, 4, 6, w, ws, x);
-  LOOM_AMX_DOT(1, 5, 7, w + w_step, ws, x + x_step);
-  LOOM_AMX_DOT(2, 4, 6, w + 2 * w_step, ws, x + 2 * x_step);
-  LOOM_AMX_DOT(3, 5, 7, w + 3 * w_step, ws, x + 3 * x_step);
+// Four products C_i = A(w[i])·B(x[i]) (A rows ws apart), stored at cb + 256·i.
+LOOM_AMX_TARGET LOOM_INLINE void dot4(const int8_t* const* w, size_t ws, const uint8_t* const* x, int32_t* cb) {
+  LOOM_AMX_DOT(0, 4, 6, w[0], ws, x[0]);
+  LOOM_AMX_DOT(1, 5, 7, w[1], ws, x[1]);
+  LOOM_AMX_DOT(2, 4, 6, w[2], ws, x[2]);
+  LOOM_AMX_DOT(3, 5, 7, w[3], ws, x[3]);
   _tile_stored(0, cb, 64);
   _tile_stored(1, cb + 256, 64);
   _tile_stored(2, cb + 512, 64);
@@ -287,8 +292,7 @@ LOOM_AMX_TARGET void write_tile(const __m512* acc, int rows, int outputs, const 
 }
 
 struct TileJob {
-  const int8_t* w;  // the group's first weight row: block b at w + b·w_block, row stride ws
-  size_t ws, w_block;
+  const int8_t* w;  // the group's A tiles, one per 32 elements (kATile bytes)
   const uint8_t* x;  // activation tile
   const ActLayout* L;
   const WeightChunk* c;
@@ -302,20 +306,33 @@ struct TileJob {
 // One pass's tile products (stored at out): Q8_0/Q4_0 four blocks from b, the
 // K types every sub-block of block b.
 LOOM_AMX_TARGET LOOM_INLINE void dots_q8x32(const TileJob& j, int64_t b, int32_t* out) {
-  dot4(j.w + b * j.w_block, j.ws, j.w_block, j.x + b * 512, 512, out);
+  const int8_t* w[4];
+  const uint8_t* x[4];
+  for (int i = 0; i < 4; ++i) w[i] = j.w + (b + i) * kATile, x[i] = j.x + (b + i) * 512;
+  dot4(w, 32, x, out);
 }
 
 LOOM_AMX_TARGET LOOM_INLINE void dots_q4_K(const TileJob& j, int64_t b, int32_t* out) {
-  const int8_t* w = j.w + b * j.w_block;
-  const uint8_t* x = j.x + b * 8 * 512;
-  dot4(w, j.ws, 32, x, 512, out);
-  dot4(w + 128, j.ws, 32, x + 4 * 512, 512, out + 4 * 256);
+  for (int h = 0; h < 2; ++h) {
+    const int8_t* w[4];
+    const uint8_t* x[4];
+    for (int i = 0; i < 4; ++i) w[i] = j.w + (8 * b + 4 * h + i) * kATile, x[i] = j.x + (8 * b + 4 * h + i) * 512;
+    dot4(w, 32, x, out + 1024 * h);
+  }
 }
 
+// Sub-block s (16 elements): A at half s % 2 of the group's 32-element tile s / 2.
 LOOM_AMX_TARGET LOOM_INLINE void dots_q6_K(const TileJob& j, int64_t b, int32_t* out) {
-  const int8_t* w = j.w + b * j.w_block;
-  const uint8_t* x = j.x + b * 8 * 512;
-  for (int q = 0; q < 4; ++q) dot4(w + 64 * q, j.ws, 16, x + 1024 * q, 256, out + 1024 * q);
+  for (int q = 0; q < 4; ++q) {
+    const int8_t* w[4];
+    const uint8_t* x[4];
+    for (int i = 0; i < 4; ++i) {
+      const int sub = 4 * q + i;
+      w[i] = j.w + (8 * b + sub / 2) * kATile + 16 * (sub % 2);
+      x[i] = j.x + b * 4096 + 256 * sub;
+    }
+    dot4(w, 32, x, out + 1024 * q);
+  }
 }
 
 // The tile products of the next pass are issued before this pass's stored
@@ -335,7 +352,7 @@ LOOM_AMX_TARGET void tile_q8x32(const TileJob& j) {
     for (int i = 0; i < 4; ++i) combine_q8x32(acc, now + 256 * i, dw + (b + i) * kTile, dx + (b + i) * kTile);
   }
   for (int64_t b = whole; b < blocks; ++b) {
-    dot1(j.w + b * j.w_block, j.ws, j.x + b * 512, cb[0]);
+    dot1(j.w + b * kATile, 32, j.x + b * 512, cb[0]);
     combine_q8x32(acc, cb[0], dw + b * kTile, dx + b * kTile);
   }
   write_tile(acc, j.rows, j.outputs, j.bias, j.y, j.ldy);
@@ -424,15 +441,7 @@ LOOM_AMX_TARGET void run_chunk(const PackedLinear& w, int64_t n0, int64_t n1, in
       const int64_t first = n0 + g * kTile;
       TileJob j;
       j.outputs = static_cast<int>(std::min<int64_t>(kTile, n1 - first));
-      if (dt == DType::kQ8_0 && j.outputs == kTile) {  // full group: the stored rows are the A tile
-        j.w = reinterpret_cast<const int8_t*>(w.quant_row(first)) + offsetof(BlockQ8_0, qs);
-        j.ws = w.quant_row_bytes();
-        j.w_block = sizeof(BlockQ8_0);
-      } else {
-        j.w = c.levels.data() + static_cast<size_t>(g * kTile) * static_cast<size_t>(K);
-        j.ws = static_cast<size_t>(K);
-        j.w_block = kind == Kind::kQ8x32 ? 32 : 256;
-      }
+      j.w = c.levels.data() + static_cast<size_t>(g * kTile) * static_cast<size_t>(K);
       j.x = x;
       j.L = &L;
       j.c = &c;
