@@ -124,7 +124,8 @@ void build_act_tile(const uint8_t* act, size_t act_row_bytes, int rows, bool k_t
 struct WeightChunk {
   std::vector<int8_t> levels;
   std::vector<float> d, dmin, mins;  // [group][block][16]; mins [group][block][16 n][8 j]
-  std::vector<int32_t> sc;           // [group][block][16 n][8 or 16 sub-blocks]
+  std::vector<float> sc;             // Q4_K, Q5_K: [group][block][16 n][8 sub-blocks], small integers
+  std::vector<int32_t> sc6;          // Q6_K: [group][block][16 n][16 sub-blocks]
 };
 
 LOOM_AMX_TARGET void unpack_q4_0(const BlockQ4_0& w, int8_t* dst) {
@@ -182,7 +183,8 @@ LOOM_AMX_TARGET void pack_chunk(const PackedLinear& w, int64_t n0, int64_t n1, i
   if ((n1 - n0) % kTile != 0) std::memset(c.levels.data() + (groups - 1) * group_bytes, 0, group_bytes);
   c.d.assign(static_cast<size_t>(groups) * per_group, 0.0f);
   const int subs = dt == DType::kQ6_K ? 16 : 8;
-  if (kind_of(dt) != Kind::kQ8x32) c.sc.assign(static_cast<size_t>(groups) * per_group * subs, 0);
+  if (kind_of(dt) == Kind::kQ4_K) c.sc.assign(static_cast<size_t>(groups) * per_group * subs, 0.0f);
+  if (kind_of(dt) == Kind::kQ6_K) c.sc6.assign(static_cast<size_t>(groups) * per_group * subs, 0);
   if (kind_of(dt) == Kind::kQ4_K) {
     c.dmin.assign(static_cast<size_t>(groups) * per_group, 0.0f);
     c.mins.assign(static_cast<size_t>(groups) * per_group * 8, 0.0f);
@@ -231,7 +233,7 @@ LOOM_AMX_TARGET void pack_chunk(const PackedLinear& w, int64_t n0, int64_t n1, i
         case DType::kQ6_K: {
           const BlockQ6_K& x = reinterpret_cast<const BlockQ6_K*>(row)[b];
           c.d[at] = f16_to_f32(x.d);
-          for (int s = 0; s < 16; ++s) c.sc[at * 16 + s] = x.scales[s];
+          for (int s = 0; s < 16; ++s) c.sc6[at * 16 + s] = x.scales[s];
           unpack_q6_K(x, lv + 8 * kATile * b, kATile);
           break;
         }
@@ -358,6 +360,26 @@ LOOM_AMX_TARGET void tile_q8x32(const TileJob& j) {
   write_tile(acc, j.rows, j.outputs, j.bias, j.y, j.ldy);
 }
 
+// Σ_s sc_s·isum_s over `subs` sub-blocks of output n as an exact int32: in f32,
+// `exact` terms at a time (each partial sum an integer below 2^24, so no f32 step
+// rounds: Q4_K 4 terms of ≤ 63·15·127·32, Q5_K 2 of ≤ 63·31·127·32), the
+// partial sums added as int32. The f32 FMAs are cheaper
+// than vpmulld (two uops on one port).
+template <int subs, int exact>
+LOOM_AMX_TARGET LOOM_INLINE __m512i scaled_sum(const int32_t* cb, const float* sc, int n) {
+  static_assert(subs % exact == 0);
+  __m512i total = _mm512_setzero_si512();
+  for (int s0 = 0; s0 < subs; s0 += exact) {
+    __m512 part = _mm512_mul_ps(int_to_f32(_mm512_loadu_si512(cb + 256 * s0 + 16 * n)), _mm512_set1_ps(sc[s0]));
+    for (int s = s0 + 1; s < s0 + exact; ++s) {
+      part = _mm512_fmadd_ps(int_to_f32(_mm512_loadu_si512(cb + 256 * s + 16 * n)), _mm512_set1_ps(sc[s]), part);
+    }
+    total = _mm512_add_epi32(total, _mm512_maskz_cvtps_epi32(0xFFFF, part));
+  }
+  return total;
+}
+
+template <int exact>
 LOOM_AMX_TARGET void tile_q4_K(const TileJob& j) {
   const int64_t blocks = j.L->blocks;
   const size_t first = static_cast<size_t>(j.group * blocks) * kTile;
@@ -372,18 +394,16 @@ LOOM_AMX_TARGET void tile_q4_K(const TileJob& j) {
     if (b + 1 < blocks) dots_q4_K(j, b + 1, cbs[(b + 1) & 1]);
     const int32_t* cb = cbs[b & 1];
     const size_t at = first + static_cast<size_t>(b) * kTile;
-    const int32_t* sc = j.c->sc.data() + at * 8;
+    const float* sc = j.c->sc.data() + at * 8;
     const float* mn = j.c->mins.data() + at * 8;
     const __m512 dxv = _mm512_loadu_ps(dx + b * kTile);
     const float* xs = xsum + b * 8 * kTile;
 #pragma GCC unroll 16
     for (int n = 0; n < kTile; ++n) {
-      __m512i scaled = _mm512_mullo_epi32(_mm512_loadu_si512(cb + 16 * n), _mm512_set1_epi32(sc[8 * n]));
+      const __m512i scaled = scaled_sum<8, exact>(cb, sc + 8 * n, n);
+      // Σ_j m_j·xsum_j: integers below 2^24 throughout (8·63·32·127), exact in f32
       __m512 mins = _mm512_mul_ps(_mm512_set1_ps(mn[8 * n]), _mm512_loadu_ps(xs));
       for (int s = 1; s < 8; ++s) {
-        scaled = _mm512_add_epi32(scaled, _mm512_mullo_epi32(_mm512_loadu_si512(cb + 256 * s + 16 * n),
-                                                             _mm512_set1_epi32(sc[8 * n + s])));
-        // integers below 2^24 throughout: exact in f32
         mins = _mm512_fmadd_ps(_mm512_set1_ps(mn[8 * n + s]), _mm512_loadu_ps(xs + s * kTile), mins);
       }
       const __m512 d = _mm512_mul_ps(_mm512_set1_ps(j.c->d[at + n]), dxv);
@@ -407,10 +427,11 @@ LOOM_AMX_TARGET void tile_q6_K(const TileJob& j) {
     if (b + 1 < blocks) dots_q6_K(j, b + 1, cbs[(b + 1) & 1]);
     const int32_t* cb = cbs[b & 1];
     const size_t at = first + static_cast<size_t>(b) * kTile;
-    const int32_t* sc = j.c->sc.data() + at * 16;
+    const int32_t* sc = j.c->sc6.data() + at * 16;
     const __m512 dxv = _mm512_loadu_ps(dx + b * kTile);
 #pragma GCC unroll 16
     for (int n = 0; n < kTile; ++n) {
+      // vpmulld here: Q6_K's two-term f32 sums measured no faster
       __m512i total = _mm512_mullo_epi32(_mm512_loadu_si512(cb + 16 * n), _mm512_set1_epi32(sc[16 * n]));
       for (int s = 1; s < 16; ++s) {
         total = _mm512_add_epi32(total, _mm512_mullo_epi32(_mm512_loadu_si512(cb + 256 * s + 16 * n),
@@ -452,7 +473,7 @@ LOOM_AMX_TARGET void run_chunk(const PackedLinear& w, int64_t n0, int64_t n1, in
       j.ldy = y_stride;
       switch (kind) {
         case Kind::kQ8x32: tile_q8x32(j); break;
-        case Kind::kQ4_K: tile_q4_K(j); break;
+        case Kind::kQ4_K: dt == DType::kQ4_K ? tile_q4_K<4>(j) : tile_q4_K<2>(j); break;
         case Kind::kQ6_K: tile_q6_K(j); break;
       }
     }
