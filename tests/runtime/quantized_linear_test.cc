@@ -146,7 +146,7 @@ TEST(QuantizedLinear, ForcedPathsPickTheirKernels) {
   }
 }
 
-// Batched calls (M ≥ 16) on the AVX512 path: the AMX-INT8 GEMM where it runs,
+// Batched calls (M ≥ 8) on the AVX512 path: the AMX-INT8 GEMM where it runs,
 // and the row kernels with AMX turned off, both bitwise equal to the scalar
 // kernels, over M tails around the 16-row tile, output tails around the 16-output
 // tile and chunk, and K of several blocks.
@@ -167,7 +167,7 @@ TEST_P(QuantizedGemmTest, EqualsScalarKernelsBitwise) {
   }
   ThreadPool pool(2);
   // {M, blocks, N}
-  const Case cases[] = {{16, 1, 16}, {15, 2, 17}, {17, 3, 1}, {33, 1, 45}, {64, 2, 130}, {70, 5, 33}, {16, 4, 300}};
+  const Case cases[] = {{8, 1, 20}, {16, 1, 16}, {15, 2, 17}, {17, 3, 1}, {33, 1, 45}, {64, 2, 130}, {70, 5, 33}, {16, 4, 300}};
   uint32_t seed = 500;
   for (DType dt : kTypes) {
     for (const Case& c : cases) {

@@ -14,7 +14,7 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
 // Which kernel table linear_quantized uses now (active_isa(): AVX512 paths with
 // AVX512-VNNI run the VNNI kernels, AVX2 the maddubs ones, SCALAR the reference).
 const char* quantized_kernels_name();
-// What batched calls (M ≥ 16) use: "AMX_INT8" on AVX512 paths where the CPU and
+// What batched calls (M ≥ 8) use: "AMX_INT8" on AVX512 paths where the CPU and
 // OS allow AMX tiles and it is allowed, else quantized_kernels_name().
 const char* quantized_gemm_name();
 // Lets batched calls use AMX (the default) or not: tests and benches run both;
