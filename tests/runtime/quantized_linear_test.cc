@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <ostream>
 #include <random>
 #include <string>
@@ -14,6 +15,8 @@
 #include "loom/runtime/cpu/cpu_features.h"
 #include "runtime/matmul_test_util.h"
 #include "loom/runtime/cpu/matmul.h"
+#include "runtime/cpu/qdot_kernels.h"
+#include "runtime/cpu/qgemm_amx.h"
 #include "runtime/cpu/qlinear.h"
 
 namespace loom::cpu {
@@ -142,6 +145,157 @@ TEST(QuantizedLinear, ForcedPathsPickTheirKernels) {
     EXPECT_STREQ(detail::quantized_kernels_name(), cpu_features().avx512_vnni ? "AVX512_VNNI" : "AVX2");
   }
 }
+
+// Batched calls (M ≥ 8) on the AVX512 path: the AMX-INT8 GEMM where it runs,
+// and the row kernels with AMX turned off, both bitwise equal to the scalar
+// kernels, over M tails around the 16-row tile, output tails around the 16-output
+// tile and chunk, and K of several blocks.
+class QuantizedGemmTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX512 path";
+    if (GetParam() && !detail::amx_int8_usable()) GTEST_SKIP() << "this CPU or OS gives no AMX-INT8 tiles";
+    detail::set_quantized_amx_allowed(GetParam());
+  }
+  void TearDown() override { detail::set_quantized_amx_allowed(true); }
+};
+
+TEST_P(QuantizedGemmTest, EqualsScalarKernelsBitwise) {
+  {
+    ScopedIsa force(Isa::kAvx512);
+    EXPECT_STREQ(detail::quantized_gemm_name(), GetParam() ? "AMX_INT8" : detail::quantized_kernels_name());
+  }
+  ThreadPool pool(2);
+  // {M, blocks, N}
+  const Case cases[] = {{8, 1, 20}, {16, 1, 16}, {15, 2, 17}, {17, 3, 1}, {33, 1, 45}, {64, 2, 130}, {70, 5, 33}, {16, 4, 300}};
+  uint32_t seed = 500;
+  for (DType dt : kTypes) {
+    for (const Case& c : cases) {
+      for (bool with_bias : {false, true}) {
+        ++seed;
+        const int64_t K = c.blocks * dtype_block_elements(dt);
+        const Tensor weight = quantized_weight(c.N, K, dt, seed);
+        const Tensor bias = Tensor::from_f32(random_floats(static_cast<size_t>(c.N), seed + 7), {c.N});
+        auto packed = PackedLinear::pack(weight, with_bias ? &bias : nullptr);
+        ASSERT_TRUE(packed.ok()) << packed.status().message();
+        // Activations of mixed scales, a few rows all zero: the block scales and
+        // the K types' min terms differ per row.
+        std::vector<float> x = random_floats(static_cast<size_t>(c.M * K), seed + 3);
+        for (int64_t m = 0; m < c.M; ++m) {
+          const float scale = m % 7 == 3 ? 0.0f : 1.0f + static_cast<float>(m % 5) * 3.0f;
+          for (int64_t k = 0; k < K; ++k) x[m * K + k] *= scale;
+        }
+        std::vector<float> scalar, got;
+        {
+          ScopedIsa force(Isa::kScalar);
+          scalar = run(x, c.M, *packed, pool);
+        }
+        {
+          ScopedIsa force(Isa::kAvx512);
+          got = run(x, c.M, *packed, pool);
+        }
+        ASSERT_EQ(got, scalar) << dtype_name(dt) << " M=" << c.M << " K=" << K << " N=" << c.N
+                               << (with_bias ? " bias" : "");
+      }
+    }
+  }
+}
+
+TEST_P(QuantizedGemmTest, RowsOfABatchEqualTheRowAlone) {
+  ScopedIsa force(Isa::kAvx512);
+  ThreadPool pool(2);
+  uint32_t seed = 900;
+  for (DType dt : kTypes) {
+    const int64_t M = 37, K = 3 * dtype_block_elements(dt), N = 50;
+    const Tensor weight = quantized_weight(N, K, dt, ++seed);
+    const Tensor bias = Tensor::from_f32(random_floats(N, seed + 1), {N});
+    auto packed = PackedLinear::pack(weight, &bias);
+    ASSERT_TRUE(packed.ok()) << packed.status().message();
+    const std::vector<float> x = random_floats(static_cast<size_t>(M * K), seed + 2);
+    const std::vector<float> batch = run(x, M, *packed, pool);
+    for (int64_t m : {int64_t{0}, int64_t{15}, int64_t{16}, int64_t{31}, M - 1}) {
+      const std::vector<float> row(x.begin() + m * K, x.begin() + (m + 1) * K);
+      const std::vector<float> alone = run(row, 1, *packed, pool);  // the row kernels (decode)
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch.begin() + m * N)) << dtype_name(dt) << " row " << m;
+    }
+    // The same rows one tile later (a batch of 16 + 37): the same bits.
+    std::vector<float> later(x.begin(), x.begin() + 16 * K);
+    later.insert(later.end(), x.begin(), x.end());
+    const std::vector<float> shifted = run(later, 16 + M, *packed, pool);
+    EXPECT_TRUE(std::equal(batch.begin(), batch.end(), shifted.begin() + 16 * N)) << dtype_name(dt);
+  }
+}
+
+// Every level and scale at its largest (and Q6_K's scales at −128), activations
+// at ±127 (and ±126 once per 32): the block sums reach their bounds (Q4_K: 8·63·15·127·32 >
+// 2^24), so an f32 step that rounded or an int16 that wrapped would show.
+TEST_P(QuantizedGemmTest, ExtremeLevelsAndScalesStayExact) {
+  ThreadPool pool(2);
+  const int64_t N = 20, M = 33, nb = 3, K = nb * 256;
+  for (DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    const size_t row_bytes = static_cast<size_t>(dtype_bytes(dt, K));
+    std::vector<uint8_t> raw(row_bytes * N, 0xFF);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* block = raw.data() + n * row_bytes + b * (row_bytes / nb);
+        if (dt == DType::kQ6_K) {
+          auto* q = reinterpret_cast<BlockQ6_K*>(block);
+          for (int8_t& sc : q->scales) sc = -128;
+          q->d = 0x3C00;  // 1.0
+        } else {
+          auto* q = reinterpret_cast<uint16_t*>(block);  // d, dmin lead both layouts
+          q[0] = 0x3C00;
+          q[1] = 0x3800;  // 0.5
+        }
+      }
+    }
+    const Tensor weight = Tensor::wrap(raw.data(), dt, {N, K});
+    auto packed = PackedLinear::pack(weight, nullptr);
+    ASSERT_TRUE(packed.ok()) << packed.status().message();
+    std::vector<float> x(static_cast<size_t>(M * K));
+    for (int64_t m = 0; m < M; ++m) {
+      // one value per 32 a step below the top level: odd sums
+      for (int64_t k = 0; k < K; ++k) x[m * K + k] = (m % 2 ? 1.0f : -2.0f) * (k % 32 == 5 ? 0.99f : 1.0f);
+    }
+    std::vector<float> scalar, got;
+    {
+      ScopedIsa force(Isa::kScalar);
+      scalar = run(x, M, *packed, pool);
+    }
+    {
+      ScopedIsa force(Isa::kAvx512);
+      got = run(x, M, *packed, pool);
+    }
+    ASSERT_EQ(got, scalar) << dtype_name(dt);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Amx, QuantizedGemmTest, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "AMX" : "Rows"; });
+
+#if defined(LOOM_MATMUL_X86)
+TEST(QuantizedLinear, Avx512ActivationQuantizersEqualCoreBitwise) {
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX512 path";
+  const int64_t n = 8 * 256;
+  std::vector<float> x = random_floats(n, 77, 3.0f);
+  for (int64_t i = 0; i < 256; ++i) x[256 + i] = 0.0f;      // an all-zero K block
+  for (int64_t i = 0; i < 32; ++i) x[512 + i] = -1e-30f;    // a tiny scale
+  x[1000] = 1e30f;                                          // a huge one
+  for (int64_t i = 1024; i < 1056; ++i) x[i] = 0.5f * static_cast<float>(i - 1040);  // exact halves: ties round to even
+  std::vector<ActBlockQ8x32> ref32(n / 32), got32(n / 32);
+  quantize_activations_q8x32(x.data(), ref32.data(), n);
+  detail::quantize_activations_q8x32_avx512(x.data(), got32.data(), n);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    ASSERT_EQ(std::memcmp(&ref32[b], &got32[b], sizeof(ActBlockQ8x32)), 0) << "32-block " << b;
+  }
+  std::vector<ActBlockQ8K> refk(n / 256), gotk(n / 256);
+  quantize_activations_q8k(x.data(), refk.data(), n);
+  detail::quantize_activations_q8k_avx512(x.data(), gotk.data(), n);
+  for (int64_t b = 0; b < n / 256; ++b) {
+    ASSERT_EQ(std::memcmp(&refk[b], &gotk[b], sizeof(ActBlockQ8K)), 0) << "K block " << b;
+  }
+}
+#endif
 
 TEST(QuantizedLinear, PackRejectsRowsThatAreNotWholeBlocks) {
   // A [4, 48] Q8_0 tensor is not whole 32-blocks per row though 192 elements are.

@@ -1,0 +1,23 @@
+// Batched linear on quantized weights with AMX-INT8 tiles (qgemm_amx.cc): the
+// same exact int32 block sums and the same f32 steps, per output and block, as
+// the qdot kernels (qdot_kernels.h), so its rows are bitwise theirs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "loom/core/thread_pool.h"
+#include "loom/runtime/cpu/matmul.h"
+
+namespace loom::cpu::detail {
+
+// AMX-INT8 tiles usable by this process: the CPU has them, the OS saves their
+// state and granted the tile data permission (requested once, on first call).
+bool amx_int8_usable();
+
+// y = act · wᵀ (+ bias) for M quantized activation rows (ActBlockQ8x32 or
+// ActBlockQ8K blocks as the weight type pairs with, act_row_bytes apart).
+void linear_quantized_amx(const uint8_t* act, size_t act_row_bytes, int64_t M, const PackedLinear& w, float* y,
+                          int64_t y_stride, ThreadPool& pool);
+
+}  // namespace loom::cpu::detail
