@@ -108,6 +108,20 @@ void run_case(benchmark::State& state, const LinearShape& s, DType dt, Impl impl
   state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Times linear() on each copy in turn, so every call reads its weights from memory.
+void time_round_robin(benchmark::State& state, const std::vector<PackedLinear>& copies, const LinearShape& s, int64_t M) {
+  const std::vector<float> x = random_floats(static_cast<size_t>(M * s.K), 3);
+  std::vector<float> y(static_cast<size_t>(M * s.N));
+  ThreadPool& pool = ThreadPool::global();
+  size_t next = 0;
+  for (auto _ : state) {
+    linear(x.data(), M, s.K, copies[next], y.data(), s.N, pool);
+    next = (next + 1) % copies.size();
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+}
+
 // As in a model run, where a decode step reads every layer's weights once: a
 // different copy of the layer each call, 640 MB in all (more than this machine's
 // 260 MB L3), so the weights come from memory rather than from L3.
@@ -123,16 +137,7 @@ void run_from_memory(benchmark::State& state, const LinearShape& s, int64_t M, b
     key = want;
   }
   detail::set_stream_group_prefetch(group_prefetch);
-  const std::vector<float> x = random_floats(static_cast<size_t>(M * s.K), 3);
-  std::vector<float> y(static_cast<size_t>(M * s.N));
-  ThreadPool& pool = ThreadPool::global();
-  size_t next = 0;
-  for (auto _ : state) {
-    linear(x.data(), M, s.K, copies[next], y.data(), s.N, pool);
-    next = (next + 1) % copies.size();
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-  }
+  time_round_robin(state, copies, s, M);
   detail::set_stream_group_prefetch(true);
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(s.N) * s.K * 2 * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * s.N * s.K * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
@@ -154,16 +159,7 @@ void run_quantized(benchmark::State& state, const LinearShape& s, DType dt, int6
   }
   ScopedIsa force(isa);
   detail::set_quantized_amx_allowed(amx);
-  const std::vector<float> x = random_floats(static_cast<size_t>(M * s.K), 3);
-  std::vector<float> y(static_cast<size_t>(M * s.N));
-  ThreadPool& pool = ThreadPool::global();
-  size_t next = 0;
-  for (auto _ : state) {
-    linear(x.data(), M, s.K, copies[next], y.data(), s.N, pool);
-    next = (next + 1) % copies.size();
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-  }
+  time_round_robin(state, copies, s, M);
   detail::set_quantized_amx_allowed(true);
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(dtype_bytes(dt, s.N * s.K)) * 1e-9,
                                               benchmark::Counter::kIsIterationInvariantRate);

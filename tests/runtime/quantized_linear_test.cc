@@ -38,6 +38,11 @@ std::vector<float> run(const std::vector<float>& x, int64_t M, const PackedLinea
   return y;
 }
 
+std::vector<float> run_on(Isa isa, const std::vector<float>& x, int64_t M, const PackedLinear& w, ThreadPool& pool) {
+  ScopedIsa force(isa);
+  return run(x, M, w, pool);
+}
+
 struct Case {
   int64_t M, blocks, N;
 };
@@ -60,16 +65,8 @@ TEST_P(QuantizedLinearIsaTest, EqualsScalarKernelsBitwiseAndBoundsReference) {
         auto packed = PackedLinear::pack(weight, with_bias ? &bias : nullptr);
         ASSERT_TRUE(packed.ok()) << packed.status().message();
         const std::vector<float> x = random_floats(static_cast<size_t>(c.M * K), seed + 3);
-        std::vector<float> scalar;
-        {
-          ScopedIsa force(Isa::kScalar);
-          scalar = run(x, c.M, *packed, pool);
-        }
-        std::vector<float> got;
-        {
-          ScopedIsa force(GetParam());
-          got = run(x, c.M, *packed, pool);
-        }
+        const std::vector<float> scalar = run_on(Isa::kScalar, x, c.M, *packed, pool);
+        const std::vector<float> got = run_on(GetParam(), x, c.M, *packed, pool);
         const std::string where = std::string(dtype_name(dt)) + " M=" + std::to_string(c.M) + " K=" +
                                   std::to_string(K) + " N=" + std::to_string(c.N) + (with_bias ? " bias" : "");
         ASSERT_EQ(got, scalar) << where;
@@ -185,15 +182,8 @@ TEST_P(QuantizedGemmTest, EqualsScalarKernelsBitwise) {
           const float scale = m % 7 == 3 ? 0.0f : 1.0f + static_cast<float>(m % 5) * 3.0f;
           for (int64_t k = 0; k < K; ++k) x[m * K + k] *= scale;
         }
-        std::vector<float> scalar, got;
-        {
-          ScopedIsa force(Isa::kScalar);
-          scalar = run(x, c.M, *packed, pool);
-        }
-        {
-          ScopedIsa force(Isa::kAvx512);
-          got = run(x, c.M, *packed, pool);
-        }
+        const std::vector<float> scalar = run_on(Isa::kScalar, x, c.M, *packed, pool);
+        const std::vector<float> got = run_on(Isa::kAvx512, x, c.M, *packed, pool);
         ASSERT_EQ(got, scalar) << dtype_name(dt) << " M=" << c.M << " K=" << K << " N=" << c.N
                                << (with_bias ? " bias" : "");
       }
