@@ -144,7 +144,8 @@ void run_from_memory(benchmark::State& state, const LinearShape& s, int64_t M, b
 }
 
 // Quantized weights from memory, as run_from_memory: copies of one quantized
-// layer, 640 MB in all, a different one each call.
+// layer, 640 MB in all, a different one each call (each its own storage: a
+// quantized PackedLinear is a view of its tensor).
 // amx: batched calls may use the AMX-INT8 GEMM (else the row kernels).
 void run_quantized(benchmark::State& state, const LinearShape& s, DType dt, int64_t M, Isa isa, bool amx) {
   static std::string key;
@@ -154,7 +155,8 @@ void run_quantized(benchmark::State& state, const LinearShape& s, DType dt, int6
     copies.clear();
     const Tensor weight = Tensor::from_f32(random_floats(static_cast<size_t>(s.N * s.K), 1), {s.N, s.K}).to(dt);
     const int64_t n = std::max<int64_t>(2, static_cast<int64_t>((size_t{640} << 20) / weight.nbytes()));
-    for (int64_t i = 0; i < n; ++i) copies.push_back(PackedLinear::pack(weight, nullptr).value());
+    // Quantized packing reads rows in place, so each copy needs its own storage.
+    for (int64_t i = 0; i < n; ++i) copies.push_back(PackedLinear::pack(weight.clone(), nullptr).value());
     key = want;
   }
   ScopedIsa force(isa);
