@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/file_pages.h"
+
 namespace loom::io {
 
 Result<std::shared_ptr<MappedFile>> MappedFile::open(const std::string& path) {
@@ -38,11 +40,14 @@ Result<std::shared_ptr<MappedFile>> MappedFile::open(const std::string& path) {
   const int err = errno;
   ::close(fd);
   if (p == MAP_FAILED) return io_error(path + ": mmap failed: " + std::strerror(err));
+  register_file_mapping(p, size);
   return std::shared_ptr<MappedFile>(new MappedFile(static_cast<const uint8_t*>(p), size));
 }
 
 MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (!data_) return;
+  unregister_file_mapping(data_);
+  ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
 }  // namespace loom::io

@@ -17,6 +17,7 @@
 #include <new>
 #include <string>
 
+#include "core/file_pages.h"
 #include "loom/runtime/cpu/cpu_features.h"
 #include "runtime/cpu/matmul_kernels.h"
 #include "runtime/cpu/qlinear.h"
@@ -400,6 +401,9 @@ Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias
         }
       }
     });
+    // The packed copy replaces the source: a checkpoint's mapped pages need not
+    // stay resident beside it (weights resident once).
+    release_file_pages(weight.data(), weight.nbytes());
   }
 
   if (bias) {

@@ -1,0 +1,67 @@
+#include "core/file_pages.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+namespace loom {
+namespace {
+
+struct Mappings {
+  std::mutex mu;
+  std::map<uintptr_t, uintptr_t> ranges;  // begin → end
+};
+
+Mappings& mappings() {
+  static Mappings m;
+  return m;
+}
+
+bool release_disabled() {
+  static const bool off = [] {
+    const char* env = std::getenv("LOOM_KEEP_MAPPED_PAGES");
+    return env && std::strcmp(env, "1") == 0;
+  }();
+  return off;
+}
+
+}  // namespace
+
+void register_file_mapping(const void* begin, size_t bytes) {
+  if (!begin || bytes == 0) return;
+  Mappings& m = mappings();
+  std::lock_guard<std::mutex> lock(m.mu);
+  const auto b = reinterpret_cast<uintptr_t>(begin);
+  m.ranges[b] = b + bytes;
+}
+
+void unregister_file_mapping(const void* begin) {
+  Mappings& m = mappings();
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.ranges.erase(reinterpret_cast<uintptr_t>(begin));
+}
+
+size_t release_file_pages(const void* p, size_t bytes) {
+  if (!p || bytes == 0 || release_disabled()) return 0;
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto lo = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t hi = lo + bytes;
+  Mappings& m = mappings();
+  std::lock_guard<std::mutex> lock(m.mu);  // the mapping cannot be unmapped meanwhile
+  auto it = m.ranges.upper_bound(lo);
+  if (it == m.ranges.begin()) return 0;
+  --it;
+  if (hi > it->second) return 0;
+  // Only pages wholly inside the range: the neighbours may be other tensors in use.
+  const uintptr_t first = (lo + page - 1) / page * page, last = hi / page * page;
+  if (last <= first) return 0;
+  if (madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) != 0) return 0;
+  return last - first;
+}
+
+}  // namespace loom

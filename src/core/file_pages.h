@@ -1,0 +1,21 @@
+// Pages of read-only file mappings that a copy has replaced. A checkpoint's
+// mapping registers its range; whoever copies a tensor into its own layout (the
+// packed matmul weights) hands the source range back, and those pages leave the
+// process's resident set. They stay in the page cache and fault back in from it
+// if the view is read again, so releasing is never destructive; ranges outside
+// a registered file mapping are left alone (anonymous memory would be zeroed).
+#pragma once
+
+#include <cstddef>
+
+namespace loom {
+
+void register_file_mapping(const void* begin, size_t bytes);
+void unregister_file_mapping(const void* begin);
+
+// Drops the whole pages inside [p, p + bytes) when they lie in a registered
+// mapping; returns the bytes released (0 if none). LOOM_KEEP_MAPPED_PAGES=1
+// turns it off.
+size_t release_file_pages(const void* p, size_t bytes);
+
+}  // namespace loom
