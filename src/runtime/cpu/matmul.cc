@@ -371,6 +371,7 @@ Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias
 
     // Transposes 32-row blocks; panels are independent, so loading a model packs
     // on all threads.
+    const size_t elt = dtype_size(dt);
     ThreadPool::global().parallel_for(panels, [&](int64_t p0, int64_t p1, int) {
       for (int64_t p = p0; p < p1; ++p) {
         uint8_t* dst = static_cast<uint8_t*>(out.data_.get()) + out.panel_bytes_ * p;
@@ -399,11 +400,14 @@ Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias
             }
           }
         }
+        // The packed copy replaces the source: a checkpoint's mapped pages need
+        // not stay resident beside it (weights resident once), nor pile up while
+        // a large tensor (the LM head) is packed.
+        release_file_pages(static_cast<const uint8_t*>(weight.data()) + static_cast<size_t>(p * kNr * K) * elt,
+                           static_cast<size_t>(rows * K) * elt);
       }
     });
-    // The packed copy replaces the source: a checkpoint's mapped pages need not
-    // stay resident beside it (weights resident once).
-    release_file_pages(weight.data(), weight.nbytes());
+    release_file_pages(weight.data(), weight.nbytes());  // the pages panels shared
   }
 
   if (bias) {
