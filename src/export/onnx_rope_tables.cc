@@ -110,6 +110,11 @@ Result<RopeTables> rope_tables(const graph::Node& n, int64_t positions) {
   } else if (type == "dynamic") {
     return internal_error(where + "dynamic NTK scaling depends on the sequence length at run time: it has no table "
                                   "(onnx_dynamic_rope_cos_sin computes it in the graph)");
+  } else if (type == "longrope") {
+    // Not a table over positions: a sequence past original_max_position_embeddings
+    // rotates every position (its cached keys aside) with the long factors.
+    return unsupported(where + "longrope picks its frequencies by the sequence's length at run time; it is not "
+                               "exported (run it with loom, or export a model without rope_scaling)");
   } else {
     return unsupported(where + "unknown rope type (supported: default, linear, dynamic, llama3, yarn)");
   }

@@ -43,6 +43,10 @@ const std::vector<int64_t>& Node::attr_ints(const std::string& key) const {
   return get_attr<std::vector<int64_t>>(*this, key);
 }
 
+const std::vector<double>& Node::attr_floats(const std::string& key) const {
+  return get_attr<std::vector<double>>(*this, key);
+}
+
 int Graph::add_symbol(const std::string& name) {
   const int existing = symbol(name);
   if (existing >= 0) return existing;

@@ -47,6 +47,52 @@ TypeDefaults defaults_for(const std::string& model_type) {
 // get_mscale from Transformers' YaRN.
 double yarn_mscale(double scale, double mscale) { return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
 
+// Transformers' _compute_longrope_parameters: `factor` defaults to max / original
+// max positions (Phi-3 sets neither in rope_scaling), the original length to a
+// top-level original_max_position_embeddings, else max_position_embeddings; the
+// attention factor, when not given, is sqrt(1 + ln(factor) / ln(original)).
+Status parse_longrope(const json& rope, const JsonFields& r, const JsonFields& top, ModelConfig& cfg) {
+  RopeScaling& rs = cfg.rope_scaling;
+  for (const char* key : {"long_factor", "short_factor"}) {
+    if (!rope.contains(key) || !rope.at(key).is_array() || rope.at(key).empty())
+      return parse_error(r.where() + ": rope_type 'longrope' needs '" + key + "', a non-empty list of numbers");
+    std::vector<double>& out = std::string(key) == "long_factor" ? rs.long_factor : rs.short_factor;
+    for (const json& v : rope.at(key)) {
+      if (!v.is_number() || !(v.get<double>() > 0))
+        return r.bad_value(key, "must hold positive numbers only, got " + v.dump());
+      out.push_back(v.get<double>());
+    }
+  }
+  if (rs.long_factor.size() != rs.short_factor.size())
+    return r.bad_value("long_factor", "has " + std::to_string(rs.long_factor.size()) + " values, short_factor " +
+                                          std::to_string(rs.short_factor.size()));
+  // One divisor per rotated frequency (Transformers' config validation says the same).
+  const int64_t half = cfg.rotary_dim() / 2;
+  if (half > 0 && rs.long_factor.size() != static_cast<size_t>(half))
+    return r.bad_value("long_factor", "needs rotary_dim / 2 = " + std::to_string(half) + " values (one per rotated "
+                                      "frequency), got " + std::to_string(rs.long_factor.size()) + "; rope 'longrope'");
+  LOOM_ASSIGN_OR_RETURN(std::optional<int64_t> original, r.int_field("original_max_position_embeddings"));
+  if (!original) { LOOM_ASSIGN_OR_RETURN(original, top.int_field("original_max_position_embeddings")); }
+  if (!original) original = cfg.max_position_embeddings;
+  if (*original <= 0)
+    return r.bad_value("original_max_position_embeddings", "must be positive, got " + std::to_string(*original));
+  rs.original_max_position_embeddings = *original;
+  LOOM_ASSIGN_OR_RETURN(std::optional<double> factor, r.number_field("factor"));
+  rs.factor = factor ? *factor : static_cast<double>(cfg.max_position_embeddings) / static_cast<double>(*original);
+  if (!(rs.factor > 0)) return r.bad_value("factor", "must be positive, got " + std::to_string(rs.factor));
+  LOOM_ASSIGN_OR_RETURN(std::optional<double> attention_factor, r.number_field("attention_factor"));
+  if (attention_factor) {
+    if (*attention_factor < 0) return r.bad_value("attention_factor", "must not be negative");
+    rs.attention_factor = *attention_factor;
+    rs.attention_factor_given = true;
+  } else {
+    rs.attention_factor = rs.factor <= 1.0 ? 1.0
+                                           : std::sqrt(1.0 + std::log(rs.factor) /
+                                                                 std::log(static_cast<double>(*original)));
+  }
+  return Status::Ok();
+}
+
 Status parse_rope(const json& j, const std::string& source, ModelConfig& cfg) {
   const JsonFields top(j, source);
   const json* rope = nullptr;
@@ -89,10 +135,11 @@ Status parse_rope(const json& j, const std::string& source, ModelConfig& cfg) {
   }
   rs.rope_type = type.value_or("default");
   const std::string& t = rs.rope_type;
-  if (t != "default" && t != "linear" && t != "dynamic" && t != "llama3" && t != "yarn")
+  if (t != "default" && t != "linear" && t != "dynamic" && t != "llama3" && t != "yarn" && t != "longrope")
     return unsupported(r.where() + ": rope_type '" + t +
-                       "' is not supported (loom supports default, linear, dynamic, llama3, yarn)");
+                       "' is not supported (loom supports default, linear, dynamic, llama3, yarn, longrope)");
   if (t == "default") return Status::Ok();
+  if (t == "longrope") return parse_longrope(*rope, r, top, cfg);
 
   // `factor` is required by every scaled type; yarn alone may leave it null
   // (then max_position_embeddings / original_max_position_embeddings).

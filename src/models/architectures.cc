@@ -28,6 +28,11 @@ RopeSettings rope_from_config(const ModelConfig& c) {
   if (s.mscale_all_dim > 0) r.mscale_all_dim = s.mscale_all_dim;
   if (s.attention_factor_given) r.attention_factor = s.attention_factor;
   r.truncate = s.truncate;
+  if (s.rope_type == "longrope") {
+    r.long_factor = s.long_factor;
+    r.short_factor = s.short_factor;
+    r.attention_factor = s.attention_factor;  // resolved by the config parser
+  }
   const int64_t rotary = c.rotary_dim();
   r.rotary_dim = rotary - rotary % 2;
   return r;

@@ -296,11 +296,50 @@ Result<nlohmann::json> llama3_scaling_from_gguf(const GgufFile& file, const std:
                         {"original_max_position_embeddings", static_cast<int64_t>(std::llround(orig))}};
 }
 
+// Phi-3 128k / 3.5: llama.cpp stores longrope's factors as rope_factors_long/short
+// and the pre-extension length as rope.scaling.original_context_length; the
+// attention factor it computed (rope.scaling.attn_factor) is kept as given.
+Result<nlohmann::json> longrope_scaling_from_gguf(const GgufFile& file, const std::string& p) {
+  nlohmann::json rs{{"rope_type", "longrope"}};
+  size_t n = 0;
+  for (const char* which : {"long", "short"}) {
+    const std::string name = std::string("rope_factors_") + which + ".weight";
+    if (!file.find(name)) return parse_error(file.path() + ": has one of rope_factors_long/short but not " + name);
+    LOOM_ASSIGN_OR_RETURN(Tensor t, file.get(name));
+    if (t.dtype() != DType::kF32 || t.rank() != 1)
+      return parse_error(file.path() + ": " + name + " is " + t.describe() + ", expected a F32 vector");
+    if (n && static_cast<size_t>(t.numel()) != n)
+      return parse_error(file.path() + ": rope_factors_long and rope_factors_short differ in length");
+    n = static_cast<size_t>(t.numel());
+    const float* v = t.data_as<float>();
+    rs[std::string(which) + "_factor"] = std::vector<double>(v, v + n);
+  }
+  LOOM_ASSIGN_OR_RETURN(const GgufValue* ctx, file.require_value(p + "context_length"));
+  LOOM_ASSIGN_OR_RETURN(int64_t context, ctx->as_int(p + "context_length"));
+  int64_t original = context;
+  if (const GgufValue* o = file.find_value(p + "rope.scaling.original_context_length")) {
+    LOOM_ASSIGN_OR_RETURN(original, o->as_int(p + "rope.scaling.original_context_length"));
+  }
+  rs["original_max_position_embeddings"] = original;
+  if (const GgufValue* a = file.find_value(p + "rope.scaling.attn_factor")) {
+    LOOM_ASSIGN_OR_RETURN(double attn, a->as_double(p + "rope.scaling.attn_factor"));
+    rs["attention_factor"] = attn;
+  }
+  return rs;
+}
+
 }  // namespace
 
 Result<std::vector<std::pair<std::string, Tensor>>> gguf_extra_tensors_for(const ModelConfig& c) {
   std::vector<std::pair<std::string, Tensor>> out;
   const RopeScaling& rs = c.rope_scaling;
+  if (rs.rope_type == "longrope") {  // llama.cpp's Phi-3: the factors as two F32 tensors
+    const std::vector<float> lf(rs.long_factor.begin(), rs.long_factor.end());
+    const std::vector<float> sf(rs.short_factor.begin(), rs.short_factor.end());
+    out.emplace_back("rope_factors_long.weight", Tensor::from_f32(lf, {static_cast<int64_t>(lf.size())}));
+    out.emplace_back("rope_factors_short.weight", Tensor::from_f32(sf, {static_cast<int64_t>(sf.size())}));
+    return out;
+  }
   if (rs.rope_type != "llama3") return out;
   const int64_t rot = c.rotary_dim();
   const double orig = static_cast<double>(rs.original_max_position_embeddings > 0 ? rs.original_max_position_embeddings
@@ -311,7 +350,10 @@ Result<std::vector<std::pair<std::string, Tensor>>> gguf_extra_tensors_for(const
   return out;
 }
 
-bool gguf_tensor_is_not_a_parameter(const std::string& gguf_name) { return gguf_name == "rope_freqs.weight"; }
+bool gguf_tensor_is_not_a_parameter(const std::string& gguf_name) {
+  return gguf_name == "rope_freqs.weight" || gguf_name == "rope_factors_long.weight" ||
+         gguf_name == "rope_factors_short.weight";
+}
 
 const std::vector<std::string>& gguf_architectures() {
   static const std::vector<std::string> names = [] {
@@ -443,9 +485,13 @@ Result<nlohmann::json> config_json_from_gguf(const GgufFile& file) {
     }
   }
   if (std::string(fam->model_type) == "phi3") {
-    if (file.find("rope_factors_long.weight") || file.find("rope_factors_short.weight"))
-      return unsupported(file.path() + ": Phi-3 longrope scaling (rope_factors_long/short) is not mapped");
     c["original_max_position_embeddings"] = context;
+    if (file.find("rope_factors_long.weight") || file.find("rope_factors_short.weight")) {
+      LOOM_ASSIGN_OR_RETURN(nlohmann::json rs, longrope_scaling_from_gguf(file, p));
+      c["original_max_position_embeddings"] = rs["original_max_position_embeddings"];
+      rs.erase("original_max_position_embeddings");  // Phi-3 keeps it at the top level
+      c["rope_scaling"] = rs;
+    }
     if (const GgufValue* v = file.find_value(p + "attention.sliding_window")) {
       LOOM_ASSIGN_OR_RETURN(int64_t w, v->as_int(p + "attention.sliding_window"));
       if (w > 0) c["sliding_window"] = w;
@@ -564,9 +610,13 @@ Result<std::vector<std::pair<std::string, GgufValue>>> gguf_metadata_for(const M
                                                                                      : c.max_position_embeddings);
     const double values[] = {rs.factor, rs.low_freq_factor, rs.high_freq_factor, orig};
     for (int i = 0; i < 4; ++i) m.emplace_back(kLlama3Keys[i], GgufValue::f32(static_cast<float>(values[i])));
+  } else if (rs.rope_type == "longrope") {
+    // The factors travel as tensors (gguf_extra_tensors_for), as llama.cpp's Phi-3.
+    m.emplace_back(p + "rope.scaling.original_context_length", u32(rs.original_max_position_embeddings));
+    m.emplace_back(p + "rope.scaling.attn_factor", GgufValue::f32(static_cast<float>(rs.attention_factor)));
   } else if (rs.rope_type != "default") {
     return unsupported(c.source + ": rope_scaling type '" + rs.rope_type +
-                       "' has no GGUF form loom writes (default, linear, yarn, llama3)");
+                       "' has no GGUF form loom writes (default, linear, yarn, llama3, longrope)");
   }
   const bool slides = c.sliding_window && *c.sliding_window > 0 &&
                       std::find(c.layer_types.begin(), c.layer_types.end(), "sliding_attention") != c.layer_types.end();

@@ -333,6 +333,8 @@ ValueId SelfAttention::forward(GraphBuilder& b, ValueId x, ValueId positions) co
           {"mscale_all_dim", opt(r.mscale_all_dim)},
           {"attention_factor", opt(r.attention_factor)},
           {"truncate", static_cast<int64_t>(r.truncate)},
+          {"long_factor", r.long_factor},
+          {"short_factor", r.short_factor},
       };
     };
     if (s_.use_rope) {

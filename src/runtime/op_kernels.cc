@@ -30,7 +30,8 @@ struct PackedWeight : NodeState {
 struct RopeState : NodeState {
   cpu::RopeParams params;
   int64_t head_dim = 0, rotary_dim = 0, num_heads = 0;
-  std::vector<float> inv_freq;  // for every type but dynamic
+  std::vector<float> inv_freq;  // for every type but dynamic (longrope: the short factors)
+  std::vector<float> long_inv_freq;  // longrope past original_max_position_embeddings
   float attention_scaling = 1.0f;
 };
 
@@ -274,6 +275,10 @@ cpu::RopeParams rope_params(const Node& n) {
   p.mscale_all_dim = opt("mscale_all_dim");
   p.attention_factor = opt("attention_factor");
   p.truncate = n.attr_int("truncate", 1) != 0;
+  if (p.type == "longrope") {
+    p.long_factor = n.attr_floats("long_factor");
+    p.short_factor = n.attr_floats("short_factor");
+  }
   p.partial_rotary_factor = static_cast<double>(n.attr_int("rotary_dim")) / static_cast<double>(n.attr_int("head_dim"));
   return p;
 }
@@ -289,6 +294,9 @@ OpKernel rope_kernel() {
     s->num_heads = n.attr_int("num_heads");
     if (s->params.type != "dynamic")
       LOOM_RETURN_IF_ERROR(cpu::compute_inv_freq(s->params, s->head_dim, 0, &s->inv_freq, &s->attention_scaling));
+    if (s->params.type == "longrope")
+      LOOM_RETURN_IF_ERROR(cpu::compute_inv_freq(s->params, s->head_dim, s->params.original_max_position_embeddings + 1,
+                                                 &s->long_inv_freq, &s->attention_scaling));
     return std::unique_ptr<NodeState>(std::move(s));
   };
   k.run = [](KernelArgs& a) -> Status {
@@ -306,21 +314,34 @@ OpKernel rope_kernel() {
         cpu::rope_apply(out + begin * stride, count, s->num_heads, s->head_dim, stride, pos + begin, inv_freq.data(),
                         s->rotary_dim, scaling, a.pool);
     };
+    std::vector<graph::StepSequence> seqs;
+    if (a.step && !a.step->sequences.empty()) seqs = a.step->sequences;
+    else seqs.push_back({0, rows, 0});
+    auto furthest = [&](const graph::StepSequence& sq) {
+      int32_t max_pos = 0;
+      for (int64_t i = 0; i < sq.q_len; ++i) max_pos = std::max(max_pos, pos[sq.q_begin + i]);
+      return max_pos;
+    };
+    if (s->params.type == "longrope") {
+      // Transformers switches to the long factors when max(position_ids) + 1 of the
+      // forward passes the original length; here per sequence, so a sequence's
+      // rotation does not depend on what else is in the batch.
+      for (const auto& sq : seqs) {
+        const bool long_seq = furthest(sq) + 1 > s->params.original_max_position_embeddings;
+        apply(sq.q_begin, sq.q_len, long_seq ? s->long_inv_freq : s->inv_freq, s->attention_scaling);
+      }
+      return Status::Ok();
+    }
     if (s->params.type != "dynamic") {
       apply(0, rows, s->inv_freq, s->attention_scaling);
       return Status::Ok();
     }
     // Dynamic NTK depends on the sequence length, so each sequence gets its own
     // frequencies (Transformers uses max(position_ids) + 1 of the forward call).
-    std::vector<graph::StepSequence> seqs;
-    if (a.step && !a.step->sequences.empty()) seqs = a.step->sequences;
-    else seqs.push_back({0, rows, 0});
     std::vector<float> inv_freq;
     float scaling = 1.0f;
     for (const auto& sq : seqs) {
-      int32_t max_pos = 0;
-      for (int64_t i = 0; i < sq.q_len; ++i) max_pos = std::max(max_pos, pos[sq.q_begin + i]);
-      LOOM_RETURN_IF_ERROR(cpu::compute_inv_freq(s->params, s->head_dim, max_pos + 1, &inv_freq, &scaling));
+      LOOM_RETURN_IF_ERROR(cpu::compute_inv_freq(s->params, s->head_dim, furthest(sq) + 1, &inv_freq, &scaling));
       apply(sq.q_begin, sq.q_len, inv_freq, scaling);
     }
     return Status::Ok();

@@ -342,7 +342,13 @@ TEST(ModelConfigRope, RopeScalingWinsAndEmptyOneFallsThrough) {
 
 TEST(ModelConfigRope, Errors) {
   expect_error({{"model_type", "llama"}, {"rope_scaling", {{"rope_type", "longrope"}, {"factor", 2}}}},
-               ErrorCode::kUnsupported, {"rope_type 'longrope'"});
+               ErrorCode::kParseError, {"longrope", "long_factor"});
+  expect_error({{"model_type", "llama"},
+                {"rope_scaling", {{"rope_type", "longrope"}, {"long_factor", {1.0, 2.0}}, {"short_factor", {1.0}}}}},
+               ErrorCode::kInvalidArgument, {"long_factor", "2 values", "short_factor 1"});
+  expect_error({{"model_type", "llama"},
+                {"rope_scaling", {{"rope_type", "longrope"}, {"long_factor", {1.0, -2.0}}, {"short_factor", {1.0, 1.0}}}}},
+               ErrorCode::kInvalidArgument, {"long_factor", "positive"});
   expect_error({{"model_type", "llama"}, {"rope_scaling", {{"rope_type", "linear"}}}}, ErrorCode::kParseError,
                {"rope_scaling", "'factor'", "linear"});
   expect_error({{"model_type", "llama"}, {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8}, {"high_freq_factor", 4}}}},

@@ -76,7 +76,7 @@ TEST_P(GgufRoundTrip, LogitsEqualTheSafetensorsCheckpoint) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufRoundTrip,
                          ::testing::Values("llama-f32", "llama-bf16", "llama_mha_untied-f32", "llama_bias-f32",
                                            "llama_kv1_headdim-f32", "llama_rope_linear-f32", "llama_rope_llama3-f32", "qwen2-f32", "qwen2-bf16",
-                                           "qwen3-f32", "qwen3-bf16", "phi3-f32", "phi3_sliding-f32",
+                                           "qwen3-f32", "qwen3-bf16", "phi3-f32", "phi3_sliding-f32", "phi3_longrope-f32",
                                            "mixtral-f32", "mixtral-bf16", "qwen2_moe-f32", "gemma2-f32", "gemma2-bf16"));
 
 // llama.cpp multiplies by Gemma's norm weights as stored, so its files hold 1 + w

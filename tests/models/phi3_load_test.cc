@@ -133,7 +133,8 @@ TEST_F(BrokenPhi3, AttentionBiasIsRejected) {
   EXPECT_NE(s.message().find("attention_bias"), std::string::npos) << s.message();
 }
 
-TEST_F(BrokenPhi3, LongRopeIsRejectedClearly) {
+// Phi-3 128k's factors must cover rotary_dim / 2 frequencies (here 3/4 of each head).
+TEST_F(BrokenPhi3, LongRopeWithTheWrongFactorCountIsRejectedClearly) {
   nlohmann::json j;
   {
     std::ifstream in(dir_ / "config.json");
@@ -141,12 +142,13 @@ TEST_F(BrokenPhi3, LongRopeIsRejectedClearly) {
   }
   const int64_t half = j["hidden_size"].get<int64_t>() / j["num_attention_heads"].get<int64_t>() * 3 / 8;
   j["rope_scaling"] = {{"type", "longrope"},
-                       {"short_factor", std::vector<double>(static_cast<size_t>(half), 1.0)},
-                       {"long_factor", std::vector<double>(static_cast<size_t>(half), 2.0)}};
+                       {"short_factor", std::vector<double>(static_cast<size_t>(half + 1), 1.0)},
+                       {"long_factor", std::vector<double>(static_cast<size_t>(half + 1), 2.0)}};
   std::ofstream(dir_ / "config.json") << j.dump(1);
   Status s = load();
-  EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.to_string();
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
   EXPECT_NE(s.message().find("longrope"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(std::to_string(half) + " values"), std::string::npos) << s.message();
 }
 
 }  // namespace

@@ -193,7 +193,9 @@ def build_config(spec):
     elif s["moe"]:
         raise ValueError("moe is a mixtral / qwen2_moe knob")
     if s["arch"] == "phi3":
-        cfg["original_max_position_embeddings"] = s["max_position_embeddings"]
+        # Phi-3 keeps the pre-extension length at the top level (longrope reads it from there).
+        cfg["original_max_position_embeddings"] = (s["rope"] or {}).get("original_max_position_embeddings",
+                                                                        s["max_position_embeddings"])
         cfg["resid_pdrop"] = 0.0
         cfg["embd_pdrop"] = 0.0
     if s["partial_rotary_factor"] is not None:
@@ -210,6 +212,8 @@ def build_config(spec):
     elif s["arch"] == "llama" and s["sliding_window"] is not None:
         raise ValueError("llama has no sliding window")
     rope = dict(s["rope"]) if s["rope"] else None
+    if rope and s["arch"] == "phi3":
+        rope.pop("original_max_position_embeddings", None)
     if s["rope_format"] == "rope_parameters":  # Transformers 5.x layout
         params = {"rope_type": "default"}
         params.update(rope or {})

@@ -83,6 +83,14 @@ VARIANTS = {
     "phi3": (dict(arch="phi3", hidden_size=96, intermediate_size=224, num_attention_heads=6,
                   num_key_value_heads=2, vocab_size=352, partial_rotary_factor=0.75, rms_norm_eps=1e-5,
                   seed=14), "partial_rope"),
+    # Phi-3 128k's longrope: short factors up to the original 80 positions (the prompt), long ones
+    # once decoding passes it; the cached keys keep the short rotation, as in Transformers.
+    "phi3_longrope": (dict(arch="phi3", hidden_size=64, intermediate_size=160, num_attention_heads=4,
+                           num_key_value_heads=2, vocab_size=288, max_position_embeddings=320, rms_norm_eps=1e-5,
+                           rope={"rope_type": "longrope", "original_max_position_embeddings": 80,
+                                 "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.0, 4.0],
+                                 "long_factor": [1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0, 32.0]},
+                           seed=23), "rope"),
     "phi3_sliding": (dict(arch="phi3", hidden_size=64, intermediate_size=160, num_attention_heads=4,
                           num_key_value_heads=1, vocab_size=288, sliding_window=16, rms_norm_eps=1e-5,
                           seed=15), "window"),
@@ -195,7 +203,7 @@ def choose_prompt(model, spec, vocab):
     """Tries PROMPT_CANDIDATES prompt seeds; keeps the one whose greedy run is most robust:
     enough distinct tokens, cached == uncached (except dynamic RoPE, where they legitimately
     differ), and the largest smallest top-1/top-2 logit margin."""
-    dynamic = model.cfg.rope["rope_type"] == "dynamic"
+    dynamic = model.cfg.rope["rope_type"] in ("dynamic", "longrope")
     best = None
     for k in range(PROMPT_CANDIDATES):
         seed = spec["seed"] * 1000 + k

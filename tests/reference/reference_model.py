@@ -87,7 +87,7 @@ _DEFAULTS = {
                  scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False),
 }
 
-ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 
 
 class Config:
@@ -99,7 +99,8 @@ class Config:
             raise ValueError(f"config.json: unsupported model_type {model_type!r}; supported: {sorted(_DEFAULTS)}")
         c = dict(_DEFAULTS[model_type])
         c.update({k: v for k, v in raw.items() if k in c or k in ("rope_scaling", "rope_parameters",
-                                                                     "partial_rotary_factor")})
+                                                                     "partial_rotary_factor",
+                                                                     "original_max_position_embeddings")})
         self.model_type = model_type
         self.gpt2 = model_type == "gpt2"
         self.gemma2 = model_type == "gemma2"
@@ -192,6 +193,9 @@ class Config:
         rope.setdefault("partial_rotary_factor", float(c.get("partial_rotary_factor", 1.0)))
         if rope_type in ("llama3", "yarn"):
             rope.setdefault("original_max_position_embeddings", self.max_position_embeddings)
+        if rope_type == "longrope":  # Transformers' standardize_rope_params: a top-level value moves in
+            rope.setdefault("original_max_position_embeddings",
+                            c.get("original_max_position_embeddings") or self.max_position_embeddings)
         self.rope = rope
 
     def _init_gpt2(self, c):
@@ -297,6 +301,20 @@ def rope_parameters(cfg, seq_len=None):
         extrapolation_factor = 1 - ramp
         inv_freq = interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor
         return inv_freq, attention_factor
+    if rope_type == "longrope":
+        # _compute_longrope_parameters (Transformers 5.x): factor defaults to max / original max
+        # positions; the long factors apply once seq_len passes the original length.
+        orig = r["original_max_position_embeddings"]
+        factor = r.get("factor")
+        if factor is None:
+            factor = cfg.max_position_embeddings / orig
+        attention_factor = r.get("attention_factor")
+        if attention_factor is None:
+            attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
+        ext = r["long_factor"] if seq_len and seq_len > orig else r["short_factor"]
+        ext_factors = torch.tensor(ext, dtype=torch.float32)
+        shape = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+        return 1.0 / (ext_factors * base ** shape), attention_factor
     raise AssertionError(rope_type)
 
 
@@ -342,6 +360,12 @@ class RotaryState:
             orig = self.cfg.max_position_embeddings
             if seq_len < orig and self.max_seq_len_cached > orig:
                 self.inv_freq, self.max_seq_len_cached = self.original_inv_freq, orig
+        elif self.cfg.rope["rope_type"] == "longrope":  # _longrope_frequency_update
+            orig = self.cfg.rope["original_max_position_embeddings"]
+            if int(positions.max()) + 1 > orig:
+                self.inv_freq, _ = rope_parameters(self.cfg, orig + 1)
+            else:
+                self.inv_freq = self.original_inv_freq
         return rope_cos_sin(self.inv_freq, self.scaling, positions, dtype)
 
 

@@ -201,9 +201,15 @@ TEST(RopeParams, BadParametersNameTheField) {
   float s;
   RopeParams p;
   p.type = "longrope";
+  p.original_max_position_embeddings = 16;
+  p.long_factor = p.short_factor = std::vector<double>(31, 1.0);  // head_dim 64 needs 32
   Status st = compute_inv_freq(p, 64, 0, &inv, &s);
-  EXPECT_EQ(st.code(), ErrorCode::kUnsupported);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(st.message().find("longrope"), std::string::npos);
+  EXPECT_NE(st.message().find("32"), std::string::npos) << st.to_string();
+  p.type = "nope";
+  st = compute_inv_freq(p, 64, 0, &inv, &s);
+  EXPECT_EQ(st.code(), ErrorCode::kUnsupported);
   p.type = "linear";
   st = compute_inv_freq(p, 64, 0, &inv, &s);
   EXPECT_NE(st.message().find("factor"), std::string::npos) << st.to_string();

@@ -55,6 +55,7 @@ struct Node {
   const std::string& attr_str(const std::string& key) const;
   std::string attr_str(const std::string& key, const std::string& fallback) const;
   const std::vector<int64_t>& attr_ints(const std::string& key) const;
+  const std::vector<double>& attr_floats(const std::string& key) const;
   bool has_attr(const std::string& key) const { return attrs.count(key) != 0; }
 };
 

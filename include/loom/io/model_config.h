@@ -28,7 +28,7 @@ namespace loom {
 // are present, as in Transformers. Defaults are resolved at parse time exactly
 // where Transformers resolves them, so consumers read plain numbers.
 struct RopeScaling {
-  std::string rope_type = "default";  // default | linear | dynamic | llama3 | yarn
+  std::string rope_type = "default";  // default | linear | dynamic | llama3 | yarn | longrope
   double factor = 1.0;                // required for linear, dynamic, llama3, yarn
   // llama3 (both required, high > low).
   double low_freq_factor = 0.0;
@@ -49,6 +49,9 @@ struct RopeScaling {
   // non-zero, else get_mscale(f) = 0.1·ln(f) + 1 (1 for f ≤ 1). Others: 1.
   double attention_factor = 1.0;
   bool attention_factor_given = false;
+  // longrope (Phi-3 128k, Phi-3.5): per-frequency divisors, rotary_dim / 2 each;
+  // long_factor applies once a sequence passes original_max_position_embeddings.
+  std::vector<double> long_factor, short_factor;
 };
 
 struct ModelConfig {

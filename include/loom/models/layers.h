@@ -3,6 +3,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "loom/models/module.h"
 
@@ -137,6 +138,7 @@ struct RopeSettings {
   std::optional<double> mscale, mscale_all_dim, attention_factor;
   bool truncate = true;
   int64_t rotary_dim = 0;
+  std::vector<double> long_factor, short_factor;  // longrope
 };
 
 struct AttentionSettings {

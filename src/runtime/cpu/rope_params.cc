@@ -155,7 +155,38 @@ Status compute_inv_freq(const RopeParams& p, int64_t head_dim, int64_t seq_len, 
     return Status::Ok();
   }
 
-  return unsupported(where + "unknown rope type (supported: default, linear, dynamic, llama3, yarn)");
+  if (p.type == "longrope") {
+    // Transformers' _compute_longrope_parameters: 1 / (ext_factors * base ** (arange(0, dim, 2) / dim)).
+    if (p.original_max_position_embeddings < 1)
+      return invalid_argument(where + "needs original_max_position_embeddings");
+    if (p.long_factor.size() != static_cast<size_t>(half) || p.short_factor.size() != static_cast<size_t>(half))
+      return invalid_argument(where + "long_factor and short_factor need rotary_dim / 2 = " + std::to_string(half) +
+                              " values each, got " + std::to_string(p.long_factor.size()) + " and " +
+                              std::to_string(p.short_factor.size()));
+    const std::vector<double>& ext = seq_len > p.original_max_position_embeddings ? p.long_factor : p.short_factor;
+    const float b = static_cast<float>(p.theta);
+    std::vector<float> inv(static_cast<size_t>(half));
+    for (int64_t i = 0; i < half; ++i) {
+      const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+      inv[static_cast<size_t>(i)] = 1.0f / (static_cast<float>(ext[static_cast<size_t>(i)]) * std::pow(b, exponent));
+    }
+    *inv_freq = std::move(inv);
+    double attention_factor = 1.0;
+    if (p.attention_factor.has_value()) {
+      attention_factor = *p.attention_factor;
+    } else {
+      const double factor = p.factor > 0 ? p.factor
+                                         : static_cast<double>(p.max_position_embeddings) /
+                                               static_cast<double>(p.original_max_position_embeddings);
+      if (factor > 1.0)
+        attention_factor =
+            std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(p.original_max_position_embeddings)));
+    }
+    *attention_scaling = static_cast<float>(attention_factor);
+    return Status::Ok();
+  }
+
+  return unsupported(where + "unknown rope type (supported: default, linear, dynamic, llama3, yarn, longrope)");
 }
 
 }  // namespace loom::cpu

@@ -20,7 +20,7 @@ namespace loom::cpu {
 // The fields of a config's `rope_scaling` / `rope_parameters` (+ rope_theta, partial_rotary_factor
 // and max_position_embeddings) that the supported rope types read.
 struct RopeParams {
-  std::string type = "default";  // "default", "linear", "dynamic", "llama3", "yarn"
+  std::string type = "default";  // "default", "linear", "dynamic", "llama3", "yarn", "longrope"
   double theta = 10000.0;        // rope_theta
   double factor = 0;             // 0 = not given (yarn then uses max / original max positions)
   double low_freq_factor = 1, high_freq_factor = 4;  // llama3
@@ -30,11 +30,15 @@ struct RopeParams {
   std::optional<double> mscale, mscale_all_dim, attention_factor;  // yarn
   bool truncate = true;                                            // yarn: floor/ceil the correction range
   double partial_rotary_factor = 1;
+  // longrope: per-frequency divisors, rotary_dim / 2 each; the long ones once a
+  // sequence is longer than original_max_position_embeddings.
+  std::vector<double> long_factor, short_factor;
 };
 
 // inv_freq gets rotary_dim / 2 values, rotary_dim = int(head_dim * partial_rotary_factor);
 // attention_scaling multiplies cos and sin (1 except for yarn). seq_len matters only for
-// "dynamic" (the current sequence length; <= 0 means max_position_embeddings). Follows
+// "dynamic" (the current sequence length; <= 0 means max_position_embeddings) and
+// "longrope" (long factors when seq_len > original_max_position_embeddings). Follows
 // Transformers' _compute_{default,linear_scaling,dynamic_ntk,llama3,yarn}_rope_parameters,
 // including their f32 tensor arithmetic. Errors name the missing or bad field.
 Status compute_inv_freq(const RopeParams& params, int64_t head_dim, int64_t seq_len, std::vector<float>* inv_freq,
