@@ -1,6 +1,6 @@
 """Structured outputs and tool calls through `loom serve` (bundled model): response_format,
-vLLM's structured_outputs / guided_* fields, tools + tool_choice with the Llama 3.1 and
-Qwen2.5 chat templates (the real ones, from tests/reference/chat_templates, put on the
+vLLM's structured_outputs / guided_* fields, tools + tool_choice with the Llama 3.1 / 3.2
+and Qwen2.5 / Qwen3 chat templates (the real ones, from tests/reference/chat_templates, put on the
 bundled weights). Outputs are checked with Debian's python3-jsonschema, calls against the
 tools' parameter schemas, streamed deltas against the non-streamed reply."""
 import json
@@ -88,10 +88,12 @@ class Structured(unittest.TestCase):
         cls.plain = Server()
         cls.qwen = Server("--max-model-len", "2048", model=family_model(cls.tmp, "qwen2_5"))
         cls.llama = Server("--max-model-len", "2048", model=family_model(cls.tmp, "llama3_1"))
+        cls.qwen3 = Server("--max-model-len", "2048", model=family_model(cls.tmp, "qwen3"))
+        cls.llama32 = Server("--max-model-len", "2048", model=family_model(cls.tmp, "llama3_2"))
 
     @classmethod
     def tearDownClass(cls):
-        for s in (cls.plain, cls.qwen, cls.llama):
+        for s in (cls.plain, cls.qwen, cls.llama, cls.qwen3, cls.llama32):
             s.stop()
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
@@ -200,7 +202,7 @@ class Structured(unittest.TestCase):
 
     def test_forced_calls_validate_for_each_family(self):
         prompts = ["What is the weather in Paris?", "Add 2 and 3.", "Hello"]
-        for server in (self.qwen, self.llama):
+        for server in (self.qwen, self.llama, self.qwen3, self.llama32):
             for tool_choice in ("required", {"type": "function", "function": {"name": "add"}},
                                 {"type": "function", "function": {"name": "get_weather"}}):
                 for p, prompt in enumerate(prompts):
@@ -228,7 +230,7 @@ class Structured(unittest.TestCase):
                  {"tool_choice": "auto", "qwen_grammar": True},
                  {"tool_choice": "auto", "llama_grammar": True},
                  {"tool_choice": "auto"}]
-        for server, family in ((self.qwen, "qwen"), (self.llama, "llama")):
+        for server, family in ((self.qwen, "qwen"), (self.llama, "llama"), (self.qwen3, "qwen"), (self.llama32, "llama")):
             for case in cases:
                 body = chat(USER, tools=TOOLS, tool_choice=case["tool_choice"], max_tokens=200)
                 if case.get("qwen_grammar"):
