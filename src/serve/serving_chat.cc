@@ -94,7 +94,8 @@ HttpResponse handle_chat_completions(Engine& engine, const HttpRequest& req) {
   o.eos_token_ids = eos;
   if (r.constraint)
     if (auto e = attach_constraint(engine, *r.constraint, &o)) return error_response(*e);
-  if (r.tool_choice.mode == ToolChoice::Mode::kRequired || r.tool_choice.mode == ToolChoice::Mode::kNamed) {
+  const bool forced = r.tool_choice.mode == ToolChoice::Mode::kRequired || r.tool_choice.mode == ToolChoice::Mode::kNamed;
+  if (forced) {
     RequestedConstraint forced;
     if (auto e = forced_tool_call_constraint(tool_format, r.tools, r.tool_choice.name, &forced)) return error_response(*e);
     if (auto e = attach_constraint(engine, forced, &o)) return error_response(*e);
@@ -116,7 +117,8 @@ HttpResponse handle_chat_completions(Engine& engine, const HttpRequest& req) {
                                json message = {{"role", "assistant"}, {"content", out.text}};
                                json fields;
                                if (parse_tools) {
-                                 ParsedReply reply = parse_tool_calls(tool_format, out.text, r.tools, /*final=*/true);
+                                 ParsedReply reply = forced ? parse_forced_tool_call(tool_format, out.text, true)
+                                                            : parse_tool_calls(tool_format, out.text, r.tools, true);
                                  message["content"] = reply.content ? json(*reply.content) : json(nullptr);
                                  if (!reply.calls.empty()) {
                                    message["tool_calls"] = tool_calls_json(reply.calls);
@@ -142,11 +144,11 @@ HttpResponse handle_chat_completions(Engine& engine, const HttpRequest& req) {
   const bool include_usage = r.include_usage;
   const bool want_logprobs = r.logprobs;
   const json tools = parse_tools ? r.tools : json(nullptr);
-  res.stream = [&engine, job, id, created, model, include_usage, want_logprobs, usage, log, tools, tool_format,
+  res.stream = [&engine, job, id, created, model, include_usage, want_logprobs, usage, log, tools, tool_format, forced,
                 received = req.received_time](EventSink& sink) {
     struct ChoiceState {
       size_t text_sent = 0, tokens_sent = 0;
-      size_t calls_sent = 0;
+      std::vector<size_t> args_sent;  // per call: arguments bytes sent (a call's head went first)
     };
     std::vector<ChoiceState> state(static_cast<size_t>(job->num_choices()));
     int64_t completion = 0;
@@ -170,49 +172,57 @@ HttpResponse handle_chat_completions(Engine& engine, const HttpRequest& req) {
       const size_t tokens = o.generated_tokens.size();
       const bool final = o.is_final();
       // With tools, the text goes through the parser: only what can no longer become
-      // a call is sent as content, and each call once complete (its name first, then
-      // its arguments), so the deltas add up to the non-streamed reply.
-      std::vector<ToolCall> new_calls;
+      // a call is sent as content; a call is sent as its head (index, id, name), then
+      // fragments of its arguments as they become final (a forced call's while it is
+      // written, a parsed one's at once), so the deltas add up to the non-streamed reply.
+      std::vector<json> call_parts;
       std::string text;
       if (!tools.is_null()) {
-        ParsedReply reply = parse_tool_calls(tool_format, o.text, tools, final);
+        ParsedReply reply = forced ? parse_forced_tool_call(tool_format, o.text, final)
+                                   : parse_tool_calls(tool_format, o.text, tools, final);
         const std::string content = reply.content.value_or("");
         if (content.size() > s.text_sent) text = content.substr(s.text_sent);
         s.text_sent = std::max(s.text_sent, content.size());
-        for (size_t k = s.calls_sent; k < reply.calls.size(); ++k) new_calls.push_back(reply.calls[k]);
+        std::vector<ToolCall> calls = std::move(reply.calls);
+        if (reply.partial) calls.push_back(std::move(*reply.partial));
+        for (size_t k = 0; k < calls.size(); ++k) {
+          const int64_t index = static_cast<int64_t>(k);
+          if (k >= s.args_sent.size()) {
+            s.args_sent.push_back(0);
+            call_parts.push_back({{"index", index}, {"id", new_call_id()}, {"type", "function"},
+                                  {"function", {{"name", calls[k].name}, {"arguments", ""}}}});
+          }
+          const std::string& args = calls[k].arguments;
+          if (args.size() > s.args_sent[k]) {
+            call_parts.push_back({{"index", index}, {"function", {{"arguments", args.substr(s.args_sent[k])}}}});
+            s.args_sent[k] = args.size();
+          }
+        }
       } else {
         text = o.text.size() > s.text_sent ? o.text.substr(s.text_sent) : std::string();
         s.text_sent = std::max(s.text_sent, o.text.size());
       }
       if (final) completion += static_cast<int64_t>(tokens);
       const bool tokens_to_report = tokens != s.tokens_sent && (tools.is_null() || want_logprobs);
-      if (text.empty() && new_calls.empty() && !final && !tokens_to_report) return true;
+      if (text.empty() && call_parts.empty() && !final && !tokens_to_report) return true;
       json delta = json::object();
-      if (!text.empty() || (!final && new_calls.empty())) delta["content"] = text;
+      if (!text.empty() || (!final && call_parts.empty())) delta["content"] = text;
       json logprobs = want_logprobs ? chat_logprobs(engine, o, s.tokens_sent, tokens) : json(nullptr);
       s.tokens_sent = tokens;
-      if (!new_calls.empty()) {
+      if (!call_parts.empty()) {
         if (!delta.empty() && !sink.write(chunk({{"index", choice}, {"delta", delta}, {"logprobs", logprobs},
                                                  {"finish_reason", nullptr}})))
           return false;
         delta = json::object();
         logprobs = nullptr;
-        const json ids = tool_calls_json(new_calls);
-        for (size_t k = 0; k < new_calls.size(); ++k) {
-          const int64_t index = static_cast<int64_t>(s.calls_sent + k);
-          json head = {{"index", index}, {"id", ids[k]["id"]}, {"type", "function"},
-                       {"function", {{"name", new_calls[k].name}, {"arguments", ""}}}};
-          json args = {{"index", index}, {"function", {{"arguments", new_calls[k].arguments}}}};
-          for (const json& part : {head, args})
-            if (!sink.write(chunk({{"index", choice}, {"delta", {{"tool_calls", json::array({part})}}},
-                                   {"logprobs", nullptr}, {"finish_reason", nullptr}})))
-              return false;
-        }
-        s.calls_sent += new_calls.size();
+        for (const json& part : call_parts)
+          if (!sink.write(chunk({{"index", choice}, {"delta", {{"tool_calls", json::array({part})}}},
+                                 {"logprobs", nullptr}, {"finish_reason", nullptr}})))
+            return false;
         if (!final) return true;
       }
       std::string reason = final ? finish_reason_label(o) : "";
-      if (final && s.calls_sent > 0 && reason == "stop") reason = "tool_calls";
+      if (final && !s.args_sent.empty() && reason == "stop") reason = "tool_calls";
       if (final) log->outcome = reason;
       return sink.write(chunk({{"index", choice}, {"delta", delta}, {"logprobs", logprobs},
                                {"finish_reason", final ? json(reason) : json(nullptr)}}));

@@ -154,7 +154,64 @@ void rebase_refs(ojson& v, const std::string& base) {
   }
 }
 
+size_t skip_space(std::string_view s, size_t p) {
+  while (p < s.size() && is_space(s[p])) ++p;
+  return p;
+}
+
 }  // namespace
+
+ParsedReply parse_forced_tool_call(ToolCallFormat format, std::string_view text, bool final) {
+  ParsedReply out;
+  auto unexpected = [&] {
+    out.content = final ? std::string(text) : std::string();
+    return out;
+  };
+  std::string_view s = text;
+  if (format == ToolCallFormat::kHermesTags) {
+    const size_t open = s.find(kCallOpen);
+    if (open == std::string_view::npos) return unexpected();
+    s = s.substr(open + kCallOpen.size());
+  }
+  // {"name": "f", "arguments" | "parameters": ARGS}: the grammar writes the keys in
+  // this order, with at most a space around the punctuation.
+  const size_t key = s.find("\"name\"");
+  if (key == std::string_view::npos) return unexpected();
+  size_t p = skip_space(s, key + 6);
+  if (p >= s.size() || s[p] != ':') return unexpected();
+  p = skip_space(s, p + 1);
+  if (p >= s.size() || s[p] != '"') return unexpected();
+  const size_t name_end = s.find('"', p + 1);
+  if (name_end == std::string_view::npos) return unexpected();
+  ToolCall call{std::string(s.substr(p + 1, name_end - p - 1)), ""};
+  const std::string_view args_key = format == ToolCallFormat::kLlama3Json ? "\"parameters\"" : "\"arguments\"";
+  size_t args = s.find(args_key, name_end + 1);
+  if (args != std::string_view::npos) {
+    args = skip_space(s, args + args_key.size());
+    args = args < s.size() && s[args] == ':' ? skip_space(s, args + 1) : std::string_view::npos;
+  }
+  bool complete = final;
+  std::string_view region = s;
+  if (format == ToolCallFormat::kHermesTags) {
+    const size_t close = s.find(kCallClose);
+    complete = close != std::string_view::npos;
+    if (complete) region = s.substr(0, close);
+  }
+  if (args != std::string_view::npos && args <= region.size()) {
+    // The arguments run to the call's closing brace, the last one of the call; while
+    // it may still be coming, stop before the last brace seen (it may be that one).
+    const size_t brace = region.rfind('}');
+    const size_t end = brace != std::string_view::npos && brace >= args ? brace : region.size();
+    call.arguments = std::string(rstrip(region.substr(args, end - args)));
+  }
+  if (complete || final) {
+    out.calls.push_back(std::move(call));
+  } else {
+    out.content = std::string();
+    out.partial = std::move(call);
+  }
+  return out;
+}
 
 ToolCallFormat detect_tool_call_format(std::string_view t) {
   if (t.find(kCallOpen) != std::string_view::npos) return ToolCallFormat::kHermesTags;

@@ -38,9 +38,18 @@ struct ToolCall {
 struct ParsedReply {
   std::optional<std::string> content;
   std::vector<ToolCall> calls;
+  // A forced call still being written: its name, and the part of its arguments text
+  // that can no longer change (the streams send it as fragments).
+  std::optional<ToolCall> partial;
 };
 ParsedReply parse_tool_calls(ToolCallFormat format, std::string_view text, const nlohmann::ordered_json& tools,
                              bool final);
+
+// A reply generated under forced_tool_call_constraint: exactly one call, whose
+// arguments are the model's own text (the grammar fixes the shape, so they are known
+// a fragment at a time). A reply cut by max_tokens keeps its call with the arguments
+// written so far, as OpenAI's API does with finish_reason "length".
+ParsedReply parse_forced_tool_call(ToolCallFormat format, std::string_view text, bool final);
 
 // The grammar (as a ConstraintSpec) of exactly one call in the family's format: to the
 // named tool, or to any of `tools` when name is empty. A parameter schema the compiler

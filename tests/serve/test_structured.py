@@ -251,6 +251,10 @@ class Structured(unittest.TestCase):
                 self.assertEqual(status, 200, events)
                 self.assertEqual(events[-1], "[DONE]")
                 content, calls, reason = reassemble(events)
+                fragments = [tc for e in events[:-1] for ch in e.get("choices", [])
+                             for tc in ch["delta"].get("tool_calls", []) if tc.get("function", {}).get("arguments")]
+                if case["tool_choice"] != "auto":  # a forced call's arguments come as they are written
+                    self.assertGreater(len(fragments), 3, (family, case))
                 msg = whole["message"]
                 self.assertEqual(reason, whole["finish_reason"], (family, case))
                 self.assertEqual(content, msg["content"] or "", (family, case))

@@ -96,22 +96,33 @@ TEST(ToolCalls, Llama3JsonParse) {
 }
 
 // Every prefix of a reply, parsed as a stream would, gives results that extend each
-// other and end in the final parse: what the streamed deltas add up to.
-void expect_monotone(ToolCallFormat f, const std::string& reply) {
+// other (content, the calls, each call's name and arguments) and end in the final
+// parse: what the streamed deltas add up to.
+void expect_monotone(ToolCallFormat f, const std::string& reply, bool forced = false) {
+  auto parse = [&](std::string_view text, bool final) {
+    return forced ? parse_forced_tool_call(f, text, final) : parse_tool_calls(f, text, kTools, final);
+  };
   std::string content;
-  size_t calls = 0;
+  std::vector<ToolCall> calls;  // complete ones and the partial one
   for (size_t n = 0; n <= reply.size(); ++n) {
     const bool final = n == reply.size();
-    ParsedReply p = parse_tool_calls(f, std::string_view(reply).substr(0, n), kTools, final);
+    ParsedReply p = parse(std::string_view(reply).substr(0, n), final);
     const std::string c = p.content.value_or("");
     ASSERT_EQ(c.substr(0, content.size()), content) << "prefix " << n << " of " << reply;
-    ASSERT_GE(p.calls.size(), calls) << "prefix " << n;
+    std::vector<ToolCall> now = p.calls;
+    if (p.partial) now.push_back(*p.partial);
+    ASSERT_GE(now.size(), calls.size()) << "prefix " << n;
+    for (size_t k = 0; k < calls.size(); ++k) {
+      ASSERT_EQ(now[k].name, calls[k].name) << "prefix " << n;
+      ASSERT_EQ(now[k].arguments.substr(0, calls[k].arguments.size()), calls[k].arguments) << "prefix " << n;
+    }
     content = c;
-    calls = p.calls.size();
+    calls = now;
   }
-  ParsedReply whole = parse_tool_calls(f, reply, kTools, true);
+  ParsedReply whole = parse(reply, true);
   EXPECT_EQ(content, whole.content.value_or(""));
-  EXPECT_EQ(calls, whole.calls.size());
+  ASSERT_EQ(calls.size(), whole.calls.size());
+  for (size_t k = 0; k < calls.size(); ++k) EXPECT_EQ(calls[k].arguments, whole.calls[k].arguments);
 }
 
 TEST(ToolCalls, PartialRepliesOnlyGrow) {
@@ -123,6 +134,32 @@ TEST(ToolCalls, PartialRepliesOnlyGrow) {
   expect_monotone(ToolCallFormat::kLlama3Json, "{\"name\": \"add\", \"parameters\": {\"a\": 1}}");
   expect_monotone(ToolCallFormat::kLlama3Json, "  {not a call} at all");
   expect_monotone(ToolCallFormat::kLlama3Json, "Hello there");
+}
+
+TEST(ToolCalls, ForcedCallArgumentsStreamAsWritten) {
+  const std::string hermes =
+      "<tool_call>\n{ \"name\": \"get_weather\", \"arguments\": { \"city\": \"a}b{\", \"n\": {\"x\": [1, {}]} } }\n</tool_call>";
+  expect_monotone(ToolCallFormat::kHermesTags, hermes, /*forced=*/true);
+  ParsedReply h = parse_forced_tool_call(ToolCallFormat::kHermesTags, hermes, true);
+  ASSERT_EQ(h.calls.size(), 1u);
+  EXPECT_FALSE(h.content);
+  EXPECT_EQ(h.calls[0].name, "get_weather");
+  EXPECT_EQ(h.calls[0].arguments, R"({ "city": "a}b{", "n": {"x": [1, {}]} })");
+  // Partway, the arguments written so far (short of the last brace, which may close the call).
+  ParsedReply mid = parse_forced_tool_call(ToolCallFormat::kHermesTags, hermes.substr(0, hermes.find("\"n\"")), false);
+  ASSERT_TRUE(mid.partial);
+  EXPECT_EQ(mid.partial->name, "get_weather");
+  EXPECT_EQ(mid.partial->arguments, R"({ "city": "a)");
+
+  const std::string llama = "{\"name\": \"add\", \"parameters\": {\"a\": 12, \"b\": 3}}";
+  expect_monotone(ToolCallFormat::kLlama3Json, llama, /*forced=*/true);
+  ParsedReply l = parse_forced_tool_call(ToolCallFormat::kLlama3Json, llama, true);
+  ASSERT_EQ(l.calls.size(), 1u);
+  EXPECT_EQ(l.calls[0].arguments, R"({"a": 12, "b": 3})");
+  // Cut by max_tokens: the call keeps what was written.
+  ParsedReply cut = parse_forced_tool_call(ToolCallFormat::kLlama3Json, llama.substr(0, 40), true);
+  ASSERT_EQ(cut.calls.size(), 1u);
+  EXPECT_EQ(cut.calls[0].arguments, R"({"a": 12,)");
 }
 
 // The grammar of a forced call accepts exactly the family's call shape with arguments
