@@ -275,6 +275,22 @@ class Structured(unittest.TestCase):
                     self.assertNotIn("tool_calls", msg)  # the model wrote text: it stays text
                     self.assertEqual(whole["finish_reason"], "length")
 
+    def test_forced_call_cut_by_max_tokens_is_length(self):
+        for server in (self.qwen, self.llama):
+            body = chat(USER, tools=[WEATHER], tool_choice="required", max_tokens=200)
+            full = self.ok(server, "/v1/chat/completions", body)
+            body["max_tokens"] = full["usage"]["completion_tokens"] - 16  # inside the arguments
+            whole = self.ok(server, "/v1/chat/completions", body)["choices"][0]
+            self.assertEqual(whole["finish_reason"], "length")
+            call = whole["message"]["tool_calls"][0]["function"]
+            self.assertEqual(call["name"], "get_weather")
+            with self.assertRaises(ValueError):
+                json.loads(call["arguments"])  # what was written, never closed by invention
+            status, events = server.stream("/v1/chat/completions", {**body, "stream": True})
+            content, calls, reason = reassemble(events)
+            self.assertEqual((reason, [(c["name"], c["arguments"]) for c in calls]),
+                             ("length", [(call["name"], call["arguments"])]))
+
     def test_tool_history_renders_through_the_template(self):
         history = USER + [
             {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
