@@ -96,9 +96,9 @@ HttpResponse handle_chat_completions(Engine& engine, const HttpRequest& req) {
     if (auto e = attach_constraint(engine, *r.constraint, &o)) return error_response(*e);
   const bool forced = r.tool_choice.mode == ToolChoice::Mode::kRequired || r.tool_choice.mode == ToolChoice::Mode::kNamed;
   if (forced) {
-    RequestedConstraint forced;
-    if (auto e = forced_tool_call_constraint(tool_format, r.tools, r.tool_choice.name, &forced)) return error_response(*e);
-    if (auto e = attach_constraint(engine, forced, &o)) return error_response(*e);
+    RequestedConstraint one_call;
+    if (auto e = forced_tool_call_constraint(tool_format, r.tools, r.tool_choice.name, &one_call)) return error_response(*e);
+    if (auto e = attach_constraint(engine, one_call, &o)) return error_response(*e);
   }
 
   Result<std::shared_ptr<Job>> submitted = engine.submit({prompt}, r.n, o, "chatcmpl", req.received_time);
@@ -115,24 +115,18 @@ HttpResponse handle_chat_completions(Engine& engine, const HttpRequest& req) {
     return finished_response(*finals, req, id, "chat.completion", model, prompt_tokens,
                              [&](size_t, const batching::GenerationOutput& out) {
                                json message = {{"role", "assistant"}, {"content", out.text}};
-                               json fields;
+                               bool called = false;
                                if (parse_tools) {
                                  ParsedReply reply = forced ? parse_forced_tool_call(tool_format, out.text, true)
                                                             : parse_tool_calls(tool_format, out.text, r.tools, true);
                                  message["content"] = reply.content ? json(*reply.content) : json(nullptr);
-                                 if (!reply.calls.empty()) {
-                                   message["tool_calls"] = tool_calls_json(reply.calls);
-                                   if (std::string(finish_reason_label(out)) == "stop") fields["finish_reason"] = "tool_calls";
-                                 }
+                                 if (!reply.calls.empty()) message["tool_calls"] = tool_calls_json(reply.calls);
+                                 called = !reply.calls.empty();
                                }
-                               fields["message"] = std::move(message);
-                               fields["logprobs"] =
-                                   r.logprobs ? chat_logprobs(engine, out, 0, out.generated_tokens.size()) : json(nullptr);
-                               if (fields.contains("finish_reason")) {  // after the message, in OpenAI's order
-                                 json reason = fields["finish_reason"];
-                                 fields.erase("finish_reason");
-                                 fields["finish_reason"] = reason;
-                               }
+                               json fields = {{"message", std::move(message)},
+                                              {"logprobs", r.logprobs ? chat_logprobs(engine, out, 0, out.generated_tokens.size())
+                                                                      : json(nullptr)}};
+                               if (called && std::string(finish_reason_label(out)) == "stop") fields["finish_reason"] = "tool_calls";
                                return fields;
                              });
   }
