@@ -19,6 +19,7 @@ void register_tokenizer(py::module_& m);
 void register_generation_config(py::module_& m);
 void register_continuous_batching_config(py::module_& m);
 void register_generation_output(py::module_& m);
+void register_constraints(py::module_& m);
 void register_model(py::module_& m);
 void register_manager(py::module_& m);
 void register_generate_batch(py::module_& m);

@@ -132,7 +132,8 @@ void register_manager(py::module_& m) {
       .def_readwrite("seed", &RequestOptions::seed)
       .def_readwrite("stop_strings", &RequestOptions::stop_strings)
       .def_readwrite("num_return_sequences", &RequestOptions::num_return_sequences)
-      .def_readwrite("queue_timeout", &RequestOptions::queue_timeout);
+      .def_readwrite("queue_timeout", &RequestOptions::queue_timeout)
+      .def_readwrite("constraint", &RequestOptions::constraint);
 
   py::class_<batching::PauseGuard>(m, "_PauseGuard")
       .def("release", &batching::PauseGuard::release, py::call_guard<py::gil_scoped_release>());

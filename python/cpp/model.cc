@@ -96,7 +96,7 @@ std::shared_ptr<FloatBuffer> forward(ModelHandle& h, const std::vector<std::vect
 
 py::dict generate(ModelHandle& h, const std::vector<int32_t>& prompt, const std::string& gc_json,
                   std::optional<uint64_t> seed, py::object on_token, std::shared_ptr<Tokenizer> tokenizer,
-                  const std::string& kv_cache_dtype) {
+                  const std::string& kv_cache_dtype, std::shared_ptr<structured::Constraint> constraint) {
   const GenerationConfig gc = call_generation_config(h, gc_json);
   batching::GenerateOptions o;
   o.max_new_tokens = gc.new_token_budget(static_cast<int64_t>(prompt.size()));
@@ -105,6 +105,7 @@ py::dict generate(ModelHandle& h, const std::vector<int32_t>& prompt, const std:
   for (int64_t id : gc.eos_token_ids) o.eos_token_ids.push_back(static_cast<int32_t>(id));
   o.stop_strings = gc.stop_strings;
   o.kv_cache_dtype = unwrap(batching::kv_cache_dtype_from_name(kv_cache_dtype));
+  o.constraint = std::move(constraint);
 
   std::unique_ptr<batching::TextStream> text;
   if (tokenizer) text = std::make_unique<DetokenizerStream>(tokenizer, prompt);
@@ -202,7 +203,8 @@ void register_model(py::module_& m) {
       .def_property_readonly("config_json", [](const ModelHandle& h) { return h.model->config().raw.dump(); })
       .def("forward", &forward, py::arg("rows"), py::call_guard<py::gil_scoped_release>())
       .def("generate", &generate, py::arg("prompt"), py::arg("generation_config_json"), py::arg("seed") = py::none(),
-           py::arg("on_token") = py::none(), py::arg("tokenizer") = nullptr, py::arg("kv_cache_dtype") = "float32")
+           py::arg("on_token") = py::none(), py::arg("tokenizer") = nullptr, py::arg("kv_cache_dtype") = "float32",
+           py::arg("constraint") = nullptr)
       .def(
           "save_pretrained",
           [](const ModelHandle& h, const std::string& dir) { check(models::save_pretrained(*h.model, dir)); },

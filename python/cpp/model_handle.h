@@ -14,6 +14,7 @@
 #include "loom/core/thread_pool.h"
 #include "loom/kernels/kernel_config.h"
 #include "loom/models/model.h"
+#include "loom/structured/constraint.h"
 #include "loom/tokenizer/tokenizer.h"
 
 namespace loom::python {
@@ -38,6 +39,11 @@ struct ModelHandle {
   void give_back_runner(std::shared_ptr<batching::ModelRunner> runner);
   std::mutex idle_mutex;
   std::vector<std::shared_ptr<batching::ModelRunner>> idle_runners;
+
+  // Output constraints compiled for this model's tokenizer, shared by every call
+  // (constraints.cc; built on first use).
+  std::once_flag constraints_once;
+  std::unique_ptr<structured::ConstraintRegistry> constraints;
 
   // Each request's detokenizer (output text, stop strings), as `loom batch` makes it.
   batching::ManagerOptions manager_options() const;

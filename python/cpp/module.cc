@@ -12,6 +12,7 @@ PYBIND11_MODULE(_loom, m) {
   lp::register_generation_config(m);
   lp::register_continuous_batching_config(m);
   lp::register_generation_output(m);
+  lp::register_constraints(m);
   lp::register_model(m);
   lp::register_manager(m);
   lp::register_generate_batch(m);

@@ -8,6 +8,7 @@ import contextlib
 import weakref
 
 from . import _loom
+from .constraints import CONSTRAINT_ARGS, pop_constraint
 
 _live_managers = weakref.WeakSet()
 _models = weakref.WeakSet()  # their generate_batch(persistent_manager=True) managers
@@ -58,14 +59,21 @@ class ContinuousBatchingManager:
     """Made by model.init_continuous_batching(); start() runs the batching loop on a
     background thread. Also a context manager (start on enter, stop on exit)."""
 
-    def __init__(self, engine):
+    def __init__(self, engine, model_handle=None):
         self._engine = engine
+        self._model_handle = model_handle  # compiles add_request's constraints
         _live_managers.add(self)
 
     # ── requests ──
     def add_request(self, input_ids, request_id=None, max_new_tokens=None, streaming=False, record_timestamps=False,
                     eos_token_id=None, **kwargs):
+        constraint = None
+        if any(k in kwargs for k in CONSTRAINT_ARGS):
+            if self._model_handle is None:
+                raise ValueError("add_request: constraints need a manager made by model.init_continuous_batching")
+            constraint = pop_constraint(self._model_handle, kwargs)
         options = _request_options(request_id, max_new_tokens, streaming, record_timestamps, eos_token_id, **kwargs)
+        options.constraint = constraint
         return self._engine.add_request(_token_list(input_ids), options)
 
     def add_requests(self, inputs, max_new_tokens=None, streaming=False, record_timestamps=False, **kwargs):

@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from . import _loom
+from .constraints import pop_constraint
 from .configuration import ContinuousBatchingConfig, GenerationConfig, PretrainedConfig
 from .continuous_batching import ContinuousBatchingManager, _models
 from .kernels import KernelConfig
@@ -93,6 +94,7 @@ class LoomForCausalLM:
         generated ids, int64 [batch, length], shorter rows padded with pad_token_id."""
         if input_ids is None:
             raise ValueError("generate needs input_ids")
+        constraint = pop_constraint(self._handle, kwargs)
         config = self._generation_config(generation_config, kwargs)
         if config.stop_strings and tokenizer is None:
             raise ValueError("stop_strings need tokenizer= (the model's tokenizer) to match text")
@@ -108,7 +110,7 @@ class LoomForCausalLM:
         sequences = []
         try:
             for row in rows:
-                r = self._handle.generate(row, gc_json, seed, on_token, engine_tok, kv_cache_dtype)
+                r = self._handle.generate(row, gc_json, seed, on_token, engine_tok, kv_cache_dtype, constraint)
                 sequences.append(r["sequence"])
         finally:
             if streamer is not None:
@@ -135,7 +137,9 @@ class LoomForCausalLM:
 
     def generate_batch(self, inputs, generation_config=None, continuous_batching_config=None, record_timestamps=False,
                        progress_bar=True, persistent_manager=False, warmup=True, **kwargs):
-        """Transformers' generate_batch: {request_id: GenerationOutput}, in input order."""
+        """Transformers' generate_batch: {request_id: GenerationOutput}, in input order.
+        A constraint argument (response_format=, json_schema=, regex=, …) applies to every input."""
+        constraint = pop_constraint(self._handle, kwargs)
         config = self._generation_config(generation_config, kwargs)
         cb = self._cb_config(continuous_batching_config)
         batch = []
@@ -143,7 +147,9 @@ class LoomForCausalLM:
             ids = np.asarray(ids)
             if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
                 raise ValueError(f"inputs[{i}] must be a list of token ids")
-            batch.append(_loom._BatchInput(ids.tolist(), _loom._RequestOptions()))
+            options = _loom._RequestOptions()
+            options.constraint = constraint
+            batch.append(_loom._BatchInput(ids.tolist(), options))
         outputs = _loom._generate_batch(self._handle, batch, json.dumps(config._loom_dict()), cb.to_json_string(),
                                         record_timestamps, progress_bar, persistent_manager, warmup)
         return {o.request_id: o for o in outputs}
@@ -153,7 +159,7 @@ class LoomForCausalLM:
         config = self._generation_config(generation_config, kwargs)
         cb = self._cb_config(continuous_batching_config)
         engine = _loom._Manager.create(self._handle, json.dumps(config._loom_dict()), cb.to_json_string())
-        return ContinuousBatchingManager(engine)
+        return ContinuousBatchingManager(engine, self._handle)
 
     @contextlib.contextmanager
     def continuous_batching_context_manager(self, generation_config=None, continuous_batching_config=None,

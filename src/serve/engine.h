@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "loom/batching/continuous_batching_manager.h"
+#include "loom/structured/constraint.h"
 #include "loom/serve/server.h"
 #include "loom/tokenizer/chat_template.h"
 #include "serve/api_error.h"
@@ -70,6 +71,9 @@ class Engine {
   int64_t max_model_len() const { return max_model_len_; }
   int64_t vocab_size() const { return vocab_; }
   double created_time() const { return created_; }
+  // Output constraints compiled for the tokenizer, shared by every request (built on
+  // first use; null without a tokenizer). engine_constraints.cc.
+  structured::ConstraintRegistry* constraints();
 
   // 404 model_not_found unless `model` is unset or names the served model.
   std::optional<ApiError> check_model(const std::optional<std::string>& model) const;
@@ -113,6 +117,8 @@ class Engine {
   std::atomic<EngineState> state_{EngineState::kLoading};
   std::atomic<int64_t> in_flight_{0};
   std::atomic<uint64_t> next_id_{0};
+  std::once_flag constraints_once_;
+  std::unique_ptr<structured::ConstraintRegistry> constraints_;
 };
 
 // "stop" | "length" | "abort" | "error": OpenAI's finish_reason (and vLLM's label) of a final output.

@@ -1,6 +1,7 @@
 #include "serve/protocol.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 
@@ -29,6 +30,10 @@ class Fields {
  public:
   explicit Fields(const ojson& j) : j_(j) {}
   bool ok() const { return !error_; }
+  const ojson& object() const { return j_; }
+  void fail(const ApiError& e) {
+    if (!error_) error_ = e;
+  }
   const ApiError& error() const { return *error_; }
   void fail(const std::string& param, const std::string& message) {
     if (!error_) error_ = bad_field(param, message);
@@ -215,6 +220,99 @@ void read_sampling(Fields& f, SamplingFields* s, bool chat) {
   }
   if (const ojson* user = f.get("user"); user && !user->is_string())
     return f.fail("user", std::string("'user' must be a string, got ") + type_name(*user));
+  if (auto e = read_requested_constraint(f.object(), &s->constraint)) return f.fail(*e);
+}
+
+bool valid_function_name(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  return true;
+}
+
+// OpenAI's tools (function tools only) and tool_choice.
+void read_tools(Fields& f, ChatCompletionRequest* r) {
+  r->tools = nullptr;
+  if (const ojson* tools = f.get("tools")) {
+    if (!tools->is_array()) return f.fail("tools", std::string("'tools' must be a list, got ") + type_name(*tools));
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const std::string where = "tools[" + std::to_string(i) + "]";
+      const ojson& t = (*tools)[i];
+      if (!t.is_object()) return f.fail(where, "'" + where + "' must be an object");
+      auto type = t.find("type");
+      if (type == t.end() || !type->is_string() || *type != "function")
+        return f.fail(where + ".type", "'" + where + ".type' must be \"function\" (the only tool type supported)");
+      auto fn = t.find("function");
+      if (fn == t.end() || !fn->is_object()) return f.fail(where + ".function", "'" + where + ".function' must be an object");
+      auto name = fn->find("name");
+      if (name == fn->end() || !name->is_string() || !valid_function_name(name->get<std::string>()))
+        return f.fail(where + ".function.name", "'" + where +
+                                                    ".function.name' must be a string of 1 to 64 letters, digits, _ or -");
+      for (size_t k = 0; k < i; ++k)
+        if ((*tools)[k]["function"]["name"] == *name)
+          return f.fail(where + ".function.name", "'" + where + ".function.name': two tools are named '" +
+                                                      name->get<std::string>() + "'");
+      auto params = fn->find("parameters");
+      if (params != fn->end() && !params->is_null() && !params->is_object())
+        return f.fail(where + ".function.parameters", "'" + where + ".function.parameters' must be a JSON Schema object");
+      auto strict = fn->find("strict");
+      if (strict != fn->end() && !strict->is_null() && !strict->is_boolean())
+        return f.fail(where + ".function.strict", "'" + where + ".function.strict' must be a boolean");
+    }
+    if (!tools->empty()) r->tools = *tools;
+  }
+  f.boolean("parallel_tool_calls", &r->parallel_tool_calls);
+  if (!f.ok()) return;
+  r->tool_choice.mode = r->tools.is_null() ? ToolChoice::Mode::kNone : ToolChoice::Mode::kAuto;
+  const ojson* choice = f.get("tool_choice");
+  if (!choice) return;
+  if (choice->is_string()) {
+    const std::string c = choice->get<std::string>();
+    if (c == "none") r->tool_choice.mode = ToolChoice::Mode::kNone;
+    else if (c == "auto") r->tool_choice.mode = ToolChoice::Mode::kAuto;
+    else if (c == "required") r->tool_choice.mode = ToolChoice::Mode::kRequired;
+    else return f.fail("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or a named function, got \"" + c + "\"");
+  } else if (choice->is_object()) {
+    auto fn = choice->find("function");
+    const ojson* name = nullptr;
+    if (fn != choice->end() && fn->is_object() && fn->contains("name")) name = &(*fn)["name"];
+    if (choice->value("type", ojson()) != "function" || !name || !name->is_string())
+      return f.fail("tool_choice", "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": …}}");
+    r->tool_choice.mode = ToolChoice::Mode::kNamed;
+    r->tool_choice.name = name->get<std::string>();
+  } else {
+    return f.fail("tool_choice", std::string("'tool_choice' must be a string or an object, got ") + type_name(*choice));
+  }
+  if (r->tool_choice.mode != ToolChoice::Mode::kNone && r->tools.is_null())
+    return f.fail("tool_choice", "'tool_choice' needs 'tools'");
+  if (r->tool_choice.mode == ToolChoice::Mode::kNamed) {
+    bool known = false;
+    for (const ojson& t : r->tools) known = known || t["function"]["name"] == r->tool_choice.name;
+    if (!known) return f.fail("tool_choice", "'tool_choice' names '" + r->tool_choice.name + "', which is not in 'tools'");
+  }
+  if ((r->tool_choice.mode == ToolChoice::Mode::kRequired || r->tool_choice.mode == ToolChoice::Mode::kNamed) &&
+      r->constraint)
+    return f.fail(r->constraint->param, "'" + r->constraint->param + "' cannot be combined with a tool_choice that forces a call");
+}
+
+// An assistant message's tool_calls with each function's arguments as the JSON value
+// they hold: the API sends a string, templates print the object with tojson.
+void normalize_tool_calls(ojson& msg, const std::string& where, Fields& f) {
+  auto calls = msg.find("tool_calls");
+  if (calls == msg.end() || calls->is_null()) return;
+  if (!calls->is_array()) return f.fail(where + ".tool_calls", "'" + where + ".tool_calls' must be a list");
+  for (size_t k = 0; k < calls->size(); ++k) {
+    ojson& call = (*calls)[k];
+    const std::string cw = where + ".tool_calls[" + std::to_string(k) + "]";
+    auto fn = call.is_object() ? call.find("function") : call.end();
+    if (fn == call.end() || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
+      return f.fail(cw, "'" + cw + "' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+    auto args = fn->find("arguments");
+    if (args != fn->end() && args->is_string()) {
+      ojson parsed = ojson::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      if (!parsed.is_discarded()) *args = std::move(parsed);
+    }
+  }
 }
 
 }  // namespace
@@ -292,6 +390,7 @@ Parsed<ChatCompletionRequest> parse_chat_completion_request(const std::string& b
   f.integer("top_logprobs", &top, 0, 20);
   if (top) r.top_logprobs = *top;
   f.boolean("add_special_tokens", &r.add_special_tokens);
+  if (f.ok()) read_tools(f, &r);
   if (f.ok() && r.top_logprobs > 0 && !r.logprobs) f.fail("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
   if (f.ok()) {
     if (const ojson* kw = f.get("chat_template_kwargs")) {
@@ -353,6 +452,7 @@ Parsed<ChatCompletionRequest> parse_chat_completion_request(const std::string& b
                                        type_name(*content));
         break;
       }
+      normalize_tool_calls(norm, where, f);
       r.messages.push_back(std::move(norm));
     }
   }

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "serve/api_error.h"
+#include "serve/response_constraint.h"
 
 namespace loom::serve {
 
@@ -27,6 +28,8 @@ struct SamplingFields {
   int32_t n = 1;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // response_format / structured_outputs / guided_* (serve/response_constraint.h).
+  std::optional<RequestedConstraint> constraint;
 };
 
 // One prompt of a completion request: text to tokenize, or token ids.
@@ -42,10 +45,23 @@ struct CompletionRequest : SamplingFields {
   bool add_special_tokens = true;
 };
 
+// tool_choice: "none", "auto", "required" or {"type": "function", "function": {"name"}}.
+struct ToolChoice {
+  enum class Mode { kNone, kAuto, kRequired, kNamed };
+  Mode mode = Mode::kNone;
+  std::string name;  // kNamed
+};
+
 struct ChatCompletionRequest : SamplingFields {
   // [{"role", "content": string}, ...]: text parts of list contents joined by
-  // newlines; other keys (name, tool_calls, …) passed to the template as they are.
+  // newlines; other keys (name, tool_call_id, …) passed to the template as they are,
+  // but an assistant's tool_calls[].function.arguments, a JSON string in OpenAI's
+  // API, becomes the object it holds (templates print it with tojson).
   nlohmann::ordered_json messages;
+  // [{"type": "function", "function": {"name", "description", "parameters"}}], or null.
+  nlohmann::ordered_json tools;
+  ToolChoice tool_choice;  // default: auto with tools, none without
+  bool parallel_tool_calls = true;
   bool add_generation_prompt = true;
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   bool logprobs = false;

@@ -176,7 +176,7 @@ HttpResponse finished_response(const std::vector<batching::GenerationOutput>& fi
     json choice = {{"index", c}};  // OpenAI's field order
     const json fields = choice_json(c, out);
     for (const auto& [k, v] : fields.items()) choice[k] = v;
-    choice["finish_reason"] = reason;
+    if (!choice.contains("finish_reason")) choice["finish_reason"] = reason;  // chat's tool_calls sets its own
     choices.push_back(std::move(choice));
   }
   HttpResponse res = json_response({{"id", id},

@@ -43,7 +43,8 @@ nlohmann::ordered_json usage_json(int64_t prompt_tokens, int64_t completion_toke
 
 // The response of a non-streamed job once every choice ended: the first failed
 // choice's error, else {id, object, created, model, choices, usage} with each
-// choice from `choice_json` (index and finish_reason added), and the log line's fields.
+// choice from `choice_json` (index added, and finish_reason unless it set one), and
+// the log line's fields.
 HttpResponse finished_response(const std::vector<batching::GenerationOutput>& finals, const HttpRequest& req,
                                const std::string& id, const char* object, const std::string& model,
                                int64_t prompt_tokens,
