@@ -184,6 +184,16 @@ std::vector<std::string> merges_from_scores(const std::vector<std::string>& toke
   return out;
 }
 
+// A tokenizer.json BPE model's merges as "left right" strings (both of its forms).
+std::vector<std::string> merge_strings(const json& model) {
+  std::vector<std::string> merges;
+  for (const json& mg : model.value("merges", json::array())) {
+    if (mg.is_string()) merges.push_back(mg.get<std::string>());
+    else if (mg.is_array() && mg.size() == 2) merges.push_back(mg[0].get<std::string>() + " " + mg[1].get<std::string>());
+  }
+  return merges;
+}
+
 Result<std::string> read_text(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);
   if (!f) return io_error(p.string() + ": cannot open");
@@ -262,6 +272,13 @@ Result<GgufTokenizerJson> tokenizer_json_from_gguf(const io::GgufFile& file) {
     if (const GgufValue* v = md.find("tokenizer.ggml.add_space_prefix")) {
       LOOM_ASSIGN_OR_RETURN(prefix, v->as_bool("tokenizer.ggml.add_space_prefix"));
     }
+    // Merges, when the file carries them (loom writes them), else derived from the scores.
+    std::vector<std::string> merges;
+    if (md.find("tokenizer.ggml.merges")) {
+      LOOM_ASSIGN_OR_RETURN(merges, md.strings("tokenizer.ggml.merges", true));
+    } else {
+      merges = merges_from_scores(tokens, scores, types);
+    }
     tj["normalizer"] = spm_normalizer(prefix);
     tj["pre_tokenizer"] = nullptr;
     tj["decoder"] = spm_decoder(prefix);
@@ -274,7 +291,7 @@ Result<GgufTokenizerJson> tokenizer_json_from_gguf(const io::GgufFile& file) {
                    {"byte_fallback", true},
                    {"ignore_merges", false},
                    {"vocab", vocab},
-                   {"merges", merges_from_scores(tokens, scores, types)}};
+                   {"merges", merges}};
   } else {
     return unsupported(file.path() + ": tokenizer.ggml.model '" + model + "' (loom reads gpt2 and llama)");
   }
@@ -360,7 +377,13 @@ Result<std::vector<std::pair<std::string, io::GgufValue>>> gguf_tokenizer_metada
   std::vector<std::pair<std::string, GgufValue>> md;
   const bool spm_prefixed = tj["normalizer"].is_object() && tj["normalizer"] == spm_normalizer(true);
   const bool spm_unprefixed = tj["normalizer"].is_object() && tj["normalizer"] == spm_normalizer(false);
-  const bool spm = m.value("byte_fallback", false) && (spm_prefixed || spm_unprefixed) && tj["pre_tokenizer"].is_null();
+  // Gemma's files add a Split on " " that cannot fire: the normalizer has turned every
+  // space into "▁" before the pre-tokenizer runs, so it is SentencePiece all the same.
+  const json& pre = tj["pre_tokenizer"];
+  const bool inert_pre = pre.is_null() || (pre.is_object() && pre.value("type", "") == "Split" &&
+                                           pre.contains("pattern") && pre["pattern"] == json{{"String", " "}} &&
+                                           !pre.value("invert", false));
+  const bool spm = m.value("byte_fallback", false) && (spm_prefixed || spm_unprefixed) && inert_pre;
   if (spm) {
     md.emplace_back("tokenizer.ggml.model", GgufValue::string("llama"));
     md.emplace_back("tokenizer.ggml.add_space_prefix", GgufValue::boolean(spm_prefixed));
@@ -396,6 +419,10 @@ Result<std::vector<std::pair<std::string, io::GgufValue>>> gguf_tokenizer_metada
       }
     md.emplace_back("tokenizer.ggml.tokens", GgufValue::strings(tokens));
     md.emplace_back("tokenizer.ggml.scores", GgufValue::f32s(scores));
+    // The scores give a piece one rank, but a tokenizer.json may rank the merges
+    // producing the same piece apart (Gemma's runs of "▁"): the merges go along,
+    // under the key llama.cpp reads only for gpt2 files, so loom reads back exactly.
+    md.emplace_back("tokenizer.ggml.merges", GgufValue::strings(merge_strings(m)));
   } else {
     const KnownPreTokenizer* known = nullptr;
     for (const auto& k : known_pre_tokenizers())
@@ -406,12 +433,7 @@ Result<std::vector<std::pair<std::string, io::GgufValue>>> gguf_tokenizer_metada
     md.emplace_back("tokenizer.ggml.model", GgufValue::string("gpt2"));
     md.emplace_back("tokenizer.ggml.pre", GgufValue::string(known->name));
     md.emplace_back("tokenizer.ggml.tokens", GgufValue::strings(tokens));
-    std::vector<std::string> merges;
-    for (const json& mg : m.value("merges", json::array())) {
-      if (mg.is_string()) merges.push_back(mg.get<std::string>());
-      else if (mg.is_array() && mg.size() == 2) merges.push_back(mg[0].get<std::string>() + " " + mg[1].get<std::string>());
-    }
-    md.emplace_back("tokenizer.ggml.merges", GgufValue::strings(merges));
+    md.emplace_back("tokenizer.ggml.merges", GgufValue::strings(merge_strings(m)));
   }
   md.emplace_back("tokenizer.ggml.token_type", GgufValue::i32s(types));
   if (auto b = tok->bos_token_id()) md.emplace_back("tokenizer.ggml.bos_token_id", GgufValue::u32(static_cast<uint32_t>(*b)));
