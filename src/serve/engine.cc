@@ -93,6 +93,27 @@ Status Engine::attach(ServedModel model) {
   return Status::Ok();
 }
 
+void Engine::fail(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lk(failure_mu_);
+    if (failure_.empty()) failure_ = why;
+  }
+  state_ = EngineState::kFailed;
+}
+
+std::string Engine::unavailable_reason() const {
+  switch (state_.load()) {
+    case EngineState::kLoading:
+      return "the model is still loading";
+    case EngineState::kFailed: {
+      std::lock_guard<std::mutex> lk(failure_mu_);
+      return "the server can run the model no more (" + failure_ + ")";
+    }
+    default:
+      return "the server is shutting down";
+  }
+}
+
 void Engine::cancel_everything() {
   if (manager_) (void)manager_->stop(/*block=*/true, /*timeout=*/10.0, /*keep_for_next_session=*/false, /*hard_stop=*/true);
 }
@@ -127,9 +148,7 @@ void Engine::record_final(const batching::GenerationOutput& o, double received) 
 Result<std::shared_ptr<Job>> Engine::submit(const std::vector<std::vector<int32_t>>& prompts, int32_t n,
                                             const batching::RequestOptions& options, const std::string& id_base,
                                             double received) {
-  if (state_ != EngineState::kReady || !manager_)
-    return Status(ErrorCode::kFailedPrecondition, state_ == EngineState::kLoading ? "the model is still loading"
-                                                                                   : "the server is shutting down");
+  if (state_ != EngineState::kReady || !manager_) return Status(ErrorCode::kFailedPrecondition, unavailable_reason());
   auto job = std::make_shared<Job>();
   job->manager_ = manager_;
   job->num_choices_ = static_cast<int32_t>(prompts.size()) * n;
