@@ -5,6 +5,7 @@
 
 #include "loom/batching/tokenizer_text_stream.h"
 #include "loom/core/logging.h"
+#include "loom/runtime/collectives.h"
 
 namespace loom::serve {
 
@@ -158,6 +159,9 @@ Result<std::shared_ptr<Job>> Engine::submit(const std::vector<std::vector<int32_
   const GenerationConfig& gc = generation_config();
   const bool sampling = options.do_sample.value_or(gc.do_sample) &&
                         options.temperature.value_or(static_cast<float>(gc.temperature)) > 0;
+  if (n > 1 && sampling && model_.runner->group() && model_.runner->group()->size() > 1)
+    return invalid_argument("n > 1 with sampling under --tensor-parallel: the n sequences would share forked K/V "
+                            "pages, which are copied on rank 0 only; send n separate requests");
   const int32_t per_prompt = n > 1 && sampling ? 1 : n;  // requests per prompt
   // Every id and its choice is known before the first request is added: the
   // handlers read the map from the batching thread.

@@ -148,6 +148,9 @@ class TensorParallelServe(unittest.TestCase):
             self.assertEqual(end, "[DONE]")
             self.assertEqual("".join(e["choices"][0]["text"] for e in [first] + events), one["text"])
             self.assertEqual((status2, body2["choices"][0]["text"]), (200, one["text"]))
+            status3, body3 = s.post({"prompt": PROMPT, "max_tokens": 4, "temperature": 0.8, "n": 2})
+            self.assertEqual(status3, 400, body3)
+            self.assertIn("--tensor-parallel", body3["error"]["message"])
             self.assertEqual(s.health(), 200)
             os.kill(s.pids[0], signal.SIGTERM)  # the process listening: it drains, then ends the others
             elapsed = s.wait(30)
