@@ -187,6 +187,8 @@ class TensorParallelServe(unittest.TestCase):
             self.assertNotEqual(s.proc.returncode, 0, text)
             self.assertRegex(text, expect)
             s.assert_all_ended()
+            print(f"\n{sig.name}: stream {'error event' if error_event else 'cut'}, /health {health}, job ended "
+                  f"{time.monotonic() - t0:.1f} s after, exit {s.proc.returncode}", flush=True)
             return error_event, health, text
         finally:
             s.kill()
