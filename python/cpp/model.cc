@@ -3,6 +3,7 @@
 // exactly as `loom generate` does. Both release the GIL while they compute; the
 // per-token callback takes it back only to call Python and to notice Ctrl-C.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -18,6 +19,7 @@
 #include "loom/core/thread_pool.h"
 #include "loom/models/save_pretrained.h"
 #include "loom/runtime/cpu/matmul.h"
+#include "loom/runtime/collectives.h"
 #include "loom/runtime/kv_cache_contiguous.h"
 #include "loom/tokenizer/incremental_detokenizer.h"
 
@@ -46,7 +48,23 @@ struct LoadArgs {
   std::string backend = "cpu";
   int num_threads = 0;  // 0: the global pool
   std::string quantize;  // a weights/quantization_recipe.h name; empty: weights as stored
+  int tensor_parallel = 0;  // ranks of the mpirun job sharing the model; 0: not split
 };
+
+// Joins the mpirun job from_pretrained(tensor_parallel=N) names.
+models::TensorParallel join_tensor_parallel(int n) {
+  const std::string arg = "tensor_parallel=" + std::to_string(n);
+  if (n < 1) throw Error(invalid_argument(arg + ": must be ≥ 1"));
+  if (!runtime::launched_by_mpi())
+    throw Error(invalid_argument(arg + " needs " + std::to_string(n) + " processes started by mpirun: mpirun -np " +
+                                 std::to_string(n) + " python3 script.py"));
+  if (!runtime::process_collectives()) runtime::set_process_collectives(unwrap(runtime::open_mpi_world(300.0)));
+  runtime::Collectives* g = runtime::process_collectives();
+  if (g->size() != n)
+    throw Error(invalid_argument(arg + ", but mpirun started " + std::to_string(g->size()) + " processes (-np " +
+                                 std::to_string(g->size()) + "): give both the same number"));
+  return {g->rank(), g->size()};
+}
 
 std::shared_ptr<ModelHandle> load(const LoadArgs& a) {
   if (!fs::exists(a.dir)) throw Error(not_found("model '" + a.dir + "' does not exist"));
@@ -57,6 +75,7 @@ std::shared_ptr<ModelHandle> load(const LoadArgs& a) {
   h->backend = a.backend;
   if (a.num_threads > 0) h->pool = std::make_shared<ThreadPool>(a.num_threads);
   models::LoadOptions lo;
+  if (a.tensor_parallel > 0) lo.tensor_parallel = join_tensor_parallel(a.tensor_parallel);
   if (!a.quantize.empty()) lo.quantize = unwrap(quantization_recipe(a.quantize));
   if (a.kernel_config_json.empty()) {
     if (!a.plugin_dirs.empty())
@@ -192,13 +211,35 @@ void register_model(py::module_& m) {
       .def_static(
           "load",
           [](const std::string& dir, const std::string& kernel_config_json, std::vector<std::string> plugin_dirs,
-             bool trust_remote_code, const std::string& backend, int num_threads, const std::string& quantize) {
+             bool trust_remote_code, const std::string& backend, int num_threads, const std::string& quantize,
+             int tensor_parallel) {
             return load({dir, kernel_config_json, std::move(plugin_dirs), trust_remote_code, backend, num_threads,
-                         quantize});
+                         quantize, tensor_parallel});
           },
           py::arg("dir"), py::arg("kernel_config_json") = "", py::arg("plugin_dirs") = std::vector<std::string>{},
           py::arg("trust_remote_code") = false, py::arg("backend") = "cpu", py::arg("num_threads") = 0,
-          py::arg("quantize") = "", py::call_guard<py::gil_scoped_release>())
+          py::arg("quantize") = "", py::arg("tensor_parallel") = 0, py::call_guard<py::gil_scoped_release>())
+      // Tensor parallelism: rank 0 drives every step; the others follow them
+      // until rank 0 calls end_steps() (an error there ends the whole job).
+      .def_property_readonly("leads_steps", [](const ModelHandle& h) { return h.runner->leads_steps(); })
+      .def(
+          "follow_steps",
+          [](ModelHandle& h) {
+            Status st = h.runner->follow_steps();
+            if (st.ok()) return;
+            runtime::Collectives* g = runtime::process_collectives();
+            std::fprintf(stderr, "loom: error: tensor-parallel rank %d: %s\n", g ? g->rank() : -1, st.to_string().c_str());
+            if (g) g->abort(2);
+            throw Error(st);
+          },
+          py::call_guard<py::gil_scoped_release>())
+      .def(
+          "end_steps",
+          [](ModelHandle& h) {
+            std::lock_guard<std::mutex> lk(h.run_mutex);
+            check(h.runner->end_steps());
+          },
+          py::call_guard<py::gil_scoped_release>())
       // config.json as the model reads it (for a GGUF file: made from its metadata).
       .def_property_readonly("config_json", [](const ModelHandle& h) { return h.model->config().raw.dump(); })
       .def("forward", &forward, py::arg("rows"), py::call_guard<py::gil_scoped_release>())

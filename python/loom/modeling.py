@@ -4,6 +4,7 @@ save_pretrained, explain_kernels. numpy in, numpy out; no torch."""
 import contextlib
 import json
 import os
+import weakref
 
 import numpy as np
 
@@ -200,13 +201,19 @@ class AutoModelForCausalLM:
     @staticmethod
     def from_pretrained(pretrained_model_name_or_path, dtype="auto", kernel_config=None, trust_remote_code=False,
                         matmul_precision=None, num_threads=None, plugin_dirs=None, backend="cpu", torch_dtype=None,
-                        quantize=None, **kwargs):
+                        quantize=None, tensor_parallel=None, **kwargs):
         """loom runs weights as the checkpoint stores them (f32, bf16, f16): dtype must be
         "auto" or name that dtype. num_threads: this model's own worker threads (default:
         the process's pool, all cores or LOOM_NUM_THREADS). matmul_precision is process-wide,
         as torch.set_float32_matmul_precision. The path may be a .gguf file (llama.cpp's
         format); quantize ("q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k") quantizes the weights
-        as they load, with llama.cpp's recipes."""
+        as they load, with llama.cpp's recipes.
+
+        tensor_parallel=N splits the model over the N processes of `mpirun -np N python3
+        script.py` (docs/python.md): every rank runs the script and loads its shard; on
+        rank 0 from_pretrained returns the model, which drives every step; on the other
+        ranks it follows rank 0's steps and then ends the process (SystemExit(0)) once
+        rank 0's model is released or its script ends."""
         if kwargs:
             raise TypeError(f"from_pretrained: unsupported arguments {', '.join(sorted(kwargs))}")
         path = os.fspath(pretrained_model_name_or_path)
@@ -228,5 +235,12 @@ class AutoModelForCausalLM:
             raise TypeError("kernel_config must be a loom.KernelConfig or a mapping")
         handle = _loom._Model.load(path, kernel_config.to_json_string() if kernel_config else "",
                                    list(plugin_dirs or []), trust_remote_code, backend, int(num_threads or 0),
-                                   quantize or "")
-        return LoomForCausalLM(handle, path, kernel_config)
+                                   quantize or "", int(tensor_parallel or 0))
+        if tensor_parallel and not handle.leads_steps:
+            handle.follow_steps()  # until rank 0 ends them
+            raise SystemExit(0)
+        model = LoomForCausalLM(handle, path, kernel_config)
+        if tensor_parallel:
+            # The other ranks stop when this model goes or the script ends.
+            weakref.finalize(model, handle.end_steps)
+        return model

@@ -1,16 +1,21 @@
 // `loom serve`: the OpenAI-compatible HTTP server (docs/serve.md). The port is
 // bound first and /health says 503 while the model loads; SIGINT/SIGTERM drain
-// in-flight requests (up to --shutdown-timeout) and exit 0.
+// in-flight requests (up to --shutdown-timeout) and exit 0. Under mpirun with
+// --tensor-parallel N, rank 0 serves and the other ranks follow its steps.
 #include <pthread.h>
 #include <signal.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "cli/cb_flags.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "loom/runtime/collectives.h"
 #include "loom/serve/server.h"
 
 namespace loom::cli {
@@ -25,9 +30,52 @@ struct ServeFlags {
   bool no_request_log = false;
 };
 
+// With --tensor-parallel, on rank 0: turns a fault of the process group (a
+// rank that died or stopped answering within cpu_group_timeout) into a failed
+// server: 503 and an error for every request, then a non-zero exit.
+class GroupWatch {
+ public:
+  GroupWatch(runtime::Collectives* group, serve::Server* server) {
+    if (!group) return;
+    group->set_abort_on_fault(false);
+    thread_ = std::thread([this, group, server] {
+      std::unique_lock<std::mutex> lk(mu_);
+      while (!cv_.wait_for(lk, std::chrono::milliseconds(50), [&] { return done_; })) {
+        Status h = group->health();
+        if (h.ok()) continue;
+        lk.unlock();
+        server->fail(h.message());
+        return;
+      }
+    });
+  }
+  ~GroupWatch() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+std::shared_ptr<batching::ModelRunner> make_runner(const std::string& dir, const ServeFlags& f,
+                                                   std::shared_ptr<models::Model>* model) {
+  *model = load_model(dir, f.model, /*tensor_parallel_ok=*/true).value();
+  return std::shared_ptr<batching::ModelRunner>(batching::ModelRunner::create(*model, f.model.backend).value());
+}
+
 void run_serve(const ServeFlags& f) {
   // Signals go to one thread that asks the server to drain; every thread made
-  // from here on inherits the mask.
+  // from here on inherits the mask. The other ranks of a tensor-parallel job
+  // leave them pending: rank 0 decides when the job ends.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -37,6 +85,14 @@ void run_serve(const ServeFlags& f) {
 
   const std::string dir = resolve_model_dir(f.model).value();
   apply_process_options(f.model);
+  const batching::ContinuousBatchingConfig cb = make_cb_config(f.cb, f.seed);
+  if (join_tensor_parallel(f.model).value() != 0) {
+    std::shared_ptr<models::Model> model;
+    std::shared_ptr<batching::ModelRunner> runner = make_runner(dir, f, &model);
+    set_tensor_parallel_timeout(cb.cpu_group_timeout);
+    follow_steps_unless_leader(*runner);
+    return;
+  }
   serve::ServeOptions so = f.serve;
   so.log_requests = !f.no_request_log;
   std::unique_ptr<serve::Server> server = serve::Server::create(so).value();
@@ -55,27 +111,42 @@ void run_serve(const ServeFlags& f) {
   serve::ServedModel m;
   m.model_dir = dir;
   GenerationConfig gc = GenerationConfig::from_dir_or_default(dir).value();
-  auto model = load_model(dir, f.model).value();
+  std::shared_ptr<models::Model> model;
+  const std::shared_ptr<batching::ModelRunner> runner = make_runner(dir, f, &model);  // outlives the server
+  m.runner = runner;
   gc.inherit_special_tokens(model->config().eos_token_ids, model->config().bos_token_id, model->config().pad_token_id);
   m.generation_config = gc;
-  m.runner = std::shared_ptr<batching::ModelRunner>(batching::ModelRunner::create(model, f.model.backend).value());
+  runtime::Collectives* group = runner->group();
+  set_tensor_parallel_timeout(cb.cpu_group_timeout);
+  // The other ranks stop once rank 0's manager (which runs the steps) is gone.
+  StepsLeader leader(*runner);
   if (Tokenizer::exists_at(dir)) {
     m.tokenizer = Tokenizer::from_dir(dir).value();
     const auto& templates = m.tokenizer->chat_templates();
     if (auto it = templates.find("default"); it != templates.end()) m.chat_template = it->second;
   }
-  m.cb_config = make_cb_config(f.cb, f.seed);
+  m.cb_config = cb;
   for (const std::string& note : m.cb_config.cpu_no_op_fields()) std::fprintf(stderr, "note: %s\n", note.c_str());
-  if (Status s = server->attach(std::move(m)); !s.ok()) {
-    server->shutdown();
-    server->wait();
-    throw Error(s);
+  int code = 0;
+  {
+    GroupWatch watch(group, raw);
+    if (Status s = server->attach(std::move(m)); !s.ok()) {
+      server->shutdown();
+      server->wait();
+      throw Error(s);
+    }
+    std::fprintf(stderr, "loom serve: ready on http://%s:%d%s\n", so.host.c_str(), server->port(),
+                 group ? (" (tensor parallel over " + std::to_string(group->size()) + " ranks)").c_str() : "");
+    std::fflush(stderr);
+    code = server->wait();
   }
-  std::fprintf(stderr, "loom serve: ready on http://%s:%d\n", so.host.c_str(), server->port());
-  std::fflush(stderr);
-  const int code = server->wait();
   std::fprintf(stderr, "loom serve: stopped\n");
   server.reset();
+  if (group && !group->health().ok()) {
+    // The other ranks may be stopped or waiting for a step: end them with this one.
+    std::fprintf(stderr, "loom serve: error: %s; ending the job\n", group->health().message().c_str());
+    group->abort(3);
+  }
   if (code != 0) throw Error(internal_error("serve: the HTTP server stopped on an error"));
 }
 

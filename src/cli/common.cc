@@ -97,11 +97,17 @@ Result<models::TensorParallel> join_tensor_parallel_group(int n) {
 }
 }  // namespace
 
+Result<int> join_tensor_parallel(const ModelOptions& o) {
+  if (o.tensor_parallel <= 0) return 0;
+  LOOM_ASSIGN_OR_RETURN(models::TensorParallel tp, join_tensor_parallel_group(o.tensor_parallel));
+  return tp.rank;
+}
+
 Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const ModelOptions& o,
                                                   bool tensor_parallel_ok) {
   models::LoadOptions lo;
   if (o.tensor_parallel > 0 && !tensor_parallel_ok)
-    return unsupported("--tensor-parallel: this command does not run split over ranks yet (generate, batch and bench do)");
+    return unsupported("--tensor-parallel: this command does not run split over ranks yet (generate, batch, bench and serve do)");
   if (o.tensor_parallel > 0) {
     LOOM_ASSIGN_OR_RETURN(lo.tensor_parallel, join_tensor_parallel_group(o.tensor_parallel));
   }

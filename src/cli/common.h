@@ -38,6 +38,9 @@ void add_model_options(CLI::App* cmd, ModelOptions* o, bool model_required = fal
 Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const ModelOptions& o,
                                                   bool tensor_parallel_ok = false);
 
+// With --tensor-parallel N: joins the mpirun job (once; load_model joins too)
+// and returns this process's rank; 0 without the flag.
+Result<int> join_tensor_parallel(const ModelOptions& o);
 // With --tensor-parallel, on every rank but 0: runs rank 0's steps until it
 // ends them, then returns true and the command returns (rank 0 alone reads
 // input and prints). An error on such a rank ends the whole job.

@@ -94,7 +94,10 @@ CausalLM::CausalLM(const DecoderSettings& s)
 
 Status CausalLM::apply_tensor_parallel(const TensorParallel& tp) {
   LOOM_RETURN_IF_ERROR(model_->apply_tensor_parallel(tp));
-  if (!tp.active() || lm_head_->tied() || s_.vocab_size % tp.size != 0) return Status::Ok();
+  if (!tp.active() || s_.vocab_size % tp.size != 0) return Status::Ok();
+  // A tied head reads its vocabulary rows of the embedding table (a view, no
+  // copy): each rank then reads 1/N of the head per token, not all of it.
+  if (lm_head_->tied()) return lm_head_->parallelize_tied_rows(tp);
   return lm_head_->parallelize(LinearParallel::kColumnGathered, tp);
 }
 

@@ -98,6 +98,20 @@ Status Linear::parallelize(LinearParallel style, const TensorParallel& tp) {
   return Status::Ok();
 }
 
+Status Linear::parallelize_tied_rows(const TensorParallel& tp) {
+  if (!tp.active()) return Status::Ok();
+  if (!tied()) return internal_error(path() + ": parallelize_tied_rows on a linear that is not tied");
+  if (out_ % tp.size != 0)
+    return invalid_argument("tensor parallelism: " + path() + " has " + std::to_string(out_) +
+                            " output features, not divisible by --tensor-parallel " + std::to_string(tp.size));
+  tied_rows_of_ = weight_name_;
+  tied_rows_shard_ = {0, tp.rank, tp.size, false};
+  weight_name_ = param_name("weight") + ".rows_of_rank_" + std::to_string(tp.rank);
+  parallel_ = LinearParallel::kColumnGathered;
+  parts_ = tp.size;
+  return Status::Ok();
+}
+
 Embedding::Embedding(const std::string& path, int64_t num_embeddings, int64_t dim)
     : Module(path, "Embedding", "Embedding"), num_(num_embeddings), dim_(dim) {
   declare_parameter("weight", {num_, dim_});

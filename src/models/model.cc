@@ -212,7 +212,16 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   }
 
   const auto& params = m->params_;
-  auto source = [&params](const std::string& name) {
+  // Views the graph reads besides the loaded parameters: a tied vocab-parallel
+  // LM head's rows of the embedding table (parameters() lists memory once).
+  std::map<std::string, Tensor> views;
+  if (const Linear& head = m->module_->lm_head(); !head.tied_rows_of().empty()) {
+    auto it = params.find(head.tied_rows_of());
+    if (it == params.end()) return internal_error("the tied LM head's '" + head.tied_rows_of() + "' was not loaded");
+    LOOM_ASSIGN_OR_RETURN(views[head.weight_name()], shard_parameter(head.tied_rows_of(), it->second, head.tied_rows_shard()));
+  }
+  auto source = [&params, &views](const std::string& name) {
+    if (auto v = views.find(name); v != views.end()) return v->second;
     auto it = params.find(name);
     if (it == params.end()) throw Error(internal_error("graph asks for parameter '" + name + "' the plan did not load"));
     return it->second;

@@ -5,6 +5,7 @@
 
 #include "loom/batching/tokenizer_text_stream.h"
 #include "loom/core/logging.h"
+#include "loom/runtime/collectives.h"
 
 namespace loom::serve {
 
@@ -93,6 +94,27 @@ Status Engine::attach(ServedModel model) {
   return Status::Ok();
 }
 
+void Engine::fail(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lk(failure_mu_);
+    if (failure_.empty()) failure_ = why;
+  }
+  state_ = EngineState::kFailed;
+}
+
+std::string Engine::unavailable_reason() const {
+  switch (state_.load()) {
+    case EngineState::kLoading:
+      return "the model is still loading";
+    case EngineState::kFailed: {
+      std::lock_guard<std::mutex> lk(failure_mu_);
+      return "the server can run the model no more (" + failure_ + ")";
+    }
+    default:
+      return "the server is shutting down";
+  }
+}
+
 void Engine::cancel_everything() {
   if (manager_) (void)manager_->stop(/*block=*/true, /*timeout=*/10.0, /*keep_for_next_session=*/false, /*hard_stop=*/true);
 }
@@ -127,9 +149,7 @@ void Engine::record_final(const batching::GenerationOutput& o, double received) 
 Result<std::shared_ptr<Job>> Engine::submit(const std::vector<std::vector<int32_t>>& prompts, int32_t n,
                                             const batching::RequestOptions& options, const std::string& id_base,
                                             double received) {
-  if (state_ != EngineState::kReady || !manager_)
-    return Status(ErrorCode::kFailedPrecondition, state_ == EngineState::kLoading ? "the model is still loading"
-                                                                                   : "the server is shutting down");
+  if (state_ != EngineState::kReady || !manager_) return Status(ErrorCode::kFailedPrecondition, unavailable_reason());
   auto job = std::make_shared<Job>();
   job->manager_ = manager_;
   job->num_choices_ = static_cast<int32_t>(prompts.size()) * n;
@@ -139,6 +159,9 @@ Result<std::shared_ptr<Job>> Engine::submit(const std::vector<std::vector<int32_
   const GenerationConfig& gc = generation_config();
   const bool sampling = options.do_sample.value_or(gc.do_sample) &&
                         options.temperature.value_or(static_cast<float>(gc.temperature)) > 0;
+  if (n > 1 && sampling && model_.runner->group() && model_.runner->group()->size() > 1)
+    return invalid_argument("n > 1 with sampling under --tensor-parallel: the n sequences would share forked K/V "
+                            "pages, which are copied on rank 0 only; send n separate requests");
   const int32_t per_prompt = n > 1 && sampling ? 1 : n;  // requests per prompt
   // Every id and its choice is known before the first request is added: the
   // handlers read the map from the batching thread.

@@ -22,7 +22,9 @@
 
 namespace loom::serve {
 
-enum class EngineState { kLoading, kReady, kDraining };
+// kFailed: the model can run no more steps (a tensor-parallel rank is gone);
+// the server answers 503 until it exits.
+enum class EngineState { kLoading, kReady, kDraining, kFailed };
 
 // The choices of one HTTP request (prompts × n), each one manager sequence.
 class Job {
@@ -57,7 +59,15 @@ class Engine {
 
   Status attach(ServedModel model);
   EngineState state() const { return state_.load(); }
-  void begin_drain() { state_ = EngineState::kDraining; }
+  void begin_drain() {
+    EngineState ready = EngineState::kReady, loading = EngineState::kLoading;
+    if (!state_.compare_exchange_strong(ready, EngineState::kDraining))
+      state_.compare_exchange_strong(loading, EngineState::kDraining);
+  }
+  // No more requests: `why` is what /health and new requests say (503).
+  void fail(const std::string& why);
+  // Why the engine does not take requests (503): loading, shutting down, or failed.
+  std::string unavailable_reason() const;
   // Fails every request still running (the drain timed out).
   void cancel_everything();
   int64_t in_flight() const { return in_flight_.load(); }
@@ -115,6 +125,8 @@ class Engine {
   int64_t vocab_ = 0;
   double created_ = 0;
   std::atomic<EngineState> state_{EngineState::kLoading};
+  mutable std::mutex failure_mu_;
+  std::string failure_;  // set before state_ turns kFailed
   std::atomic<int64_t> in_flight_{0};
   std::atomic<uint64_t> next_id_{0};
   std::once_flag constraints_once_;

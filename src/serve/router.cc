@@ -38,6 +38,10 @@ HttpResponse handle_health(Engine& engine, const HttpRequest&) {
       ApiError e{503, "the model is still loading", "service_unavailable", "", "loading"};
       return error_response(e);
     }
+    case EngineState::kFailed: {
+      ApiError e{503, engine.unavailable_reason(), "service_unavailable", "", "failed"};
+      return error_response(e);
+    }
     default: {
       ApiError e{503, "the server is shutting down", "service_unavailable", "", "shutting_down"};
       return error_response(e);
@@ -148,8 +152,9 @@ HttpResponse Router::route(const HttpRequest& req) {
   }
   if (found->needs_model && engine_->state() != EngineState::kReady) {
     const bool loading = engine_->state() == EngineState::kLoading;
-    ApiError e{503, loading ? "the model is still loading" : "the server is shutting down", "service_unavailable", "",
-               loading ? "loading" : "shutting_down"};
+    const bool failed = engine_->state() == EngineState::kFailed;
+    ApiError e{503, engine_->unavailable_reason(), "service_unavailable", "",
+               loading ? "loading" : failed ? "failed" : "shutting_down"};
     return error_response(e);
   }
   Engine::InFlight guard(engine_);

@@ -84,6 +84,31 @@ void Server::shutdown() {
   s.http->stop();
 }
 
+void Server::fail(const std::string& why) {
+  Impl& s = *impl_;
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    s.exit_code = 1;
+    if (s.shutting_down) {  // a drain is under way: it now fails what is left
+      s.engine->fail(why);
+      return;
+    }
+    s.shutting_down = true;
+  }
+  s.engine->fail(why);
+  log_error("serve: " + why + "; failing " + std::to_string(s.engine->in_flight()) + " request(s) in flight and stopping");
+  // The steps of the requests in flight fail at once now; their routes write
+  // the error (an error event on a stream) and end.
+  const auto failed = std::chrono::steady_clock::now();
+  while (s.engine->in_flight() > 0 && std::chrono::steady_clock::now() < failed + std::chrono::seconds(5))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (s.engine->in_flight() > 0) s.engine->cancel_everything();
+  // A second of 503s lets a load balancer's health check see why, rather
+  // than only a refused connection.
+  std::this_thread::sleep_until(failed + std::chrono::seconds(1));
+  s.http->stop();
+}
+
 int Server::wait() {
   Impl& s = *impl_;
   std::unique_lock<std::mutex> lk(s.mu);

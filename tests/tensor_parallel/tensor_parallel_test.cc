@@ -19,6 +19,7 @@
 #include "loom/batching/model_runner.h"
 #include "loom/batching/step_plan.h"
 #include "loom/core/thread_pool.h"
+#include "loom/models/decoder.h"
 #include "loom/models/model.h"
 #include "loom/models/save_gguf.h"
 #include "loom/runtime/collectives.h"
@@ -163,6 +164,39 @@ TEST(TensorParallelPieces, ASplitGraphRefusesToRunAlone) {
   auto r = ModelRunner::create(*m, "cpu", &one_thread());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("process group of 1"), std::string::npos);
+}
+
+// A tied LM head is vocab-parallel too: each rank's head reads its rows of the
+// embedding table in place (no copy), the lookup keeps the whole table, and the
+// logits are gathered. (EveryFixtureEqualsOneProcess checks its logits.)
+TEST(TensorParallelPieces, ATiedHeadReadsItsRowsOfTheEmbeddingTable) {
+  for (int rank = 0; rank < 2; ++rank) {
+    models::LoadOptions o;
+    o.tensor_parallel = {rank, 2};
+    auto m = models::Model::load((fixtures_dir() / "llama-f32").string(), o);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    ASSERT_TRUE((*m)->config().tie_word_embeddings) << "llama-f32 is the tied fixture";
+    const models::Linear& head = (*m)->module().lm_head();
+    EXPECT_EQ(head.tied_rows_of(), "model.embed_tokens.weight");
+    const Tensor& table = (*m)->parameters().at("model.embed_tokens.weight");
+    const int64_t vocab = (*m)->vocab_size(), half = vocab / 2;
+    EXPECT_EQ(table.dim(0), vocab) << "the lookup keeps the whole table";
+    EXPECT_EQ((*m)->parameters().count(head.weight_name()), 0u) << "a view, not another parameter";
+    const graph::Graph& g = *(*m)->step_graph();
+    bool found = false;
+    for (graph::ValueId v : g.parameters()) {
+      const graph::Value& val = g.value(v);
+      if (val.name != head.weight_name()) continue;
+      found = true;
+      EXPECT_EQ(val.tensor.dim(0), half);
+      EXPECT_EQ(val.tensor.data(), static_cast<const char*>(table.data()) + rank * half * table.dim(1) * 4)
+          << "rank " << rank << "'s rows, in place";
+    }
+    EXPECT_TRUE(found) << head.weight_name();
+    int gathers = 0;
+    for (const graph::Node& node : g.nodes()) gathers += node.op == "all_gather";
+    EXPECT_EQ(gathers, 1);
+  }
 }
 
 // ── in an mpirun job: every rank runs these together ──

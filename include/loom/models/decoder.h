@@ -101,8 +101,10 @@ class CausalLM : public Module {
   graph::Graph build_graph(const graph::GraphBuilder::ParameterSource& params,
                            const kernels::KernelPlan* plan = nullptr) const;
   // The decoder's split, plus the LM head: vocab-parallel (then all_gather)
-  // when untied and the vocabulary divides, else replicated.
+  // when the vocabulary divides (a tied head takes its rows of the embedding
+  // table, which stays whole for the lookup), else replicated.
   Status apply_tensor_parallel(const TensorParallel& tp) override;
+  const Linear& lm_head() const { return *lm_head_; }
 
  private:
   DecoderSettings s_;

@@ -35,6 +35,14 @@ class Linear : public Module {
   bool tied() const { return weight_name_ != param_name("weight"); }
   // Splits this linear; an error names it when its features do not divide.
   Status parallelize(LinearParallel style, const TensorParallel& tp);
+  // A tied linear made vocab-parallel (kColumnGathered): its weight becomes
+  // this rank's rows of the tied parameter, a view the loader adds under
+  // weight_name() (the tied parameter itself stays whole for its other use).
+  Status parallelize_tied_rows(const TensorParallel& tp);
+  const std::string& weight_name() const { return weight_name_; }
+  // The tied parameter whose rows parallelize_tied_rows() takes, and which; empty before.
+  const std::string& tied_rows_of() const { return tied_rows_of_; }
+  ParameterShard tied_rows_shard() const { return tied_rows_shard_; }
   Status apply_tensor_parallel(const TensorParallel&) override { return Status::Ok(); }  // replicated unless told
 
  private:
@@ -43,6 +51,8 @@ class Linear : public Module {
   std::string weight_name_;  // differs from path + ".weight" when tied
   LinearParallel parallel_ = LinearParallel::kReplicated;
   int64_t parts_ = 1;
+  std::string tied_rows_of_;
+  ParameterShard tied_rows_shard_;
 };
 
 class Embedding : public Module {

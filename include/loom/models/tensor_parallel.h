@@ -2,8 +2,9 @@
 // Transformers' tp_plan apply it): q/k/v and gate/up are column-parallel (each
 // rank holds a slice of the output features: whole heads, grouped by KV head),
 // o_proj and down_proj are row-parallel (a slice of the input features) and end
-// in an all_reduce; an untied LM head is vocab-parallel and ends in an
-// all_gather; embeddings and norms are replicated. A module applies this to
+// in an all_reduce; the LM head is vocab-parallel and ends in an all_gather
+// (a tied one reads its rows of the embedding table); embeddings and norms
+// are replicated. A module applies this to
 // itself (Module::apply_tensor_parallel), declares which slice of each of its
 // parameters this rank holds, and records the sharded ops: one graph, one code
 // path, for every rank and for a single process.

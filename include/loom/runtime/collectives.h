@@ -44,6 +44,14 @@ class Collectives {
   [[noreturn]] virtual void abort(int exit_code) = 0;
   // Bounds every later in-step wait (ContinuousBatchingConfig.cpu_group_timeout).
   virtual void set_timeout(double seconds) = 0;
+  // What a wait past the timeout (or a failed MPI call) does: end the job at
+  // once (the default: a command with nothing to report but the error), or
+  // return the error and mark the group broken, so that a server can fail its
+  // requests and answer 503 before it ends the job itself.
+  virtual void set_abort_on_fault(bool abort) = 0;
+  // Ok, or the first fault (naming the rank waited for); once broken, every
+  // collective returns that error at once.
+  virtual Status health() const = 0;
 
   CollectiveStats stats() const;
   void reset_stats();

@@ -55,6 +55,10 @@ class Server {
   // Stop accepting (503), let in-flight requests finish for shutdown_timeout,
   // fail the rest, stop serving. Safe from any thread but a signal handler.
   void shutdown();
+  // The model can run no more (a tensor-parallel rank is gone): new requests
+  // and /health get 503 saying `why`, requests in flight end with an error,
+  // then the server stops and wait() returns non-zero.
+  void fail(const std::string& why);
   // Blocks until the server stopped serving (after shutdown() or a fatal error).
   // 0 after a clean shutdown.
   int wait();

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #endif
 
@@ -83,6 +84,13 @@ class MpiWorld final : public Collectives {
     if (seconds > 0) timeout_ = seconds;
   }
 
+  void set_abort_on_fault(bool abort) override { abort_on_fault_ = abort; }
+
+  Status health() const override {
+    std::lock_guard<std::mutex> lk(fault_mu_);
+    return fault_;
+  }
+
   [[noreturn]] void abort(int exit_code) override {
     std::fflush(stdout);
     std::fflush(stderr);
@@ -105,25 +113,34 @@ class MpiWorld final : public Collectives {
     return (count == 1 ? "rank " : "one of ranks ") + s;
   }
 
+  // A fault ends the job, or breaks the group: the pending MPI request can
+  // never complete, so no later collective may run.
+  Status fault(const std::string& message) {
+    std::fprintf(stderr, "loom: error: %s%s\n", message.c_str(), abort_on_fault_ ? "; ending the job" : "");
+    if (abort_on_fault_) abort(3);
+    Status why(ErrorCode::kFailedPrecondition, message);
+    std::lock_guard<std::mutex> lk(fault_mu_);
+    if (fault_.ok()) fault_ = why;
+    return fault_;
+  }
+
   Status finish(int rc, MPI_Request* req, const std::string& what, bool bounded, int root = -1) {
-    if (rc != MPI_SUCCESS) return internal_error("tensor-parallel rank " + std::to_string(rank_) + ": " + what + ": " + mpi_error(rc));
+    if (Status h = health(); !h.ok()) return h;
+    const std::string who = "tensor-parallel rank " + std::to_string(rank_) + ": ";
+    if (rc != MPI_SUCCESS) return fault(who + what + ": " + mpi_error(rc));
     const auto start = Clock::now();
-    const auto deadline = start + std::chrono::duration<double>(timeout_);
+    const auto deadline = start + std::chrono::duration<double>(timeout_.load());
     const auto spin_until = start + std::chrono::milliseconds(5);
     for (;;) {
       int done = 0;
       rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-      if (rc != MPI_SUCCESS)
-        return internal_error("tensor-parallel rank " + std::to_string(rank_) + ": " + what + " failed: " + mpi_error(rc));
+      if (rc != MPI_SUCCESS) return fault(who + what + " failed (" + peers(root) + "): " + mpi_error(rc));
       if (done) return Status::Ok();
       if (bounded && Clock::now() > deadline) {
-        // The other ranks are as stuck as this one: end the whole job now
-        // rather than return into code that would wait in the next collective.
-        std::fprintf(stderr,
-                     "loom: error: tensor-parallel rank %d: %s got no answer from %s within %g s "
-                     "(cpu_group_timeout); ending the job\n",
-                     rank_, what.c_str(), peers(root).c_str(), timeout_);
-        abort(3);
+        // The other ranks are as stuck as this one: no collective may follow.
+        char limit[32];
+        std::snprintf(limit, sizeof(limit), "%g", timeout_.load());
+        return fault(who + what + " got no answer from " + peers(root) + " within " + limit + " s (cpu_group_timeout)");
       }
       // A step's collectives complete in microseconds to milliseconds: keep
       // testing (MPI progresses on each test) but yield the core, since ranks
@@ -135,7 +152,10 @@ class MpiWorld final : public Collectives {
   }
 
   int rank_, size_;
-  double timeout_;
+  std::atomic<double> timeout_;
+  std::atomic<bool> abort_on_fault_{true};
+  mutable std::mutex fault_mu_;
+  Status fault_;
 };
 
 }  // namespace
