@@ -23,14 +23,16 @@ std::shared_ptr<Constraint> compile_schema(const std::shared_ptr<const TokenVoca
   return Constraint::compile(spec, vocab).value();
 }
 
-// States along a seeded random walk, and the mask of each computed without the cache.
+// States along a seeded random walk, and the mask of each computed without the cache
+// (compute_mask leaves the mask cache empty). States belong to the constraint's own
+// automaton (stack ids are per grammar), so the same constraint is tested after.
 struct Walk {
   std::vector<AutomatonState> states;
   std::vector<Constraint::Mask> masks;
 };
 
-Walk random_walk(const std::shared_ptr<const TokenVocabulary>& vocab, size_t steps) {
-  auto reference = compile_schema(vocab);
+Walk random_walk(const std::shared_ptr<Constraint>& reference, size_t steps) {
+  const auto& vocab = reference->vocabulary();
   ConstraintState st(reference);
   std::mt19937 rng(11);
   Walk w;
@@ -51,10 +53,10 @@ Walk random_walk(const std::shared_ptr<const TokenVocabulary>& vocab, size_t ste
 TEST(MaskPrefetch, WorkerMasksEqualTheRequestingThreadsOwn) {
   auto tok = Tokenizer::from_file(test::source_path("models/loom-kjv-tiny/tokenizer.json")).value();
   auto vocab = TokenVocabulary::from_tokenizer(*tok);
-  const Walk w = random_walk(vocab, 40);
-  ASSERT_GT(w.states.size(), 10u);
-
   auto fresh = compile_schema(vocab);
+  const Walk w = random_walk(fresh, 40);
+  ASSERT_GT(w.states.size(), 10u);
+  ASSERT_EQ(fresh->cache_stats().misses + fresh->cache_stats().hits, 0u);
   {
     MaskPrefetcher prefetcher;
     std::vector<MaskPrefetcher::Job> jobs;
@@ -74,8 +76,8 @@ TEST(MaskPrefetch, WorkerMasksEqualTheRequestingThreadsOwn) {
 TEST(MaskPrefetch, ManyThreadsAskingForTheSameStatesAgree) {
   auto tok = Tokenizer::from_file(test::source_path("models/loom-kjv-tiny/tokenizer.json")).value();
   auto vocab = TokenVocabulary::from_tokenizer(*tok);
-  const Walk w = random_walk(vocab, 30);
   auto fresh = compile_schema(vocab);
+  const Walk w = random_walk(fresh, 30);
   std::vector<std::thread> threads;
   std::atomic<int> mismatches{0};
   for (int t = 0; t < 4; ++t) {
