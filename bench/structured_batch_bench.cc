@@ -8,8 +8,8 @@
 // its constraint afresh, so every mask it uses is computed during the run. The
 // schema's shortest sentence is longer than the token budget, so every request
 // generates exactly max_new_tokens in both modes: the same work.
-//   structured_batch_bench [model dir] [schema.json]
-//   (defaults: /tmp/llama1b-tok, bench/structured_nested_schema.json)
+//   structured_batch_bench [model dir or .gguf] [schema.json] [tokenizer dir]
+//   (defaults: /tmp/llama1b-tok, bench/structured_nested_schema.json, the model dir)
 // Knobs: LOOM_BENCH_CONCURRENT=32, LOOM_BENCH_NEW_TOKENS=64, LOOM_BENCH_ROUNDS=2,
 // LOOM_BENCH_SYNC=1 also runs constrained with masks computed on the batching
 // thread (ManagerOptions::prefetch_masks off).
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", model.status().to_string().c_str());
     return 1;
   }
-  auto tok = Tokenizer::from_dir(dir);
+  auto tok = Tokenizer::from_dir(argc > 3 ? argv[3] : dir);
   if (!tok.ok()) {
     std::fprintf(stderr, "%s\n", tok.status().to_string().c_str());
     return 1;
