@@ -188,8 +188,9 @@ int main(int argc, char** argv) {
   for (int64_t round = 0; round < rounds; ++round) {
     for (Mode mode : modes) {
       RunResult r = run(mode, runner, **tok, vocab, schema, prompts, max_new);
-      std::fprintf(stderr, "round %lld %-28s %6.2f s  %lld tokens  %.1f tok/s\n", static_cast<long long>(round + 1),
-                   mode_name(mode), r.seconds, static_cast<long long>(r.generated), r.generated / r.seconds);
+      std::fprintf(stderr, "round %lld %-28s %6.2f s  %lld tokens  %.1f tok/s  (%lld steps, %.2f s in the forward)\n",
+                   static_cast<long long>(round + 1), mode_name(mode), r.seconds, static_cast<long long>(r.generated),
+                   r.generated / r.seconds, static_cast<long long>(r.steps), r.forward_seconds);
       auto it = best.find(mode);
       if (it == best.end() || r.generated / r.seconds > it->second.generated / it->second.seconds) best[mode] = std::move(r);
     }
