@@ -236,6 +236,7 @@ void ContinuousBatchingManager::run_step() {
     planner_has_job_ = true;
     planner_cv_.notify_all();
   }
+  prefetch_masks(plan);
   const auto t0 = std::chrono::steady_clock::now();
   Result<Tensor> logits = run_model(chunks);
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -264,6 +265,22 @@ void ContinuousBatchingManager::run_step() {
     commit(c.request, c.count, rows);
     rows += vocab_;
   }
+}
+
+// The masks this step's sampling will need, computed while the forward runs: a
+// constrained request that samples after its chunk needs the mask of the state its
+// last accepted token left.
+void ContinuousBatchingManager::prefetch_masks(const StepPlan& plan) {
+  if (!opts_.prefetch_masks) return;
+  std::vector<structured::MaskPrefetcher::Job> jobs;
+  for (const PlannedChunk& c : plan.chunks) {
+    const RequestState* r = c.request;
+    if (!r->constraint || c.start + c.count != static_cast<int64_t>(r->tokens.size())) continue;
+    jobs.push_back({r->constraint->shared_constraint(), r->constraint->state()});
+  }
+  if (jobs.empty() && !mask_prefetcher_) return;
+  if (!mask_prefetcher_) mask_prefetcher_ = std::make_unique<structured::MaskPrefetcher>();
+  mask_prefetcher_->submit(std::move(jobs));
 }
 
 void ContinuousBatchingManager::record_prompt_logprobs(RequestState* r, int64_t start, int64_t count, const float* rows) {

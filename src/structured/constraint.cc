@@ -2,6 +2,7 @@
 
 #include "loom/structured/json_schema_to_grammar.h"
 #include "loom/structured/regex_to_grammar.h"
+#include "structured/byte_transitions.h"
 
 namespace loom::structured {
 
@@ -39,7 +40,9 @@ Result<Grammar> spec_to_grammar(const ConstraintSpec& spec) {
 }
 
 Constraint::Constraint(std::shared_ptr<CompiledGrammar> grammar, std::shared_ptr<const TokenVocabulary> vocab)
-    : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {}
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), transitions_(std::make_unique<ByteTransitions>(grammar_.get())) {}
+
+Constraint::~Constraint() = default;
 
 Result<std::shared_ptr<Constraint>> Constraint::compile(const ConstraintSpec& spec,
                                                         std::shared_ptr<const TokenVocabulary> vocab) {
@@ -53,40 +56,36 @@ size_t Constraint::StateHash::operator()(const AutomatonState& s) const {
   return static_cast<size_t>(h);
 }
 
-// One preorder walk of the vocabulary trie from `start`. Without `dependent`, marks
-// the tokens some stack survives. With it (`start` from a context stack), also
-// collects the tokens a branch carries below the known frames: those are decided
-// per real stack.
-void Constraint::walk_trie(const AutomatonState& start, Mask* accepted, std::vector<int32_t>* dependent) {
+// One preorder walk of the vocabulary trie from `start_stack`. Without `dependent`,
+// marks the tokens some stack survives. With it (a context stack), also collects the
+// tokens a branch carries below the known frames: those are decided per real stack.
+void Constraint::walk_trie(int32_t start_stack, Mask* accepted, std::vector<int32_t>* dependent) {
   accepted->assign((static_cast<size_t>(vocab_->size()) + 63) / 64, 0);
   const auto& nodes = vocab_->nodes();
   const auto& ids = vocab_->token_ids();
-  std::vector<AutomatonState> at_depth(vocab_->max_depth() + 1);
+  ByteTransitions& t = *transitions_;
+  std::vector<int32_t> at_depth(vocab_->max_depth() + 1);
   std::vector<uint8_t> left(vocab_->max_depth() + 1, 0);  // some branch left the known frames
-  at_depth[0] = start;
+  at_depth[0] = t.intern(AutomatonState{start_stack});
+  uint64_t* bits = accepted->data();
   for (size_t i = 0; i < nodes.size();) {
     const TokenVocabulary::TrieNode& n = nodes[i];
-    AutomatonState& here = at_depth[n.depth];
-    grammar_->advance_unlocked(at_depth[n.depth - 1], n.byte, &here);
-    bool gone = left[n.depth - 1];
-    if (!here.empty() && here.front() == kNeedsContext) {
-      here.erase(here.begin());
-      gone = true;
-    }
+    const int32_t here = t.next(at_depth[n.depth - 1], n.byte);
+    at_depth[n.depth] = here;
+    const bool gone = left[n.depth - 1] || t.needs_context(here);
     left[n.depth] = gone;
-    if (here.empty()) {
+    if (t.stacks(here).empty()) {
       if (gone && dependent) {
-        for (uint32_t k = nodes[i].first_token; k < (n.subtree_end < nodes.size() ? nodes[n.subtree_end].first_token
-                                                                                   : static_cast<uint32_t>(ids.size()));
-             ++k)
-          dependent->push_back(ids[k]);
+        const uint32_t end = n.subtree_end < nodes.size() ? nodes[n.subtree_end].first_token
+                                                          : static_cast<uint32_t>(ids.size());
+        dependent->insert(dependent->end(), ids.begin() + n.first_token, ids.begin() + end);
       }
       i = n.subtree_end;
       continue;
     }
     for (uint32_t k = 0; k < n.token_count; ++k) {
       const int32_t id = ids[n.first_token + k];
-      (*accepted)[id >> 6] |= uint64_t{1} << (id & 63);
+      bits[id >> 6] |= uint64_t{1} << (id & 63);
     }
     ++i;
   }
@@ -96,53 +95,107 @@ const Constraint::ContextTokens& Constraint::context_tokens(const std::vector<in
   auto it = context_.find(frames);
   if (it != context_.end()) return *it->second;
   auto ct = std::make_unique<ContextTokens>();
-  const int32_t stack = grammar_->context_stack(frames);
-  walk_trie(AutomatonState{stack}, &ct->independent, &ct->dependent);
+  walk_trie(grammar_->context_stack(frames), &ct->independent, &ct->dependent);
   return *context_.emplace(frames, std::move(ct)).first->second;
 }
 
 void Constraint::compute_mask(const AutomatonState& state, Mask* out) {
   out->assign((static_cast<size_t>(vocab_->size()) + 63) / 64, 0);
   std::lock_guard<std::mutex> lock(grammar_->mutex());
-  AutomatonState cur, next;
+  ByteTransitions& t = *transitions_;
+  t.trim();
+  uint64_t* bits = out->data();
+  const size_t words = out->size();
   for (int32_t stack : state) {
     if (stack < 0) continue;
     const ContextTokens& ct = context_tokens(grammar_->top_frames(stack, kContextFrames));
-    for (size_t w = 0; w < out->size(); ++w) (*out)[w] |= ct.independent[w];
+    const uint64_t* independent = ct.independent.data();
+    for (size_t w = 0; w < words; ++w) bits[w] |= independent[w];
+    if (ct.dependent.empty()) continue;
+    const int32_t whole = t.intern(AutomatonState{stack});
     for (int32_t id : ct.dependent) {
-      if (((*out)[id >> 6] >> (id & 63)) & 1) continue;
-      cur.assign(1, stack);
+      if ((bits[id >> 6] >> (id & 63)) & 1) continue;
+      int32_t cur = whole;
       for (unsigned char b : *vocab_->bytes(id)) {
-        grammar_->advance_unlocked(cur, b, &next);
-        cur.swap(next);
-        if (cur.empty()) break;
+        cur = t.next(cur, b);
+        if (cur == ByteTransitions::kDead) break;
       }
-      if (!cur.empty()) (*out)[id >> 6] |= uint64_t{1} << (id & 63);
+      if (!t.stacks(cur).empty()) bits[id >> 6] |= uint64_t{1} << (id & 63);
     }
   }
 }
 
-std::shared_ptr<const Constraint::Mask> Constraint::mask(const AutomatonState& state) {
+std::shared_ptr<Constraint::CachedMask> Constraint::claim(const AutomatonState& state, bool* claimed) {
+  auto it = cache_.find(state);
+  if (it != cache_.end()) {
+    *claimed = false;
+    return it->second;
+  }
+  if (cache_.size() >= kMaxCachedMasks) cache_.clear();  // holders of an entry keep it alive
+  auto entry = std::make_shared<CachedMask>();
+  cache_.emplace(state, entry);
+  *claimed = true;
+  return entry;
+}
+
+std::shared_ptr<const Constraint::Mask> Constraint::fill(const std::shared_ptr<CachedMask>& entry,
+                                                         const AutomatonState& state) {
+  auto m = std::make_shared<Mask>();
+  compute_mask(state, m.get());
   {
     std::lock_guard<std::mutex> lock(cache_mu_);
-    auto it = cache_.find(state);
-    if (it != cache_.end()) {
+    entry->mask = m;
+  }
+  cache_cv_.notify_all();
+  return m;
+}
+
+std::shared_ptr<const Constraint::Mask> Constraint::mask(const AutomatonState& state) {
+  std::shared_ptr<CachedMask> entry;
+  {
+    std::unique_lock<std::mutex> lock(cache_mu_);
+    bool claimed = false;
+    entry = claim(state, &claimed);
+    if (!claimed) {
       ++stats_.hits;
-      return it->second;
+      if (!entry->mask) {
+        ++stats_.waited;
+        cache_cv_.wait(lock, [&] { return entry->mask != nullptr; });
+      }
+      return entry->mask;
     }
     ++stats_.misses;
   }
-  auto m = std::make_shared<Mask>();
-  compute_mask(state, m.get());
-  std::lock_guard<std::mutex> lock(cache_mu_);
-  if (cache_.size() >= kMaxCachedMasks) cache_.clear();
-  cache_.emplace(state, m);
-  return m;
+  return fill(entry, state);
+}
+
+void Constraint::prefetch(const AutomatonState& state) {
+  std::shared_ptr<CachedMask> entry;
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    bool claimed = false;
+    entry = claim(state, &claimed);
+    if (!claimed) return;
+    ++stats_.prefetched;
+  }
+  fill(entry, state);
 }
 
 MaskCacheStats Constraint::cache_stats() const {
   std::lock_guard<std::mutex> lock(cache_mu_);
   return stats_;
+}
+
+void Constraint::record_mask_seconds(double seconds) const {
+  std::lock_guard<std::mutex> lock(timing_mu_);
+  if (recording_) mask_seconds_.push_back(seconds);
+}
+
+std::vector<double> Constraint::take_mask_seconds() const {
+  std::lock_guard<std::mutex> lock(timing_mu_);
+  std::vector<double> out;
+  out.swap(mask_seconds_);
+  return out;
 }
 
 Result<std::shared_ptr<Constraint>> ConstraintRegistry::get(const ConstraintSpec& spec) {

@@ -38,12 +38,13 @@ Bundled& bundled() {
 }
 
 std::shared_ptr<structured::Constraint> constraint(ConstraintSpec::Kind kind, std::string text,
-                                                   std::vector<std::string> choices = {}) {
+                                                   std::vector<std::string> choices = {},
+                                                   structured::ConstraintRegistry* registry = nullptr) {
   ConstraintSpec s;
   s.kind = kind;
   s.text = std::move(text);
   s.choices = std::move(choices);
-  return bundled().registry->get(s).value();
+  return (registry ? registry : bundled().registry.get())->get(s).value();
 }
 
 std::vector<int32_t> encode(const std::string& text) { return bundled().tokenizer->encode(text, true).value().ids; }
@@ -55,7 +56,8 @@ struct Req {
   int64_t max_new;
 };
 
-std::vector<Req> workload() {
+// registry: where the constraints are compiled (a fresh one: masks not cached yet).
+std::vector<Req> workload(structured::ConstraintRegistry* registry = nullptr) {
   const char* schema = R"({"type":"object","properties":{"book":{"enum":["Genesis","Exodus","Psalms"]},
       "chapter":{"type":"integer","minimum":1,"maximum":150},"words":{"type":"array","items":{"type":"string","maxLength":12},"maxItems":3}},
       "required":["book","chapter","words"],"additionalProperties":false})";
@@ -67,10 +69,10 @@ std::vector<Req> workload() {
     r.prompt = encode(prompts[i % 5]);
     r.max_new = 60;
     switch (i % 5) {
-      case 0: r.constraint = constraint(ConstraintSpec::Kind::kJsonSchema, schema); break;
-      case 1: r.constraint = constraint(ConstraintSpec::Kind::kRegex, "[A-Z][a-z]+ (of|and|the) [a-z]+\\."); break;
-      case 2: r.constraint = constraint(ConstraintSpec::Kind::kChoice, "", {"blessing", "curse", "covenant"}); break;
-      case 3: r.constraint = constraint(ConstraintSpec::Kind::kJsonObject, ""); r.max_new = 24; break;
+      case 0: r.constraint = constraint(ConstraintSpec::Kind::kJsonSchema, schema, {}, registry); break;
+      case 1: r.constraint = constraint(ConstraintSpec::Kind::kRegex, "[A-Z][a-z]+ (of|and|the) [a-z]+\\.", {}, registry); break;
+      case 2: r.constraint = constraint(ConstraintSpec::Kind::kChoice, "", {"blessing", "curse", "covenant"}, registry); break;
+      case 3: r.constraint = constraint(ConstraintSpec::Kind::kJsonObject, "", {}, registry); r.max_new = 24; break;
       default: break;  // unconstrained neighbours
     }
     w.push_back(std::move(r));
@@ -93,7 +95,7 @@ GenerateResult alone(const Req& r) {
 }
 
 void run_batched(const std::vector<Req>& w, const std::vector<GenerateResult>& expected, int64_t num_blocks, bool async,
-                 bool expect_preemption = false) {
+                 bool expect_preemption = false, ManagerOptions options = {}) {
   ContinuousBatchingConfig cfg;
   cfg.page_size = 16;
   cfg.num_blocks = num_blocks;
@@ -104,7 +106,7 @@ void run_batched(const std::vector<Req>& w, const std::vector<GenerateResult>& e
   GenerationConfig gc;
   gc.max_new_tokens = 60;
   for (int32_t id : eos_ids()) gc.eos_token_ids.push_back(id);
-  auto m = ContinuousBatchingManager::create(bundled().runner, gc, cfg).value();
+  auto m = ContinuousBatchingManager::create(bundled().runner, gc, cfg, std::move(options)).value();
   std::map<std::string, size_t> index;
   // Queued before the loop starts, so a tight pool really fills.
   for (size_t i = 0; i < w.size(); ++i) {
@@ -155,6 +157,33 @@ TEST(ConstrainedBatching, GreedyOutputEqualsRunningAlone) {
   run_batched(w, expected, 400, false);
   run_batched(w, expected, 400, true);
   run_batched(w, expected, 7, false, /*expect_preemption=*/true);  // 7 pages: requests preempt and recompute
+}
+
+// Masks computed on the prefetch worker while the forward runs, or on the batching
+// thread when the logits arrive: the same tokens. Each run compiles its constraints
+// afresh, so its masks are computed during the run (not found in a cache).
+TEST(ConstrainedBatching, PrefetchedMasksGiveTheSynchronousOutput) {
+  std::vector<GenerateResult> expected;
+  for (const Req& r : workload()) expected.push_back(alone(r));
+  for (bool prefetch : {false, true}) {
+    for (bool async : {false, true}) {
+      SCOPED_TRACE(std::string(prefetch ? "prefetch" : "synchronous") + (async ? ", async batching" : ""));
+      structured::ConstraintRegistry fresh(bundled().registry->vocabulary());
+      const auto w = workload(&fresh);
+      ManagerOptions o;
+      o.prefetch_masks = prefetch;
+      run_batched(w, expected, 400, async, false, o);
+      uint64_t prefetched = 0, computed = 0;
+      for (const Req& r : w) {
+        if (!r.constraint) continue;
+        prefetched += r.constraint->cache_stats().prefetched;
+        computed += r.constraint->cache_stats().misses + r.constraint->cache_stats().prefetched;
+      }
+      EXPECT_GT(computed, 0u);
+      if (prefetch) EXPECT_GT(prefetched, 0u);
+      else EXPECT_EQ(prefetched, 0u);
+    }
+  }
 }
 
 TEST(ConstrainedBatching, MaxTokensInsideAnOpenStructureEndsWithLength) {

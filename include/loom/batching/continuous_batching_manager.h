@@ -31,6 +31,7 @@
 #include "loom/batching/request_options.h"
 #include "loom/core/status.h"
 #include "loom/generation/generation_config.h"
+#include "loom/structured/mask_prefetcher.h"
 
 namespace loom::batching {
 
@@ -45,6 +46,10 @@ struct ManagerOptions {
   // Makes one request's detokenizer (given its prompt), for output text and stop
   // strings. Unset: no text, and stop strings are rejected.
   std::function<std::unique_ptr<TextStream>(const std::vector<int32_t>& prompt)> text_stream;
+  // Constrained requests: compute each step's token masks on a worker thread while the
+  // forward pass runs (structured::MaskPrefetcher). Off: on the batching thread when
+  // the logits arrive. The output is the same either way.
+  bool prefetch_masks = true;
 };
 
 struct ManagerStats {
@@ -186,6 +191,7 @@ class ContinuousBatchingManager {
   void commit(RequestState* r, int64_t count, float* logits_row);
   // Records the prompt log-probabilities in the rows of a chunk computed with all_rows.
   void record_prompt_logprobs(RequestState* r, int64_t start, int64_t count, const float* rows);
+  void prefetch_masks(const StepPlan& plan);
   void fail_step(StepPlan& plan, const Status& error);
   void finalize_plan(StepPlan& plan);
   void finish(RequestState* r, RequestStatus status, generation::FinishReason reason, Status error = Status::Ok());
@@ -218,6 +224,7 @@ class ContinuousBatchingManager {
   std::unique_ptr<PagedKvCache> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;
+  std::unique_ptr<structured::MaskPrefetcher> mask_prefetcher_;  // started by the first constrained step
   std::unique_ptr<StepPlan> next_plan_;  // planned during the previous step (async)
   std::unique_ptr<StepKvView> view_;
   uint64_t next_arrival_ = 0;

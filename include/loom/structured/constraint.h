@@ -4,6 +4,8 @@
 // ConstraintState is one request's position in it.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -34,24 +36,41 @@ Result<Grammar> spec_to_grammar(const ConstraintSpec& spec);
 
 struct MaskCacheStats {
   uint64_t hits = 0, misses = 0;
+  uint64_t prefetched = 0;  // masks computed by prefetch() (off the critical path)
+  uint64_t waited = 0;      // mask() calls that waited for a prefetch in progress
 };
+
+class ByteTransitions;
 
 class Constraint {
  public:
   Constraint(std::shared_ptr<CompiledGrammar> grammar, std::shared_ptr<const TokenVocabulary> vocab);
+  ~Constraint();
   static Result<std::shared_ptr<Constraint>> compile(const ConstraintSpec& spec,
                                                      std::shared_ptr<const TokenVocabulary> vocab);
 
   using Mask = std::vector<uint64_t>;  // bit id set: the token may come next (EOS excluded)
   // The state's mask, computed on first use and cached (bounded: the cache is
   // dropped when it holds kMaxCachedMasks).
+  // When another thread is computing the same state's mask (prefetch), waits for it
+  // rather than computing it twice.
   std::shared_ptr<const Mask> mask(const AutomatonState& state);
+  // Computes and caches the state's mask unless it is cached or being computed: for a
+  // thread that works ahead of the one that will call mask().
+  void prefetch(const AutomatonState& state);
   // The same without the cache, for tests and benchmarks.
   void compute_mask(const AutomatonState& state, Mask* out);
 
   const std::shared_ptr<CompiledGrammar>& grammar() const { return grammar_; }
   const std::shared_ptr<const TokenVocabulary>& vocabulary() const { return vocab_; }
   MaskCacheStats cache_stats() const;
+
+  // Seconds the decoding loop spent masking a row for this constraint, one entry per
+  // masked token, kept while recording is on (benchmarks).
+  void set_recording(bool on) const { recording_ = on; }
+  bool recording() const { return recording_; }
+  void record_mask_seconds(double seconds) const;
+  std::vector<double> take_mask_seconds() const;
 
   static constexpr size_t kMaxCachedMasks = 4096;
   // Frames of a stack's top that key its context-independent tokens.
@@ -68,14 +87,25 @@ class Constraint {
     Mask independent;
     std::vector<int32_t> dependent;
   };
+  struct CachedMask {
+    std::shared_ptr<const Mask> mask;  // null while a thread computes it
+  };
   const ContextTokens& context_tokens(const std::vector<int32_t>& frames);  // grammar lock held
-  void walk_trie(const AutomatonState& start, Mask* accepted, std::vector<int32_t>* dependent);  // lock held
+  void walk_trie(int32_t start_stack, Mask* accepted, std::vector<int32_t>* dependent);  // lock held
+  // Claims the state (a null entry) when nobody has; returns the entry.
+  std::shared_ptr<CachedMask> claim(const AutomatonState& state, bool* claimed);  // cache_mu_ held
+  std::shared_ptr<const Mask> fill(const std::shared_ptr<CachedMask>& entry, const AutomatonState& state);
   std::unordered_map<std::vector<int32_t>, std::unique_ptr<ContextTokens>, StateHash> context_;  // under the grammar lock
   std::shared_ptr<CompiledGrammar> grammar_;
   std::shared_ptr<const TokenVocabulary> vocab_;
+  std::unique_ptr<ByteTransitions> transitions_;  // under the grammar lock
   mutable std::mutex cache_mu_;
-  std::unordered_map<AutomatonState, std::shared_ptr<const Mask>, StateHash> cache_;
+  std::condition_variable cache_cv_;  // a claimed mask was filled
+  std::unordered_map<AutomatonState, std::shared_ptr<CachedMask>, StateHash> cache_;
   MaskCacheStats stats_;
+  mutable std::mutex timing_mu_;
+  mutable std::atomic<bool> recording_{false};
+  mutable std::vector<double> mask_seconds_;
 };
 
 // Compiled constraints by spec, for one vocabulary: requests naming the same schema
@@ -101,6 +131,9 @@ class ConstraintState {
 
   // Tokens that may come next (EOS is the caller's: allowed iff accepting()).
   std::shared_ptr<const Constraint::Mask> allowed_tokens() const { return constraint_->mask(matcher_.state()); }
+  // Where the request is: what allowed_tokens() will need (to prefetch it).
+  const AutomatonState& state() const { return matcher_.state(); }
+  const std::shared_ptr<Constraint>& shared_constraint() const { return constraint_; }
   // Fails, naming the token, when the grammar does not allow it here.
   Status accept_token(int32_t id);
   // The text so far is a complete match.

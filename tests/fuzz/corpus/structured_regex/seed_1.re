@@ -1,0 +1,1 @@
+[A-Z][a-z]+ (of|and|the) [a-z]+\.
