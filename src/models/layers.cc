@@ -84,7 +84,7 @@ ValueId Linear::forward(GraphBuilder& b, ValueId x) const {
 Status Linear::parallelize(LinearParallel style, const TensorParallel& tp) {
   if (!tp.active() || style == LinearParallel::kReplicated) return Status::Ok();
   if (tied()) return internal_error(path() + ": a tied linear cannot be split (its weight is " + weight_name_ + ")");
-  const bool rows = style != LinearParallel::kRow;
+  const bool rows = style != LinearParallel::kRow && style != LinearParallel::kRowPartial;
   const int64_t features = rows ? out_ : in_;
   if (features % tp.size != 0)
     return invalid_argument("tensor parallelism: " + path() + " has " + std::to_string(features) +
@@ -251,6 +251,12 @@ Status GatedMLP::apply_tensor_parallel(const TensorParallel& tp) {
   LOOM_RETURN_IF_ERROR(gate_->parallelize(LinearParallel::kColumn, tp));
   LOOM_RETURN_IF_ERROR(up_->parallelize(LinearParallel::kColumn, tp));
   return down_->parallelize(LinearParallel::kRow, tp);
+}
+
+Status GatedMLP::apply_tensor_parallel_partial(const TensorParallel& tp) {
+  LOOM_RETURN_IF_ERROR(gate_->parallelize(LinearParallel::kColumn, tp));
+  LOOM_RETURN_IF_ERROR(up_->parallelize(LinearParallel::kColumn, tp));
+  return down_->parallelize(LinearParallel::kRowPartial, tp);
 }
 
 ValueId GatedMLP::forward(GraphBuilder& b, ValueId x) const {

@@ -36,18 +36,37 @@ ValueId SparseMoeBlock::forward(GraphBuilder& b, ValueId x) const {
     in.push_back(shared);
     in.push_back(b.param(shared_expert_gate_->path() + ".weight"));
   }
-  return b.op("moe", std::move(in),
-              {{"top_k", s_.top_k},
-               {"norm_topk_prob", static_cast<int64_t>(s_.norm_topk_prob)},
-               {"activation", activation_}});
+  ValueId y = b.op("moe", std::move(in),
+                   {{"top_k", s_.top_k},
+                    {"norm_topk_prob", static_cast<int64_t>(s_.norm_topk_prob)},
+                    {"activation", activation_}});
+  // Every term (the routed experts' and the gated shared expert's) is a partial
+  // sum over this rank's intermediate features: one all_reduce adds them up.
+  return parts_ > 1 ? b.op("all_reduce", {y}, {{"parts", parts_}}) : y;
 }
 
-// Expert parallelism is not there yet: refuse rather than run a replicated
-// block on every rank (correct, but every rank would hold every expert).
+// Each expert split by its intermediate features, as a dense MLP is (gate/up by
+// rows, down by columns), so every rank holds 1/N of every expert and the
+// routing (the replicated router on the same hidden state) agrees on all ranks.
 Status SparseMoeBlock::apply_tensor_parallel(const TensorParallel& tp) {
   if (!tp.active()) return Status::Ok();
-  return unsupported("tensor parallelism: " + path() + " (" + class_name() +
-                     ") is a mixture of experts; loom splits dense attention and MLPs over ranks, not experts yet");
+  if (s_.intermediate_size % tp.size != 0)
+    return invalid_argument("tensor parallelism: " + path() + " has experts of " + std::to_string(s_.intermediate_size) +
+                            " intermediate features, not divisible by --tensor-parallel " + std::to_string(tp.size));
+  if (shared_expert_ && s_.shared_intermediate_size % tp.size != 0)
+    return invalid_argument("tensor parallelism: " + path() + " has a shared expert of " +
+                            std::to_string(s_.shared_intermediate_size) +
+                            " intermediate features, not divisible by --tensor-parallel " + std::to_string(tp.size));
+  experts_->split(tp);
+  if (shared_expert_) LOOM_RETURN_IF_ERROR(shared_expert_->apply_tensor_parallel_partial(tp));
+  parts_ = tp.size;
+  return Status::Ok();
+}
+
+void MoeExperts::split(const TensorParallel& tp) {
+  // gate_up_proj [E, 2I, H] is gate and up stacked: this rank's rows of each.
+  set_parameter_shard("gate_up_proj", {1, tp.rank, tp.size, false, 2});
+  set_parameter_shard("down_proj", {2, tp.rank, tp.size, false});
 }
 
 }  // namespace loom::models

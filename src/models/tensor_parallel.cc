@@ -1,5 +1,6 @@
 #include "loom/models/tensor_parallel.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace loom::models {
@@ -14,25 +15,37 @@ Result<Tensor> shard_parameter(const std::string& name, const Tensor& full, cons
     return invalid_argument("tensor parallelism: " + name + " " + full.describe() + " has " + std::to_string(extent) +
                             (s.dim == 0 ? " rows" : " columns") + ", not divisible into " + std::to_string(s.parts) +
                             " equal parts");
-  const int64_t piece = extent / s.parts;
-  if (s.dim == 0) return full.slice_rows(s.rank * piece, (s.rank + 1) * piece);
+  const int chunks = std::max(1, s.chunks);
+  if (extent % (int64_t{chunks} * s.parts) != 0)
+    return invalid_argument("tensor parallelism: " + name + " " + full.describe() + " holds " + std::to_string(chunks) +
+                            " tensors of " + std::to_string(extent / chunks) + " along dimension " +
+                            std::to_string(s.dim) + ", not divisible into " + std::to_string(s.parts) + " equal parts");
+  const int64_t chunk = extent / chunks, piece = chunk / s.parts;
+  if (s.dim == 0 && chunks == 1) return full.slice_rows(s.rank * piece, (s.rank + 1) * piece);
   const DType dt = full.dtype();
   const int64_t block = dtype_block_elements(dt);
-  if (piece % block != 0)
+  const bool last = s.dim == full.rank() - 1;
+  if (last && (piece % block != 0 || chunk % block != 0))
     return invalid_argument("tensor parallelism: " + name + " " + full.describe() + " is split by columns into " +
                             std::to_string(s.parts) + " parts of " + std::to_string(piece) + ", which cuts its " +
                             std::string(dtype_name(dt)) + " blocks of " + std::to_string(block) +
                             " (use fewer ranks, or a checkpoint whose quantized blocks divide the split)");
-  const int64_t rows = full.numel() / extent;
+  // Elements after `dim` travel together (whole rows when dim is not the last).
+  int64_t inner = 1;
+  for (int64_t d = s.dim + 1; d < full.rank(); ++d) inner *= full.dim(d);
+  const int64_t outer = full.numel() / (extent * inner);
   Shape shape = full.shape();
-  shape[static_cast<size_t>(s.dim)] = piece;
+  shape[static_cast<size_t>(s.dim)] = piece * chunks;
   Tensor out = Tensor::empty(dt, shape);
-  const size_t row_bytes = dtype_bytes(dt, extent), piece_bytes = dtype_bytes(dt, piece);
-  const size_t offset = dtype_bytes(dt, s.rank * piece);
+  const size_t piece_bytes = dtype_bytes(dt, piece * inner);
   const auto* src = static_cast<const std::byte*>(full.data());
   auto* dst = static_cast<std::byte*>(out.data());
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(dst + static_cast<size_t>(r) * piece_bytes, src + static_cast<size_t>(r) * row_bytes + offset, piece_bytes);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const size_t from = dtype_bytes(dt, (o * extent + c * chunk + s.rank * piece) * inner);
+      std::memcpy(dst, src + from, piece_bytes);
+      dst += piece_bytes;
+    }
   return out;
 }
 

@@ -71,7 +71,8 @@ std::string why_not_splittable(const std::string& fixture, int n) {
   const int64_t kv = c.value("num_key_value_heads", heads);
   if (heads % n) return "num_attention_heads";
   if (kv % n) return "num_key_value_heads";
-  if (c.contains("num_local_experts") || c.contains("num_experts")) return "mixture of experts";
+  for (const char* key : {"intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"})
+    if (c.contains(key) && c.at(key).get<int64_t>() % n) return "intermediate features";
   return "";
 }
 
@@ -135,6 +136,23 @@ TEST(TensorParallelPieces, ShardsAreTheCheckpointsRowsAndColumns) {
   auto cut = models::shard_parameter("q", q, {1, 1, 4, false});
   ASSERT_FALSE(cut.ok());
   EXPECT_NE(cut.status().message().find("Q8_0 blocks"), std::string::npos);
+}
+
+// A MoE's stacked experts: gate_up [E, 2I, H] gives each rank its rows of gate and
+// of up for every expert, down [E, H, I] its columns.
+TEST(TensorParallelPieces, StackedExpertsGiveEveryRankItsSliceOfEachExpert) {
+  std::vector<float> v(2 * 4 * 2);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
+  Tensor gate_up = Tensor::from_f32(v, {2, 4, 2});  // E 2, I 2 (gate rows 0-1, up rows 2-3), H 2
+  EXPECT_EQ(models::shard_parameter("gu", gate_up, {1, 1, 2, false, 2}).value().to_f32_vector(),
+            (std::vector<float>{2, 3, 6, 7, 10, 11, 14, 15}));
+  Tensor down = Tensor::from_f32(v, {2, 2, 4});  // E 2, H 2, I 4
+  Tensor d = models::shard_parameter("dn", down, {2, 0, 2, false}).value();
+  EXPECT_EQ(d.shape(), (Shape{2, 2, 2}));
+  EXPECT_EQ(d.to_f32_vector(), (std::vector<float>{0, 1, 4, 5, 8, 9, 12, 13}));
+  auto uneven = models::shard_parameter("gu", gate_up, {1, 0, 4, false, 2});
+  ASSERT_FALSE(uneven.ok());
+  EXPECT_NE(uneven.status().message().find("not divisible"), std::string::npos) << uneven.status().to_string();
 }
 
 TEST(TensorParallelPieces, StepPlansRoundTripAndTruncationIsAnError) {

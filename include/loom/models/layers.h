@@ -23,6 +23,7 @@ enum class LinearParallel {
   kColumn,          // a slice of the output features; the output stays sharded
   kColumnGathered,  // a slice of the output features, then all_gather (the LM head)
   kRow,             // a slice of the input features, then all_reduce
+  kRowPartial,      // a slice of the input features, the partial sum left to the caller's all_reduce
 };
 
 class Linear : public Module {
@@ -113,6 +114,9 @@ class GatedMLP : public UnaryModule {
   const std::string& activation() const { return activation_; }
   bool has_bias() const { return bias_; }
   Status apply_tensor_parallel(const TensorParallel& tp) override;
+  // As apply_tensor_parallel, but the output stays a per-rank partial sum: for a
+  // block (a MoE's shared expert) whose caller reduces once for everything.
+  Status apply_tensor_parallel_partial(const TensorParallel& tp);
 
  private:
   Linear *gate_, *up_, *down_;

@@ -31,6 +31,8 @@ class MoeExperts : public Module {
   MoeExperts(const std::string& path, std::string class_name, int64_t num_experts, int64_t hidden, int64_t inter);
   std::string gate_up_name() const { return param_name("gate_up_proj"); }
   std::string down_name() const { return param_name("down_proj"); }
+  // This rank's slice of every expert's intermediate features.
+  void split(const TensorParallel& tp);
 };
 
 class SparseMoeBlock : public UnaryModule {
@@ -45,6 +47,7 @@ class SparseMoeBlock : public UnaryModule {
   std::string activation_;
   Linear* gate_;
   MoeExperts* experts_;
+  int64_t parts_ = 1;  // > 1: tensor-parallel, the block ends in an all_reduce
   GatedMLP* shared_expert_ = nullptr;
   Linear* shared_expert_gate_ = nullptr;
 };
