@@ -288,16 +288,25 @@ std::string SelfAttention::class_name_prefix() const {
 
 Status SelfAttention::apply_tensor_parallel(const TensorParallel& tp) {
   if (!tp.active()) return Status::Ok();
-  for (const auto& [what, heads] : {std::pair<const char*, int64_t>{"num_attention_heads", s_.num_heads},
-                                    {"num_key_value_heads", s_.num_kv_heads}})
-    if (heads % tp.size != 0)
-      return invalid_argument("tensor parallelism: " + path() + " has " + what + " = " + std::to_string(heads) +
-                              ", not divisible by --tensor-parallel " + std::to_string(tp.size) +
-                              " (each rank holds whole KV-head groups)");
-  for (Linear* l : {q_, k_, v_}) LOOM_RETURN_IF_ERROR(l->parallelize(LinearParallel::kColumn, tp));
+  if (s_.num_heads % tp.size != 0)
+    return invalid_argument("tensor parallelism: " + path() + " has num_attention_heads = " +
+                            std::to_string(s_.num_heads) + ", not divisible by --tensor-parallel " +
+                            std::to_string(tp.size));
+  // More ranks than KV heads (a multiple of them): each KV head is replicated on
+  // N / num_kv ranks, as vLLM does, and a rank's query heads all read that one head.
+  const bool replicate_kv = s_.num_kv_heads % tp.size != 0 && tp.size % s_.num_kv_heads == 0;
+  if (s_.num_kv_heads % tp.size != 0 && !replicate_kv)
+    return invalid_argument("tensor parallelism: " + path() + " has num_key_value_heads = " +
+                            std::to_string(s_.num_kv_heads) + ", which --tensor-parallel " + std::to_string(tp.size) +
+                            " neither divides nor is a multiple of (each rank holds whole KV-head groups)");
+  LOOM_RETURN_IF_ERROR(q_->parallelize(LinearParallel::kColumn, tp));
+  const TensorParallel kv_tp = replicate_kv ? TensorParallel{static_cast<int>(tp.rank * s_.num_kv_heads / tp.size),
+                                                             static_cast<int>(s_.num_kv_heads)}
+                                            : tp;
+  for (Linear* l : {k_, v_}) LOOM_RETURN_IF_ERROR(l->parallelize(LinearParallel::kColumn, kv_tp));
   LOOM_RETURN_IF_ERROR(o_->parallelize(LinearParallel::kRow, tp));
   s_.num_heads /= tp.size;
-  s_.num_kv_heads /= tp.size;
+  s_.num_kv_heads = replicate_kv ? 1 : s_.num_kv_heads / tp.size;
   return Status::Ok();
 }
 

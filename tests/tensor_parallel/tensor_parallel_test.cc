@@ -70,7 +70,7 @@ std::string why_not_splittable(const std::string& fixture, int n) {
   const int64_t heads = c.value("num_attention_heads", c.value("n_head", int64_t{0}));
   const int64_t kv = c.value("num_key_value_heads", heads);
   if (heads % n) return "num_attention_heads";
-  if (kv % n) return "num_key_value_heads";
+  if (kv % n && n % kv) return "num_key_value_heads";  // more ranks than KV heads replicate them
   for (const char* key : {"intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"})
     if (c.contains(key) && c.at(key).get<int64_t>() % n) return "intermediate features";
   return "";

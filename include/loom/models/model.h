@@ -7,6 +7,7 @@
 // the checkpoint back in its original layout.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <memory>
@@ -80,7 +81,9 @@ class Model {
   int64_t vocab_size() const { return config_.vocab_size; }
   int num_layers() const { return static_cast<int>(config_.num_hidden_layers); }
   // Of this rank: the KV cache of a tensor-parallel rank holds its heads only.
-  int64_t num_kv_heads() const { return config_.num_key_value_heads / tp_.size; }
+  // This rank's KV heads: a slice of them, or one replicated head when the ranks
+  // outnumber them (models/layers.cc, SelfAttention::apply_tensor_parallel).
+  int64_t num_kv_heads() const { return std::max<int64_t>(1, config_.num_key_value_heads / tp_.size); }
   const TensorParallel& tensor_parallel() const { return tp_; }
   int64_t head_dim() const { return config_.head_dim; }
 
