@@ -33,6 +33,7 @@ struct RopeState : NodeState {
   std::vector<float> inv_freq;  // for every type but dynamic (longrope: the short factors)
   std::vector<float> long_inv_freq;  // longrope past original_max_position_embeddings
   float attention_scaling = 1.0f;
+  bool per_sequence = false;  // dynamic, longrope: the frequencies follow each sequence's length
 };
 
 std::vector<float> to_f32(const Tensor& t) { return t.to_f32_vector(); }
@@ -294,6 +295,7 @@ OpKernel rope_kernel() {
     s->num_heads = n.attr_int("num_heads");
     if (s->params.type != "dynamic")
       LOOM_RETURN_IF_ERROR(cpu::compute_inv_freq(s->params, s->head_dim, 0, &s->inv_freq, &s->attention_scaling));
+    s->per_sequence = s->params.type == "dynamic" || s->params.type == "longrope";
     if (s->params.type == "longrope")
       LOOM_RETURN_IF_ERROR(cpu::compute_inv_freq(s->params, s->head_dim, s->params.original_max_position_embeddings + 1,
                                                  &s->long_inv_freq, &s->attention_scaling));
@@ -314,9 +316,14 @@ OpKernel rope_kernel() {
         cpu::rope_apply(out + begin * stride, count, s->num_heads, s->head_dim, stride, pos + begin, inv_freq.data(),
                         s->rotary_dim, scaling, a.pool);
     };
-    std::vector<graph::StepSequence> seqs;
-    if (a.step && !a.step->sequences.empty()) seqs = a.step->sequences;
-    else seqs.push_back({0, rows, 0});
+    if (!s->per_sequence) {
+      apply(0, rows, s->inv_freq, s->attention_scaling);
+      return Status::Ok();
+    }
+    const graph::StepSequence whole{0, rows, 0};
+    const bool batched = a.step && !a.step->sequences.empty();
+    const graph::StepSequence* seqs = batched ? a.step->sequences.data() : &whole;
+    const size_t count = batched ? a.step->sequences.size() : 1;
     auto furthest = [&](const graph::StepSequence& sq) {
       int32_t max_pos = 0;
       for (int64_t i = 0; i < sq.q_len; ++i) max_pos = std::max(max_pos, pos[sq.q_begin + i]);
@@ -326,21 +333,19 @@ OpKernel rope_kernel() {
       // Transformers switches to the long factors when max(position_ids) + 1 of the
       // forward passes the original length; here per sequence, so a sequence's
       // rotation does not depend on what else is in the batch.
-      for (const auto& sq : seqs) {
+      for (size_t i = 0; i < count; ++i) {
+        const graph::StepSequence& sq = seqs[i];
         const bool long_seq = furthest(sq) + 1 > s->params.original_max_position_embeddings;
         apply(sq.q_begin, sq.q_len, long_seq ? s->long_inv_freq : s->inv_freq, s->attention_scaling);
       }
-      return Status::Ok();
-    }
-    if (s->params.type != "dynamic") {
-      apply(0, rows, s->inv_freq, s->attention_scaling);
       return Status::Ok();
     }
     // Dynamic NTK depends on the sequence length, so each sequence gets its own
     // frequencies (Transformers uses max(position_ids) + 1 of the forward call).
     std::vector<float> inv_freq;
     float scaling = 1.0f;
-    for (const auto& sq : seqs) {
+    for (size_t i = 0; i < count; ++i) {
+      const graph::StepSequence& sq = seqs[i];
       LOOM_RETURN_IF_ERROR(cpu::compute_inv_freq(s->params, s->head_dim, furthest(sq) + 1, &inv_freq, &scaling));
       apply(sq.q_begin, sq.q_len, inv_freq, scaling);
     }
