@@ -11,6 +11,7 @@
 
 #include "loom/structured/regex_to_grammar.h"
 #include "structured/integer_range.h"
+#include "structured/number_range.h"
 
 namespace loom::structured {
 namespace {
@@ -145,12 +146,7 @@ class SchemaConverter {
     if (type == "array") return visit_array(s, hint, path);
     if (type == "string") return visit_string(s, hint, path);
     if (type == "integer") return visit_integer(s, path);
-    if (type == "number") {
-      for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
-        if (s.contains(k) && strict_) return refuse(path, k, "is supported on integers only");
-      }
-      return std::string("json-number");
-    }
+    if (type == "number") return visit_number(s, path);
     if (type == "boolean") return std::string("json-bool");
     if (type == "null") return std::string("json-null");
     return bad(path + "/type", "unknown type '" + type + "'");
@@ -243,6 +239,30 @@ class SchemaConverter {
     if (!lo && !hi) return std::string("json-int");
     if (lo && hi && *lo > *hi) return bad(path, "the integer range is empty");
     return integer_range_gbnf(lo, hi);
+  }
+
+  // Bounded numbers are written without an exponent, at most 16 decimal places.
+  Result<std::string> visit_number(const json& s, const std::string& path) {
+    std::optional<NumberBound> lo, hi;
+    for (const char* key : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+      if (!s.contains(key)) continue;
+      const json& v = s[key];
+      if (!v.is_number()) return bad(path + "/" + key, "expected a number");
+      const NumberBound b{v.get<double>(), key[0] == 'e'};
+      if (!std::isfinite(b.value) || std::fabs(b.value) > 1e15) return refuse(path, key, "beyond ±1e15 is not supported");
+      std::optional<NumberBound>& side = std::string_view(key).find("inimum") != std::string_view::npos ? lo : hi;
+      const bool is_lo = &side == &lo;
+      // the tighter of minimum and exclusiveMinimum (and of the maxima)
+      if (!side || (is_lo ? b.value > side->value : b.value < side->value) || (b.value == side->value && b.exclusive))
+        side = b;
+    }
+    if (!lo && !hi) return std::string("json-number");
+    Result<std::string> range = number_range_gbnf(lo, hi);
+    if (!range.ok()) {
+      if (range.status().code() == ErrorCode::kUnsupported) return refuse(path, lo ? "minimum" : "maximum", range.status().message());
+      return bad(path, range.status().message());
+    }
+    return range;
   }
 
   Result<std::string> visit_array(const json& s, const std::string& hint, const std::string& path) {

@@ -3,7 +3,11 @@
 // of the corpus (tests/structured/schemas) compiles.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <random>
 
 #include "loom/structured/json_schema_to_grammar.h"
 #include "structured/structured_test_util.h"
@@ -47,6 +51,14 @@ TEST(JsonSchema, KeywordsAcceptInstancesAndRejectOthers) {
       {R"({"type":"integer","minimum":-5,"maximum":123})", {"-5", "0", "7", "99", "100", "123"}, {"-6", "124", "1000", "-0"}},
       {R"({"type":"integer","exclusiveMinimum":0})", {"1", "12345"}, {"0", "-1"}},
       {R"({"type":"integer","maximum":-10})", {"-10", "-11", "-999"}, {"-9", "0", "10"}},
+      {R"({"type":"number","minimum":0.5,"maximum":2.25})", {"0.5", "0.50", "1", "1.999", "2", "2.25", "2.2500"},
+       {"0.49", "0.4999999", "2.26", "2.250001", "3", "-1", "0", "1e0"}},
+      {R"({"type":"number","exclusiveMinimum":0,"exclusiveMaximum":1})", {"0.1", "0.999", "0.0001"},
+       {"0", "0.0", "1", "1.0", "-0.5", "-0"}},
+      {R"({"type":"number","minimum":-1.5,"maximum":-0.25})", {"-1.5", "-1", "-0.25", "-0.3", "-1.49"},
+       {"-1.51", "-0.2", "0", "-0", "-2"}},
+      {R"({"type":"number","minimum":-2.5})", {"-2.5", "-2", "0", "12345.678", "-0.1"}, {"-2.6", "-3", "-0"}},
+      {R"({"type":"number","exclusiveMaximum":10,"maximum":20})", {"9.999", "-100.5", "0"}, {"10", "10.0", "10.5", "11"}},
       {R"({"allOf":[{"type":"boolean"}]})", {"true"}, {"1"}},
       {"true", {"1", R"({"a":[null]})"}, {"{"}},
   };
@@ -62,7 +74,7 @@ TEST(JsonSchema, StrictRefusesUnsupportedKeywordsByName) {
   const std::vector<std::pair<const char*, const char*>> cases = {
       {R"({"type":"array","uniqueItems":true})", "'uniqueItems'"},
       {R"({"type":"object","properties":{"a":{"type":"string","format":"email"}}})", "'format'"},
-      {R"({"type":"number","minimum":0.5})", "'minimum'"},
+      {R"({"type":"number","multipleOf":0.5})", "'multipleOf'"},
       {R"({"not":{"type":"string"}})", "'not'"},
       {R"({"allOf":[{"type":"string"},{"maxLength":3}]})", "'allOf'"},
       {R"({"$ref":"https://example.com/s.json"})", "'$ref'"},
@@ -83,6 +95,57 @@ TEST(JsonSchema, StrictRefusesUnsupportedKeywordsByName) {
     ASSERT_FALSE(g.ok()) << schema;
     EXPECT_NE(g.status().message().find(needle), std::string::npos) << g.status().message();
   }
+}
+
+// Random bounds (up to 3 decimal places) against decimal strings near and between
+// them: the grammar accepts exactly the strings whose value is in range, compared
+// exactly in millionths.
+TEST(JsonSchema, NumberRangesAcceptExactlyTheValuesInRange) {
+  std::mt19937 rng(7);
+  auto rand_int = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto bound_text = [&](int64_t millionths) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%lld.%06lld", millionths < 0 ? "-" : "", static_cast<long long>(std::llabs(millionths) / 1000000),
+                  static_cast<long long>(std::llabs(millionths) % 1000000));
+    return std::string(buf);
+  };
+  int checked = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    std::optional<int64_t> lo, hi;
+    if (rand_int(0, 3)) lo = int64_t{rand_int(-30000, 30000)} * 1000;  // 3 decimal places
+    if (rand_int(0, 3)) hi = int64_t{rand_int(-30000, 30000)} * 1000;
+    if (lo && hi && *lo > *hi) std::swap(*lo, *hi);
+    const bool lo_ex = rand_int(0, 1), hi_ex = rand_int(0, 1);
+    if (lo && hi && *lo == *hi && (lo_ex || hi_ex)) continue;
+    std::string schema = R"({"type":"number")";
+    if (lo) schema += std::string(",\"") + (lo_ex ? "exclusiveMinimum" : "minimum") + "\":" + bound_text(*lo);
+    if (hi) schema += std::string(",\"") + (hi_ex ? "exclusiveMaximum" : "maximum") + "\":" + bound_text(*hi);
+    schema += "}";
+    auto g = test::compile(json_schema_to_grammar(schema));
+    ASSERT_TRUE(g) << schema;
+    std::vector<int64_t> values;
+    for (std::optional<int64_t> b : {lo, hi})
+      if (b)
+        for (int64_t d : {0, 1, -1, 10, -10, 1000, -1000, 999000, -1001000}) values.push_back(*b + d);
+    for (int i = 0; i < 12; ++i) values.push_back(int64_t{rand_int(-40000, 40000)} * rand_int(1, 1000));
+    for (int64_t v : values) {
+      // v in millionths, written with 0 to 6 decimal places (trailing zeros kept when they fit)
+      const int64_t whole = std::llabs(v) / 1000000, frac = std::llabs(v) % 1000000;
+      int places = rand_int(0, 6);
+      int64_t unit = 1;
+      for (int k = 0; k < 6 - places; ++k) unit *= 10;
+      if (frac % unit != 0) places = 6, unit = 1;
+      std::string text = (v < 0 ? "-" : "") + std::to_string(whole);
+      if (places > 0) {
+        std::string f = std::to_string(frac / unit);
+        text += "." + std::string(static_cast<size_t>(places) - f.size(), '0') + f;
+      }
+      const bool in_range = (!lo || (lo_ex ? v > *lo : v >= *lo)) && (!hi || (hi_ex ? v < *hi : v <= *hi));
+      EXPECT_EQ(grammar_matches(*g, text), in_range) << schema << " on " << text;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 2000);
 }
 
 TEST(JsonSchema, CorpusCompiles) {

@@ -4,8 +4,9 @@
 // never a declared key), enum, const, items / prefixItems / minItems / maxItems,
 // anyOf / oneOf (as alternatives), a one-element allOf, $ref to #, #/$defs/… and
 // #/definitions/… (recursion allowed), string minLength / maxLength / pattern / format
-// (date, time, date-time, uuid), integer minimum / maximum / exclusiveMinimum /
-// exclusiveMaximum. Annotations (title, description, default, examples, …) are
+// (date, time, date-time, uuid), integer and number minimum / maximum /
+// exclusiveMinimum / exclusiveMaximum (bounded numbers are written without an exponent,
+// at most 16 decimal places). Annotations (title, description, default, examples, …) are
 // ignored. Any other keyword is refused by name and path when `strict`, ignored when not.
 // Output is compact JSON: at most one space where JSON allows whitespace.
 #pragma once
