@@ -97,7 +97,9 @@ HttpResponse handle_chat_completions(Engine& engine, const HttpRequest& req) {
   const bool forced = r.tool_choice.mode == ToolChoice::Mode::kRequired || r.tool_choice.mode == ToolChoice::Mode::kNamed;
   if (forced) {
     RequestedConstraint one_call;
-    if (auto e = forced_tool_call_constraint(tool_format, r.tools, r.tool_choice.name, &one_call)) return error_response(*e);
+    const bool several = r.parallel_tool_calls && r.tool_choice.mode == ToolChoice::Mode::kRequired;
+    if (auto e = forced_tool_call_constraint(tool_format, r.tools, r.tool_choice.name, several, &one_call))
+      return error_response(*e);
     if (auto e = attach_constraint(engine, one_call, &o)) return error_response(*e);
   }
 
@@ -119,6 +121,7 @@ HttpResponse handle_chat_completions(Engine& engine, const HttpRequest& req) {
                                if (parse_tools) {
                                  ParsedReply reply = forced ? parse_forced_tool_call(tool_format, out.text, true)
                                                             : parse_tool_calls(tool_format, out.text, r.tools, true);
+                                 if (!r.parallel_tool_calls) keep_first_call(&reply);
                                  message["content"] = reply.content ? json(*reply.content) : json(nullptr);
                                  if (!reply.calls.empty()) message["tool_calls"] = tool_calls_json(reply.calls);
                                  called = !reply.calls.empty();
@@ -139,7 +142,7 @@ HttpResponse handle_chat_completions(Engine& engine, const HttpRequest& req) {
   const bool want_logprobs = r.logprobs;
   const json tools = parse_tools ? r.tools : json(nullptr);
   res.stream = [&engine, job, id, created, model, include_usage, want_logprobs, usage, log, tools, tool_format, forced,
-                received = req.received_time](EventSink& sink) {
+                parallel_tool_calls = r.parallel_tool_calls, received = req.received_time](EventSink& sink) {
     struct ChoiceState {
       size_t text_sent = 0, tokens_sent = 0;
       std::vector<size_t> args_sent;  // per call: arguments bytes sent (a call's head went first)
@@ -174,6 +177,7 @@ HttpResponse handle_chat_completions(Engine& engine, const HttpRequest& req) {
       if (!tools.is_null()) {
         ParsedReply reply = forced ? parse_forced_tool_call(tool_format, o.text, final)
                                    : parse_tool_calls(tool_format, o.text, tools, final);
+        if (!parallel_tool_calls) keep_first_call(&reply);
         const std::string content = reply.content.value_or("");
         if (content.size() > s.text_sent) text = content.substr(s.text_sent);
         s.text_sent = std::max(s.text_sent, content.size());

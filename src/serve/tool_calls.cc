@@ -163,54 +163,81 @@ size_t skip_space(std::string_view s, size_t p) {
 
 ParsedReply parse_forced_tool_call(ToolCallFormat format, std::string_view text, bool final) {
   ParsedReply out;
-  auto unexpected = [&] {
-    out.content = final ? std::string(text) : std::string();
-    return out;
-  };
-  std::string_view s = text;
-  if (format == ToolCallFormat::kHermesTags) {
-    const size_t open = s.find(kCallOpen);
-    if (open == std::string_view::npos) return unexpected();
-    s = s.substr(open + kCallOpen.size());
-  }
-  // {"name": "f", "arguments" | "parameters": ARGS}: the grammar writes the keys in
-  // this order, with at most a space around the punctuation.
-  const size_t key = s.find("\"name\"");
-  if (key == std::string_view::npos) return unexpected();
-  size_t p = skip_space(s, key + 6);
-  if (p >= s.size() || s[p] != ':') return unexpected();
-  p = skip_space(s, p + 1);
-  if (p >= s.size() || s[p] != '"') return unexpected();
-  const size_t name_end = s.find('"', p + 1);
-  if (name_end == std::string_view::npos) return unexpected();
-  ToolCall call{std::string(s.substr(p + 1, name_end - p - 1)), ""};
+  const std::string_view s = text;
   const std::string_view args_key = format == ToolCallFormat::kLlama3Json ? "\"parameters\"" : "\"arguments\"";
-  size_t args = s.find(args_key, name_end + 1);
-  if (args != std::string_view::npos) {
-    args = skip_space(s, args + args_key.size());
-    args = args < s.size() && s[args] == ':' ? skip_space(s, args + 1) : std::string_view::npos;
+  // Calls follow each other (Hermes blocks, or Llama 3 objects joined by ';'); each is
+  // {"name": "f", "arguments" | "parameters": ARGS}, with the keys in this order and at
+  // most a space around the punctuation, as the grammar writes them.
+  size_t pos = 0;
+  while (true) {
+    size_t obj;
+    if (format == ToolCallFormat::kHermesTags) {
+      const size_t open = s.find(kCallOpen, pos);
+      if (open == std::string_view::npos) break;
+      obj = s.find('{', open + kCallOpen.size());
+    } else {
+      obj = skip_space(s, pos);
+      if (!out.calls.empty()) {
+        if (obj >= s.size() || s[obj] != ';') break;
+        obj = skip_space(s, obj + 1);
+      }
+      if (obj >= s.size() || s[obj] != '{') break;
+    }
+    if (obj == std::string_view::npos) break;
+    const size_t key = s.find("\"name\"", obj);
+    if (key == std::string_view::npos) break;
+    size_t p = skip_space(s, key + 6);
+    if (p >= s.size() || s[p] != ':') break;
+    p = skip_space(s, p + 1);
+    if (p >= s.size() || s[p] != '"') break;
+    const size_t name_end = s.find('"', p + 1);
+    if (name_end == std::string_view::npos) break;
+    ToolCall call{std::string(s.substr(p + 1, name_end - p - 1)), ""};
+    size_t args = s.find(args_key, name_end + 1);
+    if (args != std::string_view::npos) {
+      args = skip_space(s, args + args_key.size());
+      args = args < s.size() && s[args] == ':' ? skip_space(s, args + 1) : std::string_view::npos;
+    }
+    const size_t call_len = json_value_end(s.substr(obj));
+    if (call_len != std::string_view::npos) {
+      // A closed call: its arguments are the last member, up to the call's own brace.
+      const size_t close = obj + call_len - 1;
+      if (args != std::string_view::npos && args < close) call.arguments = std::string(rstrip(s.substr(args, close - args)));
+      out.calls.push_back(std::move(call));
+      pos = obj + call_len;
+      if (format == ToolCallFormat::kHermesTags) {
+        const size_t tag = s.find(kCallClose, pos);
+        if (tag == std::string_view::npos) break;
+        pos = tag + kCallClose.size();
+      }
+      continue;
+    }
+    // Still being written: what is there can no longer change (short of trailing space,
+    // which may yet be inside a string); a closed arguments value is the whole of it.
+    if (args != std::string_view::npos && args <= s.size()) {
+      const std::string_view rest = s.substr(args);
+      const size_t value_len = !rest.empty() && (rest[0] == '{' || rest[0] == '[') ? json_value_end(rest) : std::string_view::npos;
+      call.arguments = std::string(value_len != std::string_view::npos ? rest.substr(0, value_len) : rstrip(rest));
+    }
+    if (final) {
+      out.calls.push_back(std::move(call));  // cut by max_tokens: the call keeps what was written
+    } else {
+      out.partial = std::move(call);
+    }
+    break;
   }
-  bool complete = final;
-  std::string_view region = s;
-  if (format == ToolCallFormat::kHermesTags) {
-    const size_t close = s.find(kCallClose);
-    complete = close != std::string_view::npos;
-    if (complete) region = s.substr(0, close);
-  }
-  if (args != std::string_view::npos && args <= region.size()) {
-    // The arguments run to the call's closing brace, the last one of the call; while
-    // it may still be coming, stop before the last brace seen (it may be that one).
-    const size_t brace = region.rfind('}');
-    const size_t end = brace != std::string_view::npos && brace >= args ? brace : region.size();
-    call.arguments = std::string(rstrip(region.substr(args, end - args)));
-  }
-  if (complete || final) {
-    out.calls.push_back(std::move(call));
-  } else {
+  if (out.calls.empty() && !out.partial) {
+    out.content = final ? std::string(text) : std::string();  // not (yet) a call
+  } else if (out.partial) {
     out.content = std::string();
-    out.partial = std::move(call);
   }
   return out;
+}
+
+void keep_first_call(ParsedReply* reply) {
+  if (reply->calls.empty()) return;
+  reply->calls.resize(1);
+  reply->partial.reset();
 }
 
 ToolCallFormat detect_tool_call_format(std::string_view t) {
@@ -241,7 +268,7 @@ ParsedReply parse_tool_calls(ToolCallFormat format, std::string_view text, const
 }
 
 std::optional<ApiError> forced_tool_call_constraint(ToolCallFormat format, const ojson& tools, const std::string& name,
-                                                    RequestedConstraint* out) {
+                                                    bool several, RequestedConstraint* out) {
   const std::string args_key = format == ToolCallFormat::kLlama3Json ? "parameters" : "arguments";
   ojson alternatives = ojson::array();
   for (size_t i = 0; i < tools.size(); ++i) {
@@ -267,7 +294,7 @@ std::optional<ApiError> forced_tool_call_constraint(ToolCallFormat format, const
   const ojson combined = {{"anyOf", std::move(alternatives)}};
   out->param = "tools";
   out->spec = structured::ConstraintSpec{};
-  if (format == ToolCallFormat::kLlama3Json) {
+  if (format == ToolCallFormat::kLlama3Json && !several) {
     out->spec.kind = structured::ConstraintSpec::Kind::kJsonSchema;
     out->spec.text = combined.dump();
     out->spec.strict = false;  // each tool was checked with its own strictness above
@@ -279,8 +306,17 @@ std::optional<ApiError> forced_tool_call_constraint(ToolCallFormat format, const
   std::string body = *gbnf;
   if (body.rfind("root ::= ", 0) != 0) return bad_field("tools", "'tools': unexpected grammar from the schema compiler");
   body = "tool-call-json ::= " + body.substr(9);
+  // Several calls are written the way each family's template renders them in history:
+  // Hermes blocks one per line, Llama 3 objects joined by "; ".
+  std::string root;
+  if (format == ToolCallFormat::kLlama3Json) {
+    root = "root ::= tool-call-json (\"; \" tool-call-json)*\n";
+  } else {
+    root = "tool-call ::= \"<tool_call>\\n\" tool-call-json \"\\n</tool_call>\"\n";
+    root = (several ? "root ::= tool-call (\"\\n\" tool-call)*\n" : "root ::= tool-call\n") + root;
+  }
   out->spec.kind = structured::ConstraintSpec::Kind::kGrammar;
-  out->spec.text = "root ::= \"<tool_call>\\n\" tool-call-json \"\\n</tool_call>\"\n" + body;
+  out->spec.text = root + body;
   return std::nullopt;
 }
 

@@ -45,17 +45,22 @@ struct ParsedReply {
 ParsedReply parse_tool_calls(ToolCallFormat format, std::string_view text, const nlohmann::ordered_json& tools,
                              bool final);
 
-// A reply generated under forced_tool_call_constraint: exactly one call, whose
-// arguments are the model's own text (the grammar fixes the shape, so they are known
-// a fragment at a time). A reply cut by max_tokens keeps its call with the arguments
-// written so far, as OpenAI's API does with finish_reason "length".
+// parallel_tool_calls false: a reply keeps its first call only (the rest is dropped, as
+// the model was asked for one).
+void keep_first_call(ParsedReply* reply);
+
+// A reply generated under forced_tool_call_constraint: one call, or several in a row,
+// whose arguments are the model's own text (the grammar fixes the shape, so they are
+// known a fragment at a time). A reply cut by max_tokens keeps its last call with the
+// arguments written so far, as OpenAI's API does with finish_reason "length".
 ParsedReply parse_forced_tool_call(ToolCallFormat format, std::string_view text, bool final);
 
-// The grammar (as a ConstraintSpec) of exactly one call in the family's format: to the
-// named tool, or to any of `tools` when name is empty. A parameter schema the compiler
+// The grammar (as a ConstraintSpec) of a call in the family's format, or with `several`
+// of one or more calls (tool_choice "required" with parallel_tool_calls): to the named
+// tool, or to any of `tools` when name is empty. A parameter schema the compiler
 // refuses is a 400 naming tools[i].function.parameters (refused keywords are ignored
 // unless the function says "strict": true).
 std::optional<ApiError> forced_tool_call_constraint(ToolCallFormat format, const nlohmann::ordered_json& tools,
-                                                    const std::string& name, RequestedConstraint* out);
+                                                    const std::string& name, bool several, RequestedConstraint* out);
 
 }  // namespace loom::serve

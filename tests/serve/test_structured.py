@@ -206,22 +206,36 @@ class Structured(unittest.TestCase):
             for tool_choice in ("required", {"type": "function", "function": {"name": "add"}},
                                 {"type": "function", "function": {"name": "get_weather"}}):
                 for p, prompt in enumerate(prompts):
-                    for sampling in ({"temperature": 0}, {"temperature": 1.0, "seed": 5 + p}):
+                    # greedy with parallel_tool_calls false (one call), sampled with the default
+                    # (OpenAI's true: "required" may then make several calls, a named choice one)
+                    for sampling in ({"temperature": 0, "parallel_tool_calls": False},
+                                     {"temperature": 1.0, "seed": 5 + p}):
                         out = self.ok(server, "/v1/chat/completions",
                                       {**chat([{"role": "user", "content": prompt}], tools=TOOLS, tool_choice=tool_choice,
-                                              max_tokens=200), **sampling})
+                                              max_tokens=300), **sampling})
                         choice = out["choices"][0]
-                        self.assertEqual(choice["finish_reason"], "tool_calls", (server.args, choice))
                         msg = choice["message"]
                         self.assertIsNone(msg["content"])
-                        self.assertEqual(len(msg["tool_calls"]), 1)
-                        call = msg["tool_calls"][0]
-                        self.assertEqual(call["type"], "function")
-                        self.assertRegex(call["id"], r"^call_[A-Za-z0-9]{24}$")
-                        name = call["function"]["name"]
-                        if isinstance(tool_choice, dict):
-                            self.assertEqual(name, tool_choice["function"]["name"])
-                        jsonschema.validate(json.loads(call["function"]["arguments"]), SCHEMAS[name])
+                        calls = msg["tool_calls"]
+                        if tool_choice == "required" and "parallel_tool_calls" not in sampling:
+                            # the model decides how many calls; one that keeps calling until
+                            # max_tokens has its last call cut, the ones before it whole
+                            self.assertGreaterEqual(len(calls), 1)
+                            if choice["finish_reason"] == "length":
+                                self.assertGreater(len(calls), 1, choice)
+                                calls = calls[:-1]
+                            else:
+                                self.assertEqual(choice["finish_reason"], "tool_calls", (server.args, choice))
+                        else:
+                            self.assertEqual(choice["finish_reason"], "tool_calls", (server.args, choice))
+                            self.assertEqual(len(calls), 1)
+                        for call in calls:
+                            self.assertEqual(call["type"], "function")
+                            self.assertRegex(call["id"], r"^call_[A-Za-z0-9]{24}$")
+                            name = call["function"]["name"]
+                            if isinstance(tool_choice, dict):
+                                self.assertEqual(name, tool_choice["function"]["name"])
+                            jsonschema.validate(json.loads(call["function"]["arguments"]), SCHEMAS[name])
 
     def test_streamed_tool_calls_reassemble(self):
         cases = [{"tool_choice": "required"},
@@ -277,7 +291,7 @@ class Structured(unittest.TestCase):
 
     def test_forced_call_cut_by_max_tokens_is_length(self):
         for server in (self.qwen, self.llama):
-            body = chat(USER, tools=[WEATHER], tool_choice="required", max_tokens=200)
+            body = chat(USER, tools=[WEATHER], tool_choice="required", max_tokens=200, parallel_tool_calls=False)
             full = self.ok(server, "/v1/chat/completions", body)
             body["max_tokens"] = full["usage"]["completion_tokens"] - 16  # inside the arguments
             whole = self.ok(server, "/v1/chat/completions", body)["choices"][0]

@@ -145,11 +145,16 @@ TEST(ToolCalls, ForcedCallArgumentsStreamAsWritten) {
   EXPECT_FALSE(h.content);
   EXPECT_EQ(h.calls[0].name, "get_weather");
   EXPECT_EQ(h.calls[0].arguments, R"({ "city": "a}b{", "n": {"x": [1, {}]} })");
-  // Partway, the arguments written so far (short of the last brace, which may close the call).
+  // Partway, the arguments written so far (braces inside strings do not close them;
+  // trailing space is held back, it may yet be inside a string).
   ParsedReply mid = parse_forced_tool_call(ToolCallFormat::kHermesTags, hermes.substr(0, hermes.find("\"n\"")), false);
   ASSERT_TRUE(mid.partial);
   EXPECT_EQ(mid.partial->name, "get_weather");
-  EXPECT_EQ(mid.partial->arguments, R"({ "city": "a)");
+  EXPECT_EQ(mid.partial->arguments, R"({ "city": "a}b{",)");
+  // The arguments closed, the call not yet: they are whole.
+  ParsedReply closed = parse_forced_tool_call(ToolCallFormat::kHermesTags, hermes.substr(0, hermes.rfind("} }") + 1), false);
+  ASSERT_TRUE(closed.partial);
+  EXPECT_EQ(closed.partial->arguments, R"({ "city": "a}b{", "n": {"x": [1, {}]} })");
 
   const std::string llama = "{\"name\": \"add\", \"parameters\": {\"a\": 12, \"b\": 3}}";
   expect_monotone(ToolCallFormat::kLlama3Json, llama, /*forced=*/true);
@@ -172,17 +177,67 @@ bool grammar_accepts(const RequestedConstraint& c, const std::string& text) {
   return structured::grammar_matches(compiled, text);
 }
 
+TEST(ToolCalls, SeveralForcedCallsParseAndStream) {
+  const std::string hermes =
+      "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>\n<tool_call>\n"
+      "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"</tool_call>;\"}}\n</tool_call>";
+  expect_monotone(ToolCallFormat::kHermesTags, hermes, /*forced=*/true);
+  ParsedReply h = parse_forced_tool_call(ToolCallFormat::kHermesTags, hermes, true);
+  ASSERT_EQ(h.calls.size(), 2u);
+  EXPECT_FALSE(h.content);
+  EXPECT_EQ(h.calls[0].name, "add");
+  EXPECT_EQ(h.calls[0].arguments, R"({"a": 1, "b": 2})");
+  EXPECT_EQ(h.calls[1].name, "get_weather");
+  EXPECT_EQ(h.calls[1].arguments, R"({"city": "</tool_call>;"})");
+
+  const std::string llama =
+      "{\"name\": \"add\", \"parameters\": {\"a\": 1}}; {\"name\": \"get_weather\", \"parameters\": {\"city\": \"x;y\"}}";
+  expect_monotone(ToolCallFormat::kLlama3Json, llama, /*forced=*/true);
+  ParsedReply l = parse_forced_tool_call(ToolCallFormat::kLlama3Json, llama, true);
+  ASSERT_EQ(l.calls.size(), 2u);
+  EXPECT_EQ(l.calls[1].name, "get_weather");
+  EXPECT_EQ(l.calls[1].arguments, R"({"city": "x;y"})");
+  // Cut inside the second call: the first is whole, the second keeps what was written.
+  ParsedReply cut = parse_forced_tool_call(ToolCallFormat::kLlama3Json, llama.substr(0, llama.size() - 5), true);
+  ASSERT_EQ(cut.calls.size(), 2u);
+  EXPECT_EQ(cut.calls[0].arguments, R"({"a": 1})");
+  EXPECT_EQ(cut.calls[1].arguments, R"({"city": "x)");
+
+  ParsedReply first = parse_forced_tool_call(ToolCallFormat::kLlama3Json, llama, true);
+  keep_first_call(&first);
+  ASSERT_EQ(first.calls.size(), 1u);
+  EXPECT_EQ(first.calls[0].name, "add");
+}
+
 TEST(ToolCalls, ForcedCallGrammar) {
   RequestedConstraint hermes;
-  ASSERT_FALSE(forced_tool_call_constraint(ToolCallFormat::kHermesTags, kTools, "", &hermes));
+  ASSERT_FALSE(forced_tool_call_constraint(ToolCallFormat::kHermesTags, kTools, "", /*several=*/false, &hermes));
   EXPECT_TRUE(grammar_accepts(hermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>"));
   EXPECT_TRUE(grammar_accepts(hermes, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>"));
   EXPECT_FALSE(grammar_accepts(hermes, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"b\": \"x\"}}\n</tool_call>"));
   EXPECT_FALSE(grammar_accepts(hermes, "{\"name\": \"add\", \"arguments\": {}}"));
   EXPECT_FALSE(grammar_accepts(hermes, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
 
+  const std::string two_hermes =
+      "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>";
+  EXPECT_FALSE(grammar_accepts(hermes, two_hermes));
+  RequestedConstraint hermes_several;
+  ASSERT_FALSE(forced_tool_call_constraint(ToolCallFormat::kHermesTags, kTools, "", /*several=*/true, &hermes_several));
+  EXPECT_TRUE(grammar_accepts(hermes_several, two_hermes));
+  EXPECT_TRUE(grammar_accepts(hermes_several, "<tool_call>\n{\"name\": \"add\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(grammar_accepts(hermes_several, ""));
+  EXPECT_FALSE(grammar_accepts(hermes_several, two_hermes + "\n"));
+
+  RequestedConstraint llama_several;
+  ASSERT_FALSE(forced_tool_call_constraint(ToolCallFormat::kLlama3Json, kTools, "", /*several=*/true, &llama_several));
+  EXPECT_TRUE(grammar_accepts(llama_several, "{\"name\": \"add\", \"parameters\": {\"a\": 3}}"));
+  EXPECT_TRUE(grammar_accepts(llama_several, "{\"name\": \"add\", \"parameters\": {\"a\": 3}}; "
+                                             "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}"));
+  EXPECT_FALSE(grammar_accepts(llama_several, "{\"name\": \"add\", \"parameters\": {\"a\": \"x\"}}"));
+
   RequestedConstraint named;
-  ASSERT_FALSE(forced_tool_call_constraint(ToolCallFormat::kLlama3Json, kTools, "add", &named));
+  ASSERT_FALSE(forced_tool_call_constraint(ToolCallFormat::kLlama3Json, kTools, "add", /*several=*/false, &named));
   EXPECT_TRUE(grammar_accepts(named, "{\"name\": \"add\", \"parameters\": {\"a\": 3}}"));
   EXPECT_FALSE(grammar_accepts(named, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}"));
   EXPECT_FALSE(grammar_accepts(named, "{\"name\": \"add\", \"arguments\": {\"a\": 3}}"));
@@ -192,13 +247,13 @@ TEST(ToolCalls, RefusedParameterSchemaNamesTheTool) {
   const ojson tools = ojson::parse(R"([{"type": "function", "function": {"name": "f", "strict": true,
     "parameters": {"type": "object", "properties": {"x": {"type": "string", "not": {}}}}}}])");
   RequestedConstraint c;
-  std::optional<ApiError> e = forced_tool_call_constraint(ToolCallFormat::kHermesTags, tools, "", &c);
+  std::optional<ApiError> e = forced_tool_call_constraint(ToolCallFormat::kHermesTags, tools, "", false, &c);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->param, "tools[0].function.parameters");
   EXPECT_NE(e->message.find("'not'"), std::string::npos) << e->message;
   ojson lax = tools;
   lax[0]["function"]["strict"] = false;  // unsupported keywords ignored
-  EXPECT_FALSE(forced_tool_call_constraint(ToolCallFormat::kHermesTags, lax, "", &c));
+  EXPECT_FALSE(forced_tool_call_constraint(ToolCallFormat::kHermesTags, lax, "", false, &c));
 }
 
 std::string error_param(const std::string& body) {
