@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
 """loom next to llama.cpp on the same GGUF files, measured alternately in one run:
-decode at batch 1 (128 tokens after a 512-token prompt), prefill of 512 tokens, and
-32-sequence decode (128-token prompts, 128 decode steps), tok/s of each and loom's ratio.
+decode at batch 1 (128 tokens), prefill of 512 tokens, and 32-sequence decode
+(128-token prompts, 128 decode steps), tok/s of each and loom's ratio.
 
-loom's figures come from `loom bench` (batch 1), `build/bench/batching_bench`'s
-BM_DecodeAtBatch (32-sequence decode without the prefill) and `loom batch` (the same 32
-requests end to end, prefill included). llama.cpp's come from a small driver over llama.h
-(pp512 / tg128 / batched-bench-like decode), built outside this repository; its path is an
-argument. Random prompt ids; the best of --repeats runs is kept on both sides.
+loom's figures come from `loom bench` (batch 1: 128 decode tokens after a 512-token
+prompt), `build/bench/batching_bench`'s BM_DecodeAtBatch (32-sequence decode without
+the prefill) and `loom batch` (the same 32 requests end to end, prefill included).
+llama.cpp's come from its own upstream tools, built outside this repository (their
+folder is an argument): `llama-bench -p 512 -n 128 -o json` (pp512 and tg128; its tg128
+starts from an empty context, loom's decode follows the 512-token prompt) and
+`llama-batched-bench -npp 128 -ntg 128 -npl 32` (S_TG is the 32-sequence decode; the
+end-to-end figure is its 32·128 generated tokens over T_PP + T_TG). Each repeat runs
+loom then llama.cpp for every measurement, so both see the same machine state; the best
+of --repeats is kept on both sides. Random prompt ids on both sides.
 
-  /usr/bin/python3 bench/gguf_vs_llama_cpp.py --baseline /tmp/llamacpp/build/llama_baseline_bench \\
-      --threads 2 --repeats 3 /tmp/llama1b-bf16.gguf [more.gguf ...]
+  /usr/bin/python3 bench/gguf_vs_llama_cpp.py --llama-cpp-bin /tmp/llamacpp-src/build/bin \\
+      --threads 2 --repeats 3 /tmp/llama1b-q8_0.gguf [more.gguf ...]
 """
 import argparse
 import json
@@ -41,7 +46,7 @@ def cpu_name():
 
 
 def loom_batch1(args, model):
-    out = run([args.loom, "bench", "--model", model, "--threads", str(args.threads), "--repeats", str(args.repeats),
+    out = run([args.loom, "bench", "--model", model, "--threads", str(args.threads), "--repeats", "1",
                "--prompt-tokens", str(PROMPT), "--decode-tokens", str(DECODE), "--no-bounds"]).stdout
     rows = [l for l in out.splitlines() if l.startswith("|")]
     header = [c.strip() for c in rows[0].strip("|").split("|")]
@@ -55,31 +60,41 @@ def loom_decode_at_batch(args, model):
                LOOM_BENCH_CONCURRENT=str(SEQS), LOOM_BENCH_PROMPT_MIN=str(SEQ_PROMPT),
                LOOM_BENCH_DECODE_STEPS=str(SEQ_GEN))
     out = run([args.batching_bench, "--benchmark_filter=BM_DecodeAtBatch", "--benchmark_format=json",
-               f"--benchmark_repetitions={args.repeats}"], env=env).stdout
+               "--benchmark_repetitions=1"], env=env).stdout
     runs = [b for b in json.loads(out)["benchmarks"] if b.get("run_type") == "iteration"]
     return max(b["gen_tok_per_s"] for b in runs)
 
 
 def loom_batch_end_to_end(args, model, prompts):
-    best, generated = 0.0, 0
-    for _ in range(args.repeats):
-        with tempfile.NamedTemporaryFile(suffix=".jsonl") as out:
-            err = run([args.loom, "batch", "--model", model, "-i", prompts, "-o", out.name, "--no-progress",
-                       "--threads", str(args.threads), "--max-requests-per-batch", str(SEQS)]).stderr
-        m = re.search(r"(\d+) generated tokens in [\d.]+ s · ([\d.]+) generated tok/s", err)
-        if not m:
-            sys.exit(f"cannot read loom batch's summary:\n{err[-1000:]}")
-        generated = int(m.group(1))
-        best = max(best, float(m.group(2)))
-    return best, generated
+    with tempfile.NamedTemporaryFile(suffix=".jsonl") as out:
+        err = run([args.loom, "batch", "--model", model, "-i", prompts, "-o", out.name, "--no-progress",
+                   "--threads", str(args.threads), "--max-requests-per-batch", str(SEQS)]).stderr
+    m = re.search(r"(\d+) generated tokens in [\d.]+ s · ([\d.]+) generated tok/s", err)
+    if not m:
+        sys.exit(f"cannot read loom batch's summary:\n{err[-1000:]}")
+    return float(m.group(2)), int(m.group(1))
 
 
-def baseline(args, model):
-    out = run([args.baseline, "--model", model, "--threads", str(args.threads), "--repeats", str(args.repeats),
-               "--tg-prompt", str(PROMPT), "--seqs", str(SEQS)]).stdout
-    figures = dict(l.split() for l in out.splitlines() if len(l.split()) == 2)
-    return (float(figures[f"tg{DECODE}"]), float(figures[f"pp{PROMPT}"]), float(figures[f"batched{SEQS}"]),
-            float(figures[f"batched{SEQS}_end_to_end"]))
+def llama_bench(args, model):
+    out = run([os.path.join(args.llama_cpp_bin, "llama-bench"), "-m", model, "-t", str(args.threads),
+               "-p", str(PROMPT), "-n", str(DECODE), "-r", "1", "-o", "json"]).stdout
+    tests = json.loads(out)
+    tg = [t["avg_ts"] for t in tests if t["n_prompt"] == 0 and t["n_gen"] == DECODE]
+    pp = [t["avg_ts"] for t in tests if t["n_prompt"] == PROMPT and t["n_gen"] == 0]
+    if not tg or not pp:
+        sys.exit(f"llama-bench gave no tg{DECODE} / pp{PROMPT} result:\n{out[-1000:]}")
+    return tg[0], pp[0]
+
+
+def llama_batched_bench(args, model):
+    p = run([os.path.join(args.llama_cpp_bin, "llama-batched-bench"), "-m", model, "-t", str(args.threads),
+             "-c", str(SEQS * (SEQ_PROMPT + SEQ_GEN)), "-npp", str(SEQ_PROMPT), "-ntg", str(SEQ_GEN),
+             "-npl", str(SEQS), "--output-format", "jsonl"])
+    for line in (p.stdout + "\n" + p.stderr).splitlines():
+        if line.startswith("{") and '"speed_tg"' in line:
+            r = json.loads(line)
+            return r["speed_tg"], SEQS * SEQ_GEN / r["t"]
+    sys.exit(f"llama-batched-bench printed no result line:\n{p.stdout[-1000:]}\n{p.stderr[-1000:]}")
 
 
 def write_prompts(path, seed):
@@ -98,30 +113,43 @@ def ratio(a, b):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("gguf", nargs="+", help="GGUF files, each run by both engines")
-    ap.add_argument("--baseline", required=True, help="the llama.cpp driver (llama_baseline_bench), built outside the repo")
+    ap.add_argument("--llama-cpp-bin", required=True,
+                    help="folder with llama.cpp's llama-bench and llama-batched-bench, built outside the repo")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--skip-batched", action="store_true", help="only batch 1 and prefill (quicker)")
     ap.add_argument("--loom", default=os.path.join(ROOT, "build", "loom"))
     ap.add_argument("--batching-bench", default=os.path.join(ROOT, "build", "bench", "batching_bench"))
     args = ap.parse_args()
-    for path in [args.baseline, args.loom, args.batching_bench, *args.gguf]:
+    tools = [os.path.join(args.llama_cpp_bin, t) for t in ("llama-bench", "llama-batched-bench")]
+    for path in [*tools, args.loom, args.batching_bench, *args.gguf]:
         if not os.path.exists(path):
             sys.exit(f"not found: {path}")
-    print(f"{cpu_name()}, {args.threads} threads, best of {args.repeats}; loom and llama.cpp alternate per file")
-    print(f"decode b1: {DECODE} tokens after a {PROMPT}-token prompt; pp{PROMPT}: prefill; "
-          f"{SEQS}-seq: {SEQS} × ({SEQ_PROMPT}-token prompt + {SEQ_GEN} decode steps), decode-only tok/s; "
-          f"e2e: the same with the prefill, generated tok/s (loom batch)")
+    print(f"{cpu_name()}, {args.threads} threads, best of {args.repeats}; loom and llama.cpp alternate per measurement")
+    print(f"decode b1: {DECODE} tokens (loom after a {PROMPT}-token prompt, llama-bench tg{DECODE}); pp{PROMPT}: "
+          f"prefill; {SEQS}-seq: {SEQS} × ({SEQ_PROMPT}-token prompt + {SEQ_GEN} decode steps), decode-only tok/s; "
+          f"e2e: the same with the prefill, generated tok/s (loom batch, llama-batched-bench)")
     rows = []
     with tempfile.TemporaryDirectory() as d:
         prompts = os.path.join(d, "prompts.jsonl")
         write_prompts(prompts, 1)
         for model in args.gguf:
-            l_tg, l_pp = loom_batch1(args, model)
-            b_tg, b_pp, b_seq, b_e2e = baseline(args, model)
-            l_seq = loom_decode_at_batch(args, model)
-            l_e2e, generated = loom_batch_end_to_end(args, model, prompts)
+            best = [0.0] * 8  # loom tg, llama tg, loom pp, llama pp, loom seq, llama seq, loom e2e, llama e2e
+            generated = SEQS * SEQ_GEN
+            for _ in range(args.repeats):
+                l_tg, l_pp = loom_batch1(args, model)
+                b_tg, b_pp = llama_bench(args, model)
+                got = [l_tg, b_tg, l_pp, b_pp]
+                if not args.skip_batched:
+                    l_seq = loom_decode_at_batch(args, model)
+                    l_e2e, generated = loom_batch_end_to_end(args, model, prompts)
+                    b_seq, b_e2e = llama_batched_bench(args, model)
+                    got += [l_seq, b_seq, l_e2e, b_e2e]
+                else:
+                    got += [0.0] * 4
+                best = [max(a, b) for a, b in zip(best, got)]
             note = "" if generated == SEQS * SEQ_GEN else f" (loom batch generated {generated}: EOS came early)"
-            rows.append((os.path.basename(model) + note, l_tg, b_tg, l_pp, b_pp, l_seq, b_seq, l_e2e, b_e2e))
+            rows.append((os.path.basename(model) + note, *best))
     print()
     print(f"| file | decode b1 loom | llama.cpp | ratio | pp{PROMPT} loom | llama.cpp | ratio | "
           f"{SEQS}-seq decode loom | llama.cpp | ratio | {SEQS}-seq e2e loom | llama.cpp | ratio |")
