@@ -30,8 +30,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROMPT, DECODE, SEQS, SEQ_PROMPT, SEQ_GEN = 512, 128, 32, 128, 128
 
 
-def run(cmd, env=None):
+def run(cmd, env=None, retries=0):
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode < 0 and retries > 0:
+        # llama.cpp's AMX path (a -march=native build on an AMX CPU) died now and then
+        # with SIGILL in pp512 on our VMs; a rerun goes through. Said on stderr.
+        print(f"note: {os.path.basename(cmd[0])} died of signal {-p.returncode}; running it again", file=sys.stderr)
+        return run(cmd, env, retries - 1)
     if p.returncode != 0:
         sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
     return p
@@ -77,7 +82,7 @@ def loom_batch_end_to_end(args, model, prompts):
 
 def llama_bench(args, model):
     out = run([os.path.join(args.llama_cpp_bin, "llama-bench"), "-m", model, "-t", str(args.threads),
-               "-p", str(PROMPT), "-n", str(DECODE), "-r", "1", "-o", "json"]).stdout
+               "-p", str(PROMPT), "-n", str(DECODE), "-r", "1", "-o", "json"], retries=2).stdout
     tests = json.loads(out)
     tg = [t["avg_ts"] for t in tests if t["n_prompt"] == 0 and t["n_gen"] == DECODE]
     pp = [t["avg_ts"] for t in tests if t["n_prompt"] == PROMPT and t["n_gen"] == 0]
@@ -89,7 +94,7 @@ def llama_bench(args, model):
 def llama_batched_bench(args, model):
     p = run([os.path.join(args.llama_cpp_bin, "llama-batched-bench"), "-m", model, "-t", str(args.threads),
              "-c", str(SEQS * (SEQ_PROMPT + SEQ_GEN)), "-npp", str(SEQ_PROMPT), "-ntg", str(SEQ_GEN),
-             "-npl", str(SEQS), "--output-format", "jsonl"])
+             "-npl", str(SEQS), "--output-format", "jsonl"], retries=2)
     for line in (p.stdout + "\n" + p.stderr).splitlines():
         if line.startswith("{") and '"speed_tg"' in line:
             r = json.loads(line)
