@@ -183,7 +183,7 @@ ParsedReply parse_forced_tool_call(ToolCallFormat format, std::string_view text,
       }
       if (obj >= s.size() || s[obj] != '{') break;
     }
-    if (obj == std::string_view::npos) break;
+    if (obj == std::string_view::npos) break;  // Hermes: the tag without its object yet
     const size_t key = s.find("\"name\"", obj);
     if (key == std::string_view::npos) break;
     size_t p = skip_space(s, key + 6);
@@ -294,12 +294,7 @@ std::optional<ApiError> forced_tool_call_constraint(ToolCallFormat format, const
   const ojson combined = {{"anyOf", std::move(alternatives)}};
   out->param = "tools";
   out->spec = structured::ConstraintSpec{};
-  if (format == ToolCallFormat::kLlama3Json && !several) {
-    out->spec.kind = structured::ConstraintSpec::Kind::kJsonSchema;
-    out->spec.text = combined.dump();
-    out->spec.strict = false;  // each tool was checked with its own strictness above
-    return std::nullopt;
-  }
+  // Each tool was checked with its own strictness above; the combination is compiled lax.
   Result<std::string> gbnf = structured::json_schema_to_gbnf(combined.dump(), /*strict=*/false);
   if (!gbnf.ok()) return bad_field("tools", "'tools': " + gbnf.status().message());
   // The schema's start rule is its first line, "root ::= …"; nothing else refers to it.
@@ -308,13 +303,9 @@ std::optional<ApiError> forced_tool_call_constraint(ToolCallFormat format, const
   body = "tool-call-json ::= " + body.substr(9);
   // Several calls are written the way each family's template renders them in history:
   // Hermes blocks one per line, Llama 3 objects joined by "; ".
-  std::string root;
-  if (format == ToolCallFormat::kLlama3Json) {
-    root = "root ::= tool-call-json (\"; \" tool-call-json)*\n";
-  } else {
-    root = "tool-call ::= \"<tool_call>\\n\" tool-call-json \"\\n</tool_call>\"\n";
-    root = (several ? "root ::= tool-call (\"\\n\" tool-call)*\n" : "root ::= tool-call\n") + root;
-  }
+  const bool llama = format == ToolCallFormat::kLlama3Json;
+  std::string root = std::string("root ::= tool-call") + (several ? (llama ? " (\"; \" tool-call)*" : " (\"\\n\" tool-call)*") : "") + "\n";
+  root += llama ? "tool-call ::= tool-call-json\n" : "tool-call ::= \"<tool_call>\\n\" tool-call-json \"\\n</tool_call>\"\n";
   out->spec.kind = structured::ConstraintSpec::Kind::kGrammar;
   out->spec.text = root + body;
   return std::nullopt;

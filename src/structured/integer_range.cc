@@ -23,7 +23,6 @@ int digits(uint64_t v) {
   return n;
 }
 
-std::string digit_class(char a, char b) { return a == b ? std::string("\"") + a + "\"" : std::string("[") + a + "-" + b + "]"; }
 
 // Patterns for the same-length decimal strings lo..hi.
 void same_length(const std::string& lo, const std::string& hi, std::vector<std::string>* out) {
@@ -39,7 +38,7 @@ void same_length(const std::string& lo, const std::string& hi, std::vector<std::
   const bool lo_rest_zero = lo.find_first_not_of('0', i + 1) == std::string::npos;
   const bool hi_rest_nine = hi.find_first_not_of('9', i + 1) == std::string::npos;
   if (rest == 0 || (lo_rest_zero && hi_rest_nine)) {
-    out->push_back(prefix + digit_class(lo[i], hi[i]) + any_rest);
+    out->push_back(prefix + gbnf_digit_class(lo[i], hi[i]) + any_rest);
     return;
   }
   char first = lo[i], last = hi[i];
@@ -48,7 +47,7 @@ void same_length(const std::string& lo, const std::string& hi, std::vector<std::
     ++first;
   }
   if (!hi_rest_nine) --last;
-  if (first <= last) out->push_back(prefix + digit_class(first, last) + any_rest);
+  if (first <= last) out->push_back(prefix + gbnf_digit_class(first, last) + any_rest);
   if (!hi_rest_nine) same_length(hi.substr(0, i + 1) + std::string(rest, '0'), hi, out);
 }
 
@@ -74,6 +73,10 @@ std::string non_negative(uint64_t a, std::optional<uint64_t> b) {
 }
 
 }  // namespace
+
+std::string gbnf_digit_class(char a, char b) {
+  return a == b ? std::string("\"") + a + "\"" : std::string("[") + a + "-" + b + "]";
+}
 
 std::string integer_range_gbnf(std::optional<int64_t> lo, std::optional<int64_t> hi) {
   std::vector<std::string> parts;

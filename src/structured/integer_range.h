@@ -9,6 +9,9 @@
 
 namespace loom::structured {
 
+// "[a-b]", or the quoted digit when a == b (number_range builds with it too).
+std::string gbnf_digit_class(char a, char b);
+
 // |bounds| ≤ 1e15; lo ≤ hi when both are given. JSON integers: no leading zeros, "-0" never.
 std::string integer_range_gbnf(std::optional<int64_t> lo, std::optional<int64_t> hi);
 

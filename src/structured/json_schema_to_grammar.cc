@@ -243,25 +243,36 @@ class SchemaConverter {
 
   // Bounded numbers are written without an exponent, at most 16 decimal places.
   Result<std::string> visit_number(const json& s, const std::string& path) {
+    struct Key {
+      const char* name;
+      bool lower, exclusive;
+    };
     std::optional<NumberBound> lo, hi;
-    for (const char* key : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
-      if (!s.contains(key)) continue;
-      const json& v = s[key];
-      if (!v.is_number()) return bad(path + "/" + key, "expected a number");
-      const NumberBound b{v.get<double>(), key[0] == 'e'};
-      if (!std::isfinite(b.value) || std::fabs(b.value) > 1e15) return refuse(path, key, "beyond ±1e15 is not supported");
-      std::optional<NumberBound>& side = std::string_view(key).find("inimum") != std::string_view::npos ? lo : hi;
-      const bool is_lo = &side == &lo;
+    const char *lo_key = nullptr, *hi_key = nullptr;
+    for (const Key k : {Key{"minimum", true, false}, Key{"exclusiveMinimum", true, true}, Key{"maximum", false, false},
+                        Key{"exclusiveMaximum", false, true}}) {
+      if (!s.contains(k.name)) continue;
+      const json& v = s[k.name];
+      if (!v.is_number()) return bad(path + "/" + k.name, "expected a number");
+      const NumberBound b{v.get<double>(), k.exclusive};
+      std::optional<NumberBound>& side = k.lower ? lo : hi;
       // the tighter of minimum and exclusiveMinimum (and of the maxima)
-      if (!side || (is_lo ? b.value > side->value : b.value < side->value) || (b.value == side->value && b.exclusive))
+      if (!side || (k.lower ? b.value > side->value : b.value < side->value) || (b.value == side->value && b.exclusive)) {
         side = b;
+        (k.lower ? lo_key : hi_key) = k.name;
+      }
+    }
+    if (!lo && !hi) return std::string("json-number");
+    for (auto [bound, key] : {std::pair{&lo, lo_key}, std::pair{&hi, hi_key}}) {
+      if (!*bound) continue;
+      Status st = check_number_bound((*bound)->value);
+      if (st.ok()) continue;
+      if (strict_) return refuse(path, key, st.message());
+      bound->reset();  // lax: an unsupported bound is ignored like an unsupported keyword
     }
     if (!lo && !hi) return std::string("json-number");
     Result<std::string> range = number_range_gbnf(lo, hi);
-    if (!range.ok()) {
-      if (range.status().code() == ErrorCode::kUnsupported) return refuse(path, lo ? "minimum" : "maximum", range.status().message());
-      return bad(path, range.status().message());
-    }
+    if (!range.ok()) return bad(path, range.status().message());
     return range;
   }
 

@@ -33,7 +33,6 @@ struct Fractions {
 };
 
 std::string quoted(char c) { return std::string("\"") + c + "\""; }
-std::string digit_range(char a, char b) { return a == b ? quoted(a) : std::string("[") + a + "-" + b + "]"; }
 // `item` repeated lo..hi times ("" when hi is 0).
 std::string repeat(const std::string& item, int lo, int hi) {
   if (hi <= 0) return "";
@@ -55,7 +54,7 @@ void prefixed(char c, const Fractions& rest, std::vector<std::string>* out) {
 Fractions at_least(std::string_view f, bool strict, int k) {
   if (f.empty()) return strict ? Fractions{false, {nonzero_digits(k)}} : any_digits(k);
   Fractions out;  // "" is 0, below 0.f
-  if (f[0] < '9') out.alts.push_back(then(digit_range(static_cast<char>(f[0] + 1), '9'), repeat("[0-9]", 0, k - 1)));
+  if (f[0] < '9') out.alts.push_back(then(gbnf_digit_class(static_cast<char>(f[0] + 1), '9'), repeat("[0-9]", 0, k - 1)));
   prefixed(f[0], at_least(f.substr(1), strict, k - 1), &out.alts);
   return out;
 }
@@ -64,7 +63,7 @@ Fractions at_least(std::string_view f, bool strict, int k) {
 Fractions at_most(std::string_view f, bool strict, int k) {
   if (f.empty()) return strict ? Fractions{} : Fractions{true, {repeat("\"0\"", 1, k)}};
   Fractions out{true, {}};  // f ends in a non-zero digit: "" (0) is below it
-  if (f[0] > '0') out.alts.push_back(then(digit_range('0', static_cast<char>(f[0] - 1)), repeat("[0-9]", 0, k - 1)));
+  if (f[0] > '0') out.alts.push_back(then(gbnf_digit_class('0', static_cast<char>(f[0] - 1)), repeat("[0-9]", 0, k - 1)));
   prefixed(f[0], at_most(f.substr(1), strict, k - 1), &out.alts);
   return out;
 }
@@ -82,7 +81,7 @@ Fractions between(std::string_view lo, std::string_view hi, bool lo_strict, bool
   }
   prefixed(l, at_least(lo_rest, lo_strict, k - 1), &out.alts);
   if (h - l >= 2)
-    out.alts.push_back(then(digit_range(static_cast<char>(l + 1), static_cast<char>(h - 1)), repeat("[0-9]", 0, k - 1)));
+    out.alts.push_back(then(gbnf_digit_class(static_cast<char>(l + 1), static_cast<char>(h - 1)), repeat("[0-9]", 0, k - 1)));
   prefixed(h, at_most(hi_rest, hi_strict, k - 1), &out.alts);
   return out;
 }
@@ -114,35 +113,39 @@ void magnitudes(const Bound& a, const std::optional<Bound>& b, std::vector<std::
   if (b) add("\"" + std::to_string(b->at.whole) + "\"", at_most(b->at.fraction, b->exclusive, kMaxFractionDigits));
 }
 
-Result<Decimal> decimal_of(double v, const char* which) {
+Result<Decimal> decimal_of(double v) {
   const double m = std::fabs(v);
-  if (!(m <= 1e15)) return unsupported(std::string(which) + " beyond ±1e15 is not supported");
+  if (!(m <= 1e15)) return unsupported("beyond ±1e15 is not supported");
   char buf[64];
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, m, std::chars_format::fixed);  // shortest that round-trips
-  if (ec != std::errc()) return unsupported(std::string(which) + " cannot be written as a decimal");
+  if (ec != std::errc()) return unsupported("cannot be written as a decimal");
   std::string s(buf, end);
   Decimal d;
   const size_t dot = s.find('.');
   d.whole = std::stoll(s.substr(0, dot));
   if (dot != std::string::npos) d.fraction = s.substr(dot + 1);
   while (!d.fraction.empty() && d.fraction.back() == '0') d.fraction.pop_back();
-  if (static_cast<int>(d.fraction.size()) > kMaxFractionDigits)
-    return unsupported(std::string(which) + " " + s + " has more than 16 decimal places");
+  if (static_cast<int>(d.fraction.size()) > kMaxFractionDigits) return unsupported(s + " has more than 16 decimal places");
   return d;
 }
 
 }  // namespace
+
+Status check_number_bound(double v) {
+  Result<Decimal> d = decimal_of(v);
+  return d.ok() ? Status::Ok() : d.status();
+}
 
 Result<std::string> number_range_gbnf(std::optional<NumberBound> lo, std::optional<NumberBound> hi) {
   if (lo && hi && (lo->value > hi->value || (lo->value == hi->value && (lo->exclusive || hi->exclusive))))
     return invalid_argument("the number range is empty");
   std::optional<Bound> lo_mag, hi_mag;
   if (lo) {
-    LOOM_ASSIGN_OR_RETURN(Decimal d, decimal_of(lo->value, "the lower bound"));
+    LOOM_ASSIGN_OR_RETURN(Decimal d, decimal_of(lo->value));
     lo_mag = Bound{d, lo->exclusive};
   }
   if (hi) {
-    LOOM_ASSIGN_OR_RETURN(Decimal d, decimal_of(hi->value, "the upper bound"));
+    LOOM_ASSIGN_OR_RETURN(Decimal d, decimal_of(hi->value));
     hi_mag = Bound{d, hi->exclusive};
   }
   std::vector<std::string> parts;

@@ -16,8 +16,12 @@ struct NumberBound {
   bool exclusive = false;
 };
 
-// |bounds| ≤ 1e15, at most 16 decimal places each (else kUnsupported naming the
-// bound); an empty range is kInvalidArgument. Never writes "-0".
+// OK when a bound can be written as these numbers are: finite, |v| ≤ 1e15, at most 16
+// decimal places (else kUnsupported saying which).
+Status check_number_bound(double v);
+
+// Bounds that pass check_number_bound (else kUnsupported); an empty range is
+// kInvalidArgument. Never writes "-0".
 Result<std::string> number_range_gbnf(std::optional<NumberBound> lo, std::optional<NumberBound> hi);
 
 }  // namespace loom::structured

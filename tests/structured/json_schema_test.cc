@@ -75,6 +75,8 @@ TEST(JsonSchema, StrictRefusesUnsupportedKeywordsByName) {
       {R"({"type":"array","uniqueItems":true})", "'uniqueItems'"},
       {R"({"type":"object","properties":{"a":{"type":"string","format":"email"}}})", "'format'"},
       {R"({"type":"number","multipleOf":0.5})", "'multipleOf'"},
+      {R"({"type":"number","minimum":1e16})", "'minimum'"},
+      {R"({"type":"number","exclusiveMaximum":0.12345678901234567})", "'exclusiveMaximum'"},
       {R"({"not":{"type":"string"}})", "'not'"},
       {R"({"allOf":[{"type":"string"},{"maxLength":3}]})", "'allOf'"},
       {R"({"$ref":"https://example.com/s.json"})", "'$ref'"},
