@@ -146,8 +146,9 @@ void run_from_memory(benchmark::State& state, const LinearShape& s, int64_t M, b
 // Quantized weights from memory, as run_from_memory: copies of one quantized
 // layer, 640 MB in all, a different one each call (each its own storage: a
 // quantized PackedLinear is a view of its tensor).
-// amx: batched calls may use the AMX-INT8 GEMM (else the row kernels).
-void run_quantized(benchmark::State& state, const LinearShape& s, DType dt, int64_t M, Isa isa, bool amx) {
+// gemm: the best batched path allowed (the row kernels, VNNI tiles, AMX tiles).
+void run_quantized(benchmark::State& state, const LinearShape& s, DType dt, int64_t M, Isa isa,
+                   detail::QuantGemm gemm) {
   static std::string key;
   static std::vector<PackedLinear> copies;
   const std::string want = std::to_string(s.K) + "x" + std::to_string(s.N) + std::string(dtype_name(dt));
@@ -160,9 +161,9 @@ void run_quantized(benchmark::State& state, const LinearShape& s, DType dt, int6
     key = want;
   }
   ScopedIsa force(isa);
-  detail::set_quantized_amx_allowed(amx);
+  detail::set_quantized_gemm_limit(gemm);
   time_round_robin(state, copies, s, M);
-  detail::set_quantized_amx_allowed(true);
+  detail::set_quantized_gemm_limit(detail::QuantGemm::kAmx);
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(dtype_bytes(dt, s.N * s.K)) * 1e-9,
                                               benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * s.N * s.K * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
@@ -295,17 +296,19 @@ void register_all() {
   }
   // Quantized weights at 1B-model shapes from memory, on the best path and on AVX2
   // (maddubs), against a plain read of the same size per call; batched sizes also
-  // on the AVX512 row kernels without AMX ("AVX512/rows").
+  // without AMX, on the AVX512-VNNI tiles ("AVX512/vnni") and the row kernels
+  // ("AVX512/rows").
   for (const LinearShape& s : {LinearShape{2048, 2048}, LinearShape{2048, 8192}, LinearShape{8192, 2048}}) {
     for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
-      for (int64_t M : {1, 16, 32, 64, 512}) {
+      for (int64_t M : {1, 8, 16, 32, 64, 512}) {
         for (Isa isa : isas) {
           if (isa == Isa::kAvx512Bf16) continue;  // same quantized kernels as AVX512
           const std::string name = "quant/" + std::string(dtype_name(dt)) + "/" + shape_name(s) + "/M=" +
                                    std::to_string(M) + "/" + std::string(isa_name(isa));
-          add(name, [=](benchmark::State& st) { run_quantized(st, s, dt, M, isa, true); });
+          add(name, [=](benchmark::State& st) { run_quantized(st, s, dt, M, isa, detail::QuantGemm::kAmx); });
           if (M > 1 && isa == Isa::kAvx512) {
-            add(name + "/rows", [=](benchmark::State& st) { run_quantized(st, s, dt, M, isa, false); });
+            add(name + "/vnni", [=](benchmark::State& st) { run_quantized(st, s, dt, M, isa, detail::QuantGemm::kVnni); });
+            add(name + "/rows", [=](benchmark::State& st) { run_quantized(st, s, dt, M, isa, detail::QuantGemm::kRows); });
           }
         }
       }

@@ -16,7 +16,7 @@
 #include "runtime/matmul_test_util.h"
 #include "loom/runtime/cpu/matmul.h"
 #include "runtime/cpu/qdot_kernels.h"
-#include "runtime/cpu/qgemm_amx.h"
+#include "runtime/cpu/qgemm.h"
 #include "runtime/cpu/qlinear.h"
 
 namespace loom::cpu {
@@ -143,24 +143,32 @@ TEST(QuantizedLinear, ForcedPathsPickTheirKernels) {
   }
 }
 
-// Batched calls (M ≥ 8) on the AVX512 path: the AMX-INT8 GEMM where it runs,
-// and the row kernels with AMX turned off, both bitwise equal to the scalar
+// Batched calls (M ≥ 8) on the AVX512 path: the AMX-INT8 tiles where they run,
+// the AVX512-VNNI tiles, and the row kernels, each bitwise equal to the scalar
 // kernels, over M tails around the 16-row tile, output tails around the 16-output
 // tile and chunk, and K of several blocks.
-class QuantizedGemmTest : public ::testing::TestWithParam<bool> {
+class QuantizedGemmTest : public ::testing::TestWithParam<detail::QuantGemm> {
  protected:
   void SetUp() override {
     if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX512 path";
-    if (GetParam() && !detail::amx_int8_usable()) GTEST_SKIP() << "this CPU or OS gives no AMX-INT8 tiles";
-    detail::set_quantized_amx_allowed(GetParam());
+    if (GetParam() == detail::QuantGemm::kAmx && !detail::amx_int8_usable()) {
+      GTEST_SKIP() << "this CPU or OS gives no AMX-INT8 tiles";
+    }
+    if (GetParam() == detail::QuantGemm::kVnni && !detail::avx512_vnni_usable()) {
+      GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+    }
+    detail::set_quantized_gemm_limit(GetParam());
   }
-  void TearDown() override { detail::set_quantized_amx_allowed(true); }
+  void TearDown() override { detail::set_quantized_gemm_limit(detail::QuantGemm::kAmx); }
 };
 
 TEST_P(QuantizedGemmTest, EqualsScalarKernelsBitwise) {
   {
     ScopedIsa force(Isa::kAvx512);
-    EXPECT_STREQ(detail::quantized_gemm_name(), GetParam() ? "AMX_INT8" : detail::quantized_kernels_name());
+    const char* want = GetParam() == detail::QuantGemm::kAmx    ? "AMX_INT8"
+                       : GetParam() == detail::QuantGemm::kVnni ? "AVX512_VNNI_TILES"
+                                                                : detail::quantized_kernels_name();
+    EXPECT_STREQ(detail::quantized_gemm_name(), want);
   }
   ThreadPool pool(2);
   // {M, blocks, N}
@@ -260,8 +268,13 @@ TEST_P(QuantizedGemmTest, ExtremeLevelsAndScalesStayExact) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Amx, QuantizedGemmTest, ::testing::Values(true, false),
-                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "AMX" : "Rows"; });
+INSTANTIATE_TEST_SUITE_P(Paths, QuantizedGemmTest,
+                         ::testing::Values(detail::QuantGemm::kAmx, detail::QuantGemm::kVnni, detail::QuantGemm::kRows),
+                         [](const ::testing::TestParamInfo<detail::QuantGemm>& info) {
+                           return info.param == detail::QuantGemm::kAmx    ? "AMX"
+                                  : info.param == detail::QuantGemm::kVnni ? "VNNI"
+                                                                           : "Rows";
+                         });
 
 #if defined(LOOM_MATMUL_X86)
 TEST(QuantizedLinear, Avx512ActivationQuantizersEqualCoreBitwise) {

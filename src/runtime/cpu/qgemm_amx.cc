@@ -1,32 +1,20 @@
-// AMX-INT8 GEMM over quantized weights. Tiles are C[n][m] = Σ_k W[n][k]·X[m][k]
-// (tdpbssd, s8 × s8, exact int32) over one weight block (Q8_0, Q4_0: 32 elements)
-// or sub-block (Q4_K, Q5_K: 32; Q6_K: 16) for 16 outputs × 16 activation rows:
-//  - weights are the A operand, 16 rows of levels as signed bytes (Q4_0 as q − 8,
-//    Q6_K as q − 32 so a sub-block's sum is already dot − 32·bsum), unpacked per
-//    chunk of outputs into a buffer that stays in L2 while every row tile passes,
-//    each tile's 16 × 32 bytes contiguous (whole cache lines, read in order);
-//  - activations are the B operand, rearranged once per call into AMX's 4-byte
-//    groups (row k/4, column m) per tile of 16 rows.
-// Each stored tile is combined in AVX-512, 16 rows per output vector, in the
-// kernels' order: integer Σ_j sc_j·isum_j for the K types, then
-// acc = fma(d_w·d_x, isum, acc) (and the min term), acc + bias at the end.
-#include "runtime/cpu/qgemm_amx.h"
+// AMX-INT8 engine of the tiled quantized GEMM (qgemm_tiles.h): tdpbssd gives
+// C[n][m] = Σ_k W[n][k]·X[m][k] (s8 × s8, exact int32) for 16 outputs × 16
+// activation rows per tile, over one block or sub-block (32 or 16 elements).
+// Tiles 0-3 accumulate, 4-5 hold weights (A), 6-7 activations (B); the four
+// products of a pass are issued together and stored for the AVX-512 combination.
+#include "runtime/cpu/qgemm.h"
 
-#include <algorithm>
-#include <cstddef>
-#include <cstring>
-#include <vector>
-
-#include "loom/core/quantize.h"
 #include "loom/runtime/cpu/cpu_features.h"
 #include "runtime/cpu/matmul_kernels.h"
-#include "runtime/cpu/share_chunks.h"
 
 #if defined(LOOM_MATMUL_X86) && defined(__linux__)
-#include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #define LOOM_HAVE_AMX 1
+#define LOOM_QGEMM_TARGET \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,amx-tile,amx-int8")))
+#include "runtime/cpu/qgemm_tiles.h"
 #endif
 
 namespace loom::cpu::detail {
@@ -34,13 +22,6 @@ namespace loom::cpu::detail {
 #if defined(LOOM_HAVE_AMX)
 namespace {
 
-#define LOOM_AMX_TARGET \
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,amx-tile,amx-int8")))
-
-constexpr int kTile = 16;                  // outputs and activation rows per tile
-constexpr size_t kWeightChunkBytes = 256 << 10;  // unpacked weight levels per chunk (L2)
-
-// Tiles 0-3 accumulate, 4-5 hold weights (A), 6-7 activations (B).
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
   uint8_t start_row = 0;
@@ -48,201 +29,6 @@ struct alignas(64) TileConfig {
   uint16_t colsb[16] = {};
   uint8_t rows[16] = {};
 };
-
-TileConfig tile_config(int k) {  // k: elements per dot (32 or 16)
-  TileConfig c;
-  for (int t = 0; t < 4; ++t) c.rows[t] = kTile, c.colsb[t] = 64;
-  for (int t = 4; t < 6; ++t) c.rows[t] = kTile, c.colsb[t] = static_cast<uint16_t>(k);
-  for (int t = 6; t < 8; ++t) c.rows[t] = static_cast<uint8_t>(k / 4), c.colsb[t] = 64;
-  return c;
-}
-
-// Stores the compiler made must land before tile loads read them (the tile
-// intrinsics are asm without a memory clobber).
-inline void compiler_barrier() { __asm__ volatile("" ::: "memory"); }
-
-enum class Kind { kQ8x32, kQ4_K, kQ6_K };  // Q8_0/Q4_0 | Q4_K/Q5_K | Q6_K
-
-Kind kind_of(DType dt) {
-  switch (dt) {
-    case DType::kQ4_K:
-    case DType::kQ5_K: return Kind::kQ4_K;
-    case DType::kQ6_K: return Kind::kQ6_K;
-    default: return Kind::kQ8x32;
-  }
-}
-
-// One tile of 16 activation rows: the int8 values in B layout (byte (k/4)·64 +
-// 4m + k%4), then per block the 16 rows' scales, then (K types with mins) per
-// block and sub-block j the 16 rows' Σ of the sub-block's 32 values, as f32
-// (exact: |Σ| ≤ 32·127).
-struct ActLayout {
-  int64_t K = 0, blocks = 0;
-  bool sums = false;
-  size_t qs_bytes() const { return static_cast<size_t>(K) * kTile; }
-  size_t dx_offset() const { return qs_bytes(); }
-  size_t sums_offset() const { return dx_offset() + static_cast<size_t>(blocks) * kTile * sizeof(float); }
-  size_t tile_bytes() const {
-    const size_t end = sums_offset() + (sums ? static_cast<size_t>(blocks) * 8 * kTile * sizeof(float) : 0);
-    return (end + 63) & ~size_t{63};
-  }
-};
-
-void build_act_tile(const uint8_t* act, size_t act_row_bytes, int rows, bool k_types, const ActLayout& L,
-                    uint8_t* dst) {
-  std::memset(dst, 0, L.tile_bytes());
-  float* dx = reinterpret_cast<float*>(dst + L.dx_offset());
-  float* sums = reinterpret_cast<float*>(dst + L.sums_offset());
-  const int64_t per_block = k_types ? 256 : 32;
-  for (int m = 0; m < rows; ++m) {
-    const uint8_t* row = act + static_cast<size_t>(m) * act_row_bytes;
-    for (int64_t b = 0; b < L.blocks; ++b) {
-      const int8_t* qs;
-      if (k_types) {
-        const ActBlockQ8K& x = reinterpret_cast<const ActBlockQ8K*>(row)[b];
-        qs = x.qs;
-        dx[b * kTile + m] = x.d;
-        if (L.sums) {
-          for (int j = 0; j < 8; ++j) {
-            sums[(b * 8 + j) * kTile + m] = static_cast<float>(x.bsums[2 * j] + x.bsums[2 * j + 1]);
-          }
-        }
-      } else {
-        const ActBlockQ8x32& x = reinterpret_cast<const ActBlockQ8x32*>(row)[b];
-        qs = x.qs;
-        dx[b * kTile + m] = x.d;
-      }
-      uint8_t* out = dst + static_cast<size_t>(b * per_block / 4) * 64 + 4 * static_cast<size_t>(m);
-      for (int64_t g = 0; g < per_block / 4; ++g) std::memcpy(out + g * 64, qs + 4 * g, 4);
-    }
-  }
-}
-
-// Per chunk of outputs, in groups of 16 (the last zero-padded): signed levels,
-// per group and 32 elements k0..k0+31 one 16 × 32-byte A tile (row r at
-// 32·r), and the f32/int scales per block.
-struct WeightChunk {
-  std::vector<int8_t> levels;
-  std::vector<float> d, dmin, mins;  // [group][block][16]; mins [group][block][16 n][8 j]
-  std::vector<float> sc;             // Q4_K, Q5_K: [group][block][16 n][8 sub-blocks], small integers
-  std::vector<int32_t> sc6;          // Q6_K: [group][block][16 n][16 sub-blocks]
-};
-
-LOOM_AMX_TARGET void unpack_q4_0(const BlockQ4_0& w, int8_t* dst) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.qs));
-  const __m128i low4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm_sub_epi8(_mm_and_si128(v, low4), eight));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16),
-                   _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), low4), eight));
-}
-
-// Sub-block j (32 levels) to dst + j·step.
-LOOM_AMX_TARGET void unpack_q4_K(const uint8_t* qs, const uint8_t* qh, int8_t* dst, size_t step) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
-  const __m256i h = qh ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh)) : _mm256_setzero_si256();
-  for (int c = 0; c < 4; ++c) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
-    for (int half = 0; half < 2; ++half) {
-      const int j = 2 * c + half;
-      __m256i q = _mm256_and_si256(half ? _mm256_srli_epi16(v, 4) : v, low4);
-      // bit j of qh[l] is bit 4 of sub-block j's element l (Q5_K)
-      q = _mm256_or_si256(q, _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(h, _mm_cvtsi32_si128(j)), 4), bit4));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + step * j), q);
-    }
-  }
-}
-
-// Elements 32c..32c+31 to dst + c·step.
-LOOM_AMX_TARGET void unpack_q6_K(const BlockQ6_K& w, int8_t* dst, size_t step) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
-  for (int h = 0; h < 2; ++h) {
-    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.ql + 64 * h));
-    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.ql + 64 * h + 32));
-    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qh + 32 * h));
-    const __m256i lows[4] = {_mm256_and_si256(l0, low4), _mm256_and_si256(l1, low4),
-                             _mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                             _mm256_and_si256(_mm256_srli_epi16(l1, 4), low4)};
-    for (int g = 0; g < 4; ++g) {
-      const __m256i top = _mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi32_si128(2 * g)), low2);
-      const __m256i q = _mm256_or_si256(lows[g], _mm256_slli_epi16(top, 4));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + step * (4 * h + g)), _mm256_sub_epi8(q, bias));
-    }
-  }
-}
-
-constexpr size_t kATile = kTile * 32;  // bytes of one group's 32 elements
-
-// Fills `c` for outputs [n0, n1).
-LOOM_AMX_TARGET void pack_chunk(const PackedLinear& w, int64_t n0, int64_t n1, int64_t blocks, WeightChunk& c) {
-  const DType dt = w.weight_dtype();
-  const int64_t K = w.in_features();
-  const int64_t groups = (n1 - n0 + kTile - 1) / kTile;
-  const size_t per_group = static_cast<size_t>(blocks) * kTile;
-  const size_t group_bytes = kTile * static_cast<size_t>(K);
-  c.levels.resize(static_cast<size_t>(groups) * group_bytes);
-  if ((n1 - n0) % kTile != 0) std::memset(c.levels.data() + (groups - 1) * group_bytes, 0, group_bytes);
-  c.d.assign(static_cast<size_t>(groups) * per_group, 0.0f);
-  const int subs = dt == DType::kQ6_K ? 16 : 8;
-  if (kind_of(dt) == Kind::kQ4_K) c.sc.assign(static_cast<size_t>(groups) * per_group * subs, 0.0f);
-  if (kind_of(dt) == Kind::kQ6_K) c.sc6.assign(static_cast<size_t>(groups) * per_group * subs, 0);
-  if (kind_of(dt) == Kind::kQ4_K) {
-    c.dmin.assign(static_cast<size_t>(groups) * per_group, 0.0f);
-    c.mins.assign(static_cast<size_t>(groups) * per_group * 8, 0.0f);
-  }
-  for (int64_t n = n0; n < n1; ++n) {
-    const int64_t i = n - n0, g = i / kTile, r = i % kTile;
-    int8_t* lv = c.levels.data() + static_cast<size_t>(g) * group_bytes + 32 * static_cast<size_t>(r);
-    const uint8_t* row = w.quant_row(n);
-    for (int64_t b = 0; b < blocks; ++b) {
-      const size_t at = static_cast<size_t>((g * blocks + b) * kTile + r);
-      switch (dt) {
-        case DType::kQ8_0: {
-          const BlockQ8_0& x = reinterpret_cast<const BlockQ8_0*>(row)[b];
-          c.d[at] = f16_to_f32(x.d);
-          std::memcpy(lv + kATile * b, x.qs, 32);
-          break;
-        }
-        case DType::kQ4_0: {
-          const BlockQ4_0& x = reinterpret_cast<const BlockQ4_0*>(row)[b];
-          c.d[at] = f16_to_f32(x.d);
-          unpack_q4_0(x, lv + kATile * b);
-          break;
-        }
-        case DType::kQ4_K:
-        case DType::kQ5_K: {
-          const uint8_t *scales, *qs, *qh = nullptr;
-          uint16_t d, dmin;
-          if (dt == DType::kQ4_K) {
-            const BlockQ4_K& x = reinterpret_cast<const BlockQ4_K*>(row)[b];
-            scales = x.scales, qs = x.qs, d = x.d, dmin = x.dmin;
-          } else {
-            const BlockQ5_K& x = reinterpret_cast<const BlockQ5_K*>(row)[b];
-            scales = x.scales, qs = x.qs, qh = x.qh, d = x.d, dmin = x.dmin;
-          }
-          c.d[at] = f16_to_f32(d);
-          c.dmin[at] = f16_to_f32(dmin);
-          for (int j = 0; j < 8; ++j) {
-            uint8_t s, m;
-            unpack_scale_min_k4(j, scales, &s, &m);
-            c.sc[at * 8 + j] = s;
-            c.mins[at * 8 + j] = m;
-          }
-          unpack_q4_K(qs, qh, lv + 8 * kATile * b, kATile);
-          break;
-        }
-        case DType::kQ6_K: {
-          const BlockQ6_K& x = reinterpret_cast<const BlockQ6_K*>(row)[b];
-          c.d[at] = f16_to_f32(x.d);
-          for (int s = 0; s < 16; ++s) c.sc6[at * 16 + s] = x.scales[s];
-          unpack_q6_K(x, lv + 8 * kATile * b, kATile);
-          break;
-        }
-        default: break;
-      }
-    }
-  }
-  compiler_barrier();
-}
 
 // The tile products of one pass: C_t = A(w_t)·B(x_t) stored at cb + 256·t.
 #define LOOM_AMX_DOT(C, A, B, w, ws, x)  \
@@ -253,233 +39,44 @@ LOOM_AMX_TARGET void pack_chunk(const PackedLinear& w, int64_t n0, int64_t n1, i
     _tile_dpbssd(C, A, B);              \
   } while (0)
 
-// Four products C_i = A(w[i])·B(x[i]) (A rows ws apart), stored at cb + 256·i.
-LOOM_AMX_TARGET LOOM_INLINE void dot4(const int8_t* const* w, size_t ws, const uint8_t* const* x, int32_t* cb) {
-  LOOM_AMX_DOT(0, 4, 6, w[0], ws, x[0]);
-  LOOM_AMX_DOT(1, 5, 7, w[1], ws, x[1]);
-  LOOM_AMX_DOT(2, 4, 6, w[2], ws, x[2]);
-  LOOM_AMX_DOT(3, 5, 7, w[3], ws, x[3]);
-  _tile_stored(0, cb, 64);
-  _tile_stored(1, cb + 256, 64);
-  _tile_stored(2, cb + 512, 64);
-  _tile_stored(3, cb + 768, 64);
-}
+struct AmxEngine {
+  static bool biased(Kind) { return false; }  // tdpbssd takes signed levels as they are
 
-LOOM_AMX_TARGET LOOM_INLINE void dot1(const int8_t* w, size_t ws, const uint8_t* x, int32_t* cb) {
-  LOOM_AMX_DOT(0, 4, 6, w, ws, x);
-  _tile_stored(0, cb, 64);
-}
+  // Loads the tile shapes for k-element products; releases the tiles after.
+  struct Scope {
+    LOOM_QGEMM_TARGET explicit Scope(int k) {
+      TileConfig c;
+      for (int t = 0; t < 4; ++t) c.rows[t] = kTile, c.colsb[t] = 64;
+      for (int t = 4; t < 6; ++t) c.rows[t] = kTile, c.colsb[t] = static_cast<uint16_t>(k);
+      for (int t = 6; t < 8; ++t) c.rows[t] = static_cast<uint8_t>(k / 4), c.colsb[t] = 64;
+      compiler_barrier();
+      _tile_loadconfig(&c);
+    }
+    LOOM_QGEMM_TARGET ~Scope() { _tile_release(); }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+  };
 
-// vcvtdq2ps (exact for the |sums| < 2^24 of a block). The zero-masked form, as
-// GCC 12 warns that the plain one's undefined pass-through is uninitialized.
-LOOM_AMX_TARGET LOOM_INLINE __m512 int_to_f32(__m512i v) { return _mm512_maskz_cvtepi32_ps(0xFFFF, v); }
-
-// acc[n] (16 rows of output n) = fma(d_w[n]·d_x, isum[n], acc[n]).
-LOOM_AMX_TARGET LOOM_INLINE void combine_q8x32(__m512* acc, const int32_t* cb, const float* dw, const float* dx) {
-  const __m512 dxv = _mm512_loadu_ps(dx);
-#pragma GCC unroll 16
-  for (int n = 0; n < kTile; ++n) {
-    const __m512 isum = int_to_f32(_mm512_loadu_si512(cb + 16 * n));
-    acc[n] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dw[n]), dxv), isum, acc[n]);
+  template <int k>
+  LOOM_QGEMM_TARGET static LOOM_INLINE void dot4(const int8_t* const* w, size_t ws, const uint8_t* const* x,
+                                                 const int32_t* const*, int32_t* cb) {
+    LOOM_AMX_DOT(0, 4, 6, w[0], ws, x[0]);
+    LOOM_AMX_DOT(1, 5, 7, w[1], ws, x[1]);
+    LOOM_AMX_DOT(2, 4, 6, w[2], ws, x[2]);
+    LOOM_AMX_DOT(3, 5, 7, w[3], ws, x[3]);
+    _tile_stored(0, cb, 64);
+    _tile_stored(1, cb + 256, 64);
+    _tile_stored(2, cb + 512, 64);
+    _tile_stored(3, cb + 768, 64);
   }
-}
 
-LOOM_AMX_TARGET void write_tile(const __m512* acc, int rows, int outputs, const float* bias, float* y,
-                                int64_t ldy) {
-  alignas(64) float out[kTile][kTile];
-  for (int n = 0; n < kTile; ++n) _mm512_store_ps(out[n], acc[n]);
-  for (int m = 0; m < rows; ++m) {
-    for (int n = 0; n < outputs; ++n) y[m * ldy + n] = bias ? out[n][m] + bias[n] : out[n][m];
+  template <int k>
+  LOOM_QGEMM_TARGET static LOOM_INLINE void dot(const int8_t* w, size_t ws, const uint8_t* x, const int32_t*,
+                                                int32_t* cb) {
+    LOOM_AMX_DOT(0, 4, 6, w, ws, x);
+    _tile_stored(0, cb, 64);
   }
-}
-
-struct TileJob {
-  const int8_t* w;  // the group's A tiles, one per 32 elements (kATile bytes)
-  const uint8_t* x;  // activation tile
-  const ActLayout* L;
-  const WeightChunk* c;
-  int64_t group;
-  int rows, outputs;
-  const float* bias;
-  float* y;
-  int64_t ldy;
 };
-
-// One pass's tile products (stored at out): Q8_0/Q4_0 four blocks from b, the
-// K types every sub-block of block b.
-LOOM_AMX_TARGET LOOM_INLINE void dots_q8x32(const TileJob& j, int64_t b, int32_t* out) {
-  const int8_t* w[4];
-  const uint8_t* x[4];
-  for (int i = 0; i < 4; ++i) w[i] = j.w + (b + i) * kATile, x[i] = j.x + (b + i) * 512;
-  dot4(w, 32, x, out);
-}
-
-LOOM_AMX_TARGET LOOM_INLINE void dots_q4_K(const TileJob& j, int64_t b, int32_t* out) {
-  for (int h = 0; h < 2; ++h) {
-    const int8_t* w[4];
-    const uint8_t* x[4];
-    for (int i = 0; i < 4; ++i) w[i] = j.w + (8 * b + 4 * h + i) * kATile, x[i] = j.x + (8 * b + 4 * h + i) * 512;
-    dot4(w, 32, x, out + 1024 * h);
-  }
-}
-
-// Sub-block s (16 elements): A at half s % 2 of the group's 32-element tile s / 2.
-LOOM_AMX_TARGET LOOM_INLINE void dots_q6_K(const TileJob& j, int64_t b, int32_t* out) {
-  for (int q = 0; q < 4; ++q) {
-    const int8_t* w[4];
-    const uint8_t* x[4];
-    for (int i = 0; i < 4; ++i) {
-      const int sub = 4 * q + i;
-      w[i] = j.w + (8 * b + sub / 2) * kATile + 16 * (sub % 2);
-      x[i] = j.x + b * 4096 + 256 * sub;
-    }
-    dot4(w, 32, x, out + 1024 * q);
-  }
-}
-
-// The tile products of the next pass are issued before this pass's stored
-// tiles combine, so the two overlap (double-buffered stores).
-LOOM_AMX_TARGET void tile_q8x32(const TileJob& j) {
-  const int64_t blocks = j.L->blocks;
-  const float* dw = j.c->d.data() + static_cast<size_t>(j.group * blocks) * kTile;
-  const float* dx = reinterpret_cast<const float*>(j.x + j.L->dx_offset());
-  alignas(64) int32_t cb[2][4 * 256];
-  __m512 acc[kTile];
-  for (__m512& a : acc) a = _mm512_setzero_ps();
-  const int64_t whole = blocks / 4 * 4;
-  if (whole > 0) dots_q8x32(j, 0, cb[0]);
-  for (int64_t b = 0; b < whole; b += 4) {
-    const int32_t* now = cb[(b / 4) & 1];
-    if (b + 4 < whole) dots_q8x32(j, b + 4, cb[((b / 4) & 1) ^ 1]);
-    for (int i = 0; i < 4; ++i) combine_q8x32(acc, now + 256 * i, dw + (b + i) * kTile, dx + (b + i) * kTile);
-  }
-  for (int64_t b = whole; b < blocks; ++b) {
-    dot1(j.w + b * kATile, 32, j.x + b * 512, cb[0]);
-    combine_q8x32(acc, cb[0], dw + b * kTile, dx + b * kTile);
-  }
-  write_tile(acc, j.rows, j.outputs, j.bias, j.y, j.ldy);
-}
-
-// Σ_s sc_s·isum_s over `subs` sub-blocks of output n as an exact int32: in f32,
-// `exact` terms at a time (each partial sum an integer below 2^24, so no f32 step
-// rounds: Q4_K 4 terms of ≤ 63·15·127·32, Q5_K 2 of ≤ 63·31·127·32), the
-// partial sums added as int32. The f32 FMAs are cheaper
-// than vpmulld (two uops on one port).
-template <int subs, int exact>
-LOOM_AMX_TARGET LOOM_INLINE __m512i scaled_sum(const int32_t* cb, const float* sc, int n) {
-  static_assert(subs % exact == 0);
-  __m512i total = _mm512_setzero_si512();
-  for (int s0 = 0; s0 < subs; s0 += exact) {
-    __m512 part = _mm512_mul_ps(int_to_f32(_mm512_loadu_si512(cb + 256 * s0 + 16 * n)), _mm512_set1_ps(sc[s0]));
-    for (int s = s0 + 1; s < s0 + exact; ++s) {
-      part = _mm512_fmadd_ps(int_to_f32(_mm512_loadu_si512(cb + 256 * s + 16 * n)), _mm512_set1_ps(sc[s]), part);
-    }
-    total = _mm512_add_epi32(total, _mm512_maskz_cvtps_epi32(0xFFFF, part));
-  }
-  return total;
-}
-
-template <int exact>
-LOOM_AMX_TARGET void tile_q4_K(const TileJob& j) {
-  const int64_t blocks = j.L->blocks;
-  const size_t first = static_cast<size_t>(j.group * blocks) * kTile;
-  const float* dx = reinterpret_cast<const float*>(j.x + j.L->dx_offset());
-  const float* xsum = reinterpret_cast<const float*>(j.x + j.L->sums_offset());
-  const __m512 sign = _mm512_set1_ps(-0.0f);
-  alignas(64) int32_t cbs[2][8 * 256];
-  __m512 acc[kTile];
-  for (__m512& a : acc) a = _mm512_setzero_ps();
-  dots_q4_K(j, 0, cbs[0]);
-  for (int64_t b = 0; b < blocks; ++b) {
-    if (b + 1 < blocks) dots_q4_K(j, b + 1, cbs[(b + 1) & 1]);
-    const int32_t* cb = cbs[b & 1];
-    const size_t at = first + static_cast<size_t>(b) * kTile;
-    const float* sc = j.c->sc.data() + at * 8;
-    const float* mn = j.c->mins.data() + at * 8;
-    const __m512 dxv = _mm512_loadu_ps(dx + b * kTile);
-    const float* xs = xsum + b * 8 * kTile;
-#pragma GCC unroll 16
-    for (int n = 0; n < kTile; ++n) {
-      const __m512i scaled = scaled_sum<8, exact>(cb, sc + 8 * n, n);
-      // Σ_j m_j·xsum_j: integers below 2^24 throughout (8·63·32·127), exact in f32
-      __m512 mins = _mm512_mul_ps(_mm512_set1_ps(mn[8 * n]), _mm512_loadu_ps(xs));
-      for (int s = 1; s < 8; ++s) {
-        mins = _mm512_fmadd_ps(_mm512_set1_ps(mn[8 * n + s]), _mm512_loadu_ps(xs + s * kTile), mins);
-      }
-      const __m512 d = _mm512_mul_ps(_mm512_set1_ps(j.c->d[at + n]), dxv);
-      const __m512 dm = _mm512_xor_ps(_mm512_mul_ps(_mm512_set1_ps(j.c->dmin[at + n]), dxv), sign);
-      acc[n] = _mm512_fmadd_ps(d, int_to_f32(scaled), acc[n]);
-      acc[n] = _mm512_fmadd_ps(dm, mins, acc[n]);
-    }
-  }
-  write_tile(acc, j.rows, j.outputs, j.bias, j.y, j.ldy);
-}
-
-LOOM_AMX_TARGET void tile_q6_K(const TileJob& j) {
-  const int64_t blocks = j.L->blocks;
-  const size_t first = static_cast<size_t>(j.group * blocks) * kTile;
-  const float* dx = reinterpret_cast<const float*>(j.x + j.L->dx_offset());
-  alignas(64) int32_t cbs[2][16 * 256];
-  __m512 acc[kTile];
-  for (__m512& a : acc) a = _mm512_setzero_ps();
-  dots_q6_K(j, 0, cbs[0]);
-  for (int64_t b = 0; b < blocks; ++b) {
-    if (b + 1 < blocks) dots_q6_K(j, b + 1, cbs[(b + 1) & 1]);
-    const int32_t* cb = cbs[b & 1];
-    const size_t at = first + static_cast<size_t>(b) * kTile;
-    const int32_t* sc = j.c->sc6.data() + at * 16;
-    const __m512 dxv = _mm512_loadu_ps(dx + b * kTile);
-#pragma GCC unroll 16
-    for (int n = 0; n < kTile; ++n) {
-      // vpmulld here: Q6_K's two-term f32 sums measured no faster
-      __m512i total = _mm512_mullo_epi32(_mm512_loadu_si512(cb + 16 * n), _mm512_set1_epi32(sc[16 * n]));
-      for (int s = 1; s < 16; ++s) {
-        total = _mm512_add_epi32(total, _mm512_mullo_epi32(_mm512_loadu_si512(cb + 256 * s + 16 * n),
-                                                           _mm512_set1_epi32(sc[16 * n + s])));
-      }
-      acc[n] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(j.c->d[at + n]), dxv), int_to_f32(total), acc[n]);
-    }
-  }
-  write_tile(acc, j.rows, j.outputs, j.bias, j.y, j.ldy);
-}
-
-thread_local WeightChunk t_chunk;
-
-LOOM_AMX_TARGET void run_chunk(const PackedLinear& w, int64_t n0, int64_t n1, int64_t blocks, const uint8_t* tiles,
-                               const ActLayout& L, int64_t M, float* y, int64_t y_stride) {
-  const DType dt = w.weight_dtype();
-  const Kind kind = kind_of(dt);
-  WeightChunk& c = t_chunk;
-  pack_chunk(w, n0, n1, blocks, c);
-  const TileConfig cfg = tile_config(kind == Kind::kQ6_K ? 16 : 32);
-  compiler_barrier();
-  _tile_loadconfig(&cfg);
-  const int64_t groups = (n1 - n0 + kTile - 1) / kTile;
-  const int64_t K = w.in_features();
-  for (int64_t m0 = 0; m0 < M; m0 += kTile) {
-    const uint8_t* x = tiles + static_cast<size_t>(m0 / kTile) * L.tile_bytes();
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t first = n0 + g * kTile;
-      TileJob j;
-      j.outputs = static_cast<int>(std::min<int64_t>(kTile, n1 - first));
-      j.w = c.levels.data() + static_cast<size_t>(g * kTile) * static_cast<size_t>(K);
-      j.x = x;
-      j.L = &L;
-      j.c = &c;
-      j.group = g;
-      j.rows = static_cast<int>(std::min<int64_t>(kTile, M - m0));
-      j.bias = w.bias() ? w.bias() + first : nullptr;
-      j.y = y + m0 * y_stride + first;
-      j.ldy = y_stride;
-      switch (kind) {
-        case Kind::kQ8x32: tile_q8x32(j); break;
-        case Kind::kQ4_K: dt == DType::kQ4_K ? tile_q4_K<4>(j) : tile_q4_K<2>(j); break;
-        case Kind::kQ6_K: tile_q6_K(j); break;
-      }
-    }
-  }
-  _tile_release();
-}
 
 bool request_tile_data() {
   constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
@@ -498,32 +95,7 @@ bool amx_int8_usable() {
 
 void linear_quantized_amx(const uint8_t* act, size_t act_row_bytes, int64_t M, const PackedLinear& w, float* y,
                           int64_t y_stride, ThreadPool& pool) {
-  const DType dt = w.weight_dtype();
-  const bool k_types = dtype_block_elements(dt) == 256;
-  ActLayout L;
-  L.K = w.in_features();
-  L.blocks = L.K / dtype_block_elements(dt);
-  L.sums = kind_of(dt) == Kind::kQ4_K;
-  const int64_t tiles = (M + kTile - 1) / kTile;
-  static thread_local std::vector<uint8_t> t_tiles;
-  std::vector<uint8_t>& buf = t_tiles;
-  buf.resize(static_cast<size_t>(tiles) * L.tile_bytes() + 64);
-  uint8_t* tile_data = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63});
-  pool.parallel_for(tiles, [&](int64_t t0, int64_t t1, int) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int rows = static_cast<int>(std::min<int64_t>(kTile, M - t * kTile));
-      build_act_tile(act + static_cast<size_t>(t * kTile) * act_row_bytes, act_row_bytes, rows, k_types, L,
-                     tile_data + static_cast<size_t>(t) * L.tile_bytes());
-    }
-  });
-  compiler_barrier();
-  const int64_t N = w.out_features();
-  const int64_t by_l2 = std::max<int64_t>(1, static_cast<int64_t>(kWeightChunkBytes) / (L.K * kTile)) * kTile;
-  const int64_t even = std::max<int64_t>(kTile, (N / (4 * pool.num_threads())) / kTile * kTile);
-  const int64_t chunk = std::min(by_l2, even);
-  share_chunks(pool, N, chunk, [&](int64_t n0, int64_t n1) {
-    run_chunk(w, n0, n1, L.blocks, tile_data, L, M, y, y_stride);
-  });
+  linear_quantized_tiles<AmxEngine>(act, act_row_bytes, M, w, y, y_stride, pool);
 }
 
 #else

@@ -2,19 +2,22 @@
 // all threads), then outputs are split across threads in chunks of weight rows;
 // within a chunk, tiles of kQTileRows activation rows pass over each weight block
 // while it is in L1, so a tile reads the weights once. Batches of at least
-// kAmxMinRows rows go to the AMX-INT8 GEMM (qgemm_amx.h) where it runs.
+// kAmxMinRows rows go to the tiled GEMM (qgemm.h) on AMX-INT8 where it runs,
+// else (from kVnniMinRows) on AVX512-VNNI.
 #include "runtime/cpu/qlinear.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "loom/core/logging.h"
 #include "loom/core/quantize.h"
 #include "loom/runtime/cpu/cpu_features.h"
 #include "runtime/cpu/qdot_kernels.h"
-#include "runtime/cpu/qgemm_amx.h"
+#include "runtime/cpu/qgemm.h"
 #include "runtime/cpu/share_chunks.h"
 
 namespace loom::cpu::detail {
@@ -60,32 +63,60 @@ thread_local std::vector<uint8_t> t_act;
 // (row kernels 1.25) and 0.78 for Q8_0 (0.86); at M = 4, 0.74 ms for Q8_0
 // against the row kernels' 0.39.
 constexpr int64_t kAmxMinRows = 8;
+// The VNNI tiles' products cost as much as the row kernels' per row, so they win
+// only once the rows share each unpacked weight tile and no lanes are reduced.
+constexpr int64_t kVnniMinRows = 8;
 
-std::atomic<bool>& amx_allowed() {
-  static std::atomic<bool> allowed{[] {
-    const char* env = std::getenv("LOOM_QUANT_AMX");
-    return !(env && std::strcmp(env, "0") == 0);
+// The best batched path allowed: LOOM_QUANT_GEMM=amx (the default), vnni or rows.
+std::atomic<int>& gemm_limit() {
+  static std::atomic<int> limit{[] {
+    const char* env = std::getenv("LOOM_QUANT_GEMM");
+    if (!env || !*env) return static_cast<int>(QuantGemm::kAmx);
+    const std::string v = env;
+    if (v == "amx") return static_cast<int>(QuantGemm::kAmx);
+    if (v == "vnni") return static_cast<int>(QuantGemm::kVnni);
+    if (v == "rows") return static_cast<int>(QuantGemm::kRows);
+    log_warn("LOOM_QUANT_GEMM: unknown path '" + v + "' (expected amx, vnni or rows); using amx");
+    return static_cast<int>(QuantGemm::kAmx);
   }()};
-  return allowed;
+  return limit;
 }
 
-bool amx_path_active() {
+bool avx512_path() {
 #if defined(LOOM_MATMUL_X86)
-  const Isa isa = active_isa();
-  return (isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16) && amx_allowed().load(std::memory_order_relaxed) &&
-         amx_int8_usable();
+  return active_isa() == Isa::kAvx512 || active_isa() == Isa::kAvx512Bf16;
 #else
   return false;
 #endif
+}
+
+// The path a call of M rows takes.
+QuantGemm gemm_for(int64_t M) {
+  const int limit = gemm_limit().load(std::memory_order_relaxed);
+  if (!avx512_path()) return QuantGemm::kRows;
+  if (M >= kAmxMinRows && limit >= static_cast<int>(QuantGemm::kAmx) && amx_int8_usable()) return QuantGemm::kAmx;
+  if (M >= kVnniMinRows && limit >= static_cast<int>(QuantGemm::kVnni) && avx512_vnni_usable()) {
+    return QuantGemm::kVnni;
+  }
+  return QuantGemm::kRows;
 }
 
 }  // namespace
 
 const char* quantized_kernels_name() { return active_table().name; }
 
-const char* quantized_gemm_name() { return amx_path_active() ? "AMX_INT8" : active_table().name; }
+const char* quantized_gemm_name() {
+  switch (gemm_for(std::max(kAmxMinRows, kVnniMinRows))) {
+    case QuantGemm::kAmx: return "AMX_INT8";
+    case QuantGemm::kVnni: return "AVX512_VNNI_TILES";
+    case QuantGemm::kRows: break;
+  }
+  return active_table().name;
+}
 
-void set_quantized_amx_allowed(bool allowed) { amx_allowed().store(allowed, std::memory_order_relaxed); }
+void set_quantized_gemm_limit(QuantGemm limit) {
+  gemm_limit().store(static_cast<int>(limit), std::memory_order_relaxed);
+}
 
 void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, float* y,
                       int64_t y_stride, ThreadPool& pool) {
@@ -122,9 +153,10 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
     quantize_rows(0, M);
   }
 
-  if (M >= kAmxMinRows && amx_path_active()) {
-    linear_quantized_amx(act_data, act_row_bytes, M, w, y, y_stride, pool);
-    return;
+  switch (gemm_for(M)) {
+    case QuantGemm::kAmx: linear_quantized_amx(act_data, act_row_bytes, M, w, y, y_stride, pool); return;
+    case QuantGemm::kVnni: linear_quantized_avx512vnni(act_data, act_row_bytes, M, w, y, y_stride, pool); return;
+    case QuantGemm::kRows: break;
   }
   const QdotFn kernel = kernel_for(active_table(), dt);
   const int64_t chunk = chunk_rows(N, w.quant_row_bytes(), M, pool.num_threads());

@@ -14,11 +14,15 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
 // Which kernel table linear_quantized uses now (active_isa(): AVX512 paths with
 // AVX512-VNNI run the VNNI kernels, AVX2 the maddubs ones, SCALAR the reference).
 const char* quantized_kernels_name();
-// What batched calls (M ≥ 8) use: "AMX_INT8" on AVX512 paths where the CPU and
-// OS allow AMX tiles and it is allowed, else quantized_kernels_name().
+// The paths batched calls (M ≥ 8) may take, in order: the row kernels, the
+// AVX512-VNNI tiles, the AMX-INT8 tiles (qgemm.h).
+enum class QuantGemm { kRows, kVnni, kAmx };
+// What batched calls use now: "AMX_INT8" on AVX512 paths where the CPU and OS
+// allow AMX tiles, else "AVX512_VNNI_TILES" where the CPU has VNNI, else
+// quantized_kernels_name(); never past the limit.
 const char* quantized_gemm_name();
-// Lets batched calls use AMX (the default) or not: tests and benches run both;
-// LOOM_QUANT_AMX=0 starts a process with it off.
-void set_quantized_amx_allowed(bool allowed);
+// The best path batched calls may take (default kAmx, all allowed): tests and
+// benches run each; LOOM_QUANT_GEMM=amx|vnni|rows sets it for a process.
+void set_quantized_gemm_limit(QuantGemm limit);
 
 }  // namespace loom::cpu::detail
