@@ -165,7 +165,7 @@ class QuantizedGemmTest : public ::testing::TestWithParam<detail::QuantGemm> {
 TEST_P(QuantizedGemmTest, EqualsScalarKernelsBitwise) {
   {
     ScopedIsa force(Isa::kAvx512);
-    const char* want = GetParam() == detail::QuantGemm::kAmx    ? "AMX_INT8"
+    const char* want = GetParam() == detail::QuantGemm::kAmx ? "AMX_INT8"
                        : GetParam() == detail::QuantGemm::kVnni ? "AVX512_VNNI_TILES"
                                                                 : detail::quantized_kernels_name();
     EXPECT_STREQ(detail::quantized_gemm_name(), want);
@@ -229,42 +229,45 @@ TEST_P(QuantizedGemmTest, RowsOfABatchEqualTheRowAlone) {
 // 2^24), so an f32 step that rounded or an int16 that wrapped would show.
 TEST_P(QuantizedGemmTest, ExtremeLevelsAndScalesStayExact) {
   ThreadPool pool(2);
-  const int64_t N = 20, M = 33, nb = 3, K = nb * 256;
-  for (DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
-    const size_t row_bytes = static_cast<size_t>(dtype_bytes(dt, K));
-    std::vector<uint8_t> raw(row_bytes * N, 0xFF);
-    for (int64_t n = 0; n < N; ++n) {
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* block = raw.data() + n * row_bytes + b * (row_bytes / nb);
-        if (dt == DType::kQ6_K) {
-          auto* q = reinterpret_cast<BlockQ6_K*>(block);
-          for (int8_t& sc : q->scales) sc = -128;
-          q->d = 0x3C00;  // 1.0
-        } else {
-          auto* q = reinterpret_cast<uint16_t*>(block);  // d, dmin lead both layouts
-          q[0] = 0x3C00;
-          q[1] = 0x3800;  // 0.5
+  const int64_t N = 20, nb = 3, K = nb * 256;
+  // M = 1: the decode kernels (four outputs at a time); 33: the batched paths.
+  for (int64_t M : {int64_t{1}, int64_t{33}}) {
+    for (DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+      const size_t row_bytes = static_cast<size_t>(dtype_bytes(dt, K));
+      std::vector<uint8_t> raw(row_bytes * N, 0xFF);
+      for (int64_t n = 0; n < N; ++n) {
+        for (int64_t b = 0; b < nb; ++b) {
+          uint8_t* block = raw.data() + n * row_bytes + b * (row_bytes / nb);
+          if (dt == DType::kQ6_K) {
+            auto* q = reinterpret_cast<BlockQ6_K*>(block);
+            for (int8_t& sc : q->scales) sc = -128;
+            q->d = 0x3C00;  // 1.0
+          } else {
+            auto* q = reinterpret_cast<uint16_t*>(block);  // d, dmin lead both layouts
+            q[0] = 0x3C00;
+            q[1] = 0x3800;  // 0.5
+          }
         }
       }
+      const Tensor weight = Tensor::wrap(raw.data(), dt, {N, K});
+      auto packed = PackedLinear::pack(weight, nullptr);
+      ASSERT_TRUE(packed.ok()) << packed.status().message();
+      std::vector<float> x(static_cast<size_t>(M * K));
+      for (int64_t m = 0; m < M; ++m) {
+        // one value per 32 a step below the top level: odd sums
+        for (int64_t k = 0; k < K; ++k) x[m * K + k] = (m % 2 ? 1.0f : -2.0f) * (k % 32 == 5 ? 0.99f : 1.0f);
+      }
+      std::vector<float> scalar, got;
+      {
+        ScopedIsa force(Isa::kScalar);
+        scalar = run(x, M, *packed, pool);
+      }
+      {
+        ScopedIsa force(Isa::kAvx512);
+        got = run(x, M, *packed, pool);
+      }
+      ASSERT_EQ(got, scalar) << dtype_name(dt) << " M=" << M;
     }
-    const Tensor weight = Tensor::wrap(raw.data(), dt, {N, K});
-    auto packed = PackedLinear::pack(weight, nullptr);
-    ASSERT_TRUE(packed.ok()) << packed.status().message();
-    std::vector<float> x(static_cast<size_t>(M * K));
-    for (int64_t m = 0; m < M; ++m) {
-      // one value per 32 a step below the top level: odd sums
-      for (int64_t k = 0; k < K; ++k) x[m * K + k] = (m % 2 ? 1.0f : -2.0f) * (k % 32 == 5 ? 0.99f : 1.0f);
-    }
-    std::vector<float> scalar, got;
-    {
-      ScopedIsa force(Isa::kScalar);
-      scalar = run(x, M, *packed, pool);
-    }
-    {
-      ScopedIsa force(Isa::kAvx512);
-      got = run(x, M, *packed, pool);
-    }
-    ASSERT_EQ(got, scalar) << dtype_name(dt);
   }
 }
 

@@ -32,8 +32,12 @@ LOOM_QDOT_TARGET void qdot_q4_0_body(const QdotArgs& a) {
         if (b % 4 == 0) {
           for (int i = 0; i < 4; ++i) prefetch_ahead(a, &w[i][b], 128);
         }
-        const __m128i isum = hsum4_i32(q4_0_dot(q4_0_levels(w[0][b]), x[b]), q4_0_dot(q4_0_levels(w[1][b]), x[b]),
-                                       q4_0_dot(q4_0_levels(w[2][b]), x[b]), q4_0_dot(q4_0_levels(w[3][b]), x[b]));
+        // −Σ 8·x once per block, where each output's Σ q·x starts.
+        const __m256i s = load256(x[b].qs);
+        const __m256i base = _mm256_sub_epi32(zero, dot_u8s8(_mm256_set1_epi8(8), s));
+        const __m128i isum =
+            hsum4_i32(dot_u8s8_acc(base, q4_0_levels(w[0][b]), s), dot_u8s8_acc(base, q4_0_levels(w[1][b]), s),
+                      dot_u8s8_acc(base, q4_0_levels(w[2][b]), s), dot_u8s8_acc(base, q4_0_levels(w[3][b]), s));
         const __m128 dw = _mm_cvtph_ps(_mm_setr_epi16(static_cast<short>(w[0][b].d), static_cast<short>(w[1][b].d),
                                                       static_cast<short>(w[2][b].d), static_cast<short>(w[3][b].d), 0,
                                                       0, 0, 0));

@@ -27,6 +27,15 @@ LOOM_QDOT_TARGET LOOM_INLINE __m256i dot_u8s8(__m256i u, __m256i s) {
 #endif
 }
 
+// acc + dot_u8s8(u, s), in one instruction on VNNI.
+LOOM_QDOT_TARGET LOOM_INLINE __m256i dot_u8s8_acc(__m256i acc, __m256i u, __m256i s) {
+#if LOOM_QDOT_VNNI
+  return _mm256_dpbusd_epi32(acc, u, s);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
 LOOM_QDOT_TARGET LOOM_INLINE int32_t hsum_i32(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));

@@ -308,7 +308,20 @@ LOOM_QGEMM_TARGET void write_tile(const __m512* acc, int rows, int outputs, cons
   }
 }
 
+// The thread's next chunk of weight rows, pulled into L2 a few lines per step
+// of the tile loops, so that unpacking it reads L2 instead of waiting on memory
+// (at small M unpacking, which streams the weights, took as long as the products).
+struct NextChunk {
+  const char* p = nullptr;
+  const char* end = nullptr;
+  size_t lines_per_step = 0;
+  LOOM_QGEMM_TARGET LOOM_INLINE void step() {
+    for (size_t i = 0; i < lines_per_step && p < end; ++i, p += 64) _mm_prefetch(p, _MM_HINT_T1);
+  }
+};
+
 struct TileJob {
+  NextChunk* next;
   const int8_t* w;   // the group's A tiles, one per 32 elements (kATile bytes)
   const uint8_t* x;  // activation tile
   const ActLayout* L;
@@ -380,6 +393,7 @@ LOOM_QGEMM_TARGET void tile_q8x32(const TileJob& j) {
   for (int64_t b = 0; b < whole; b += 4) {
     const int32_t* now = cb[(b / 4) & 1];
     if (b + 4 < whole) dots_q8x32<E>(j, b + 4, cb[((b / 4) & 1) ^ 1]);
+    j.next->step();
     for (int i = 0; i < 4; ++i) combine_q8x32(acc, now + 256 * i, dw + (b + i) * kTile, dx + (b + i) * kTile);
   }
   for (int64_t b = whole; b < blocks; ++b) {
@@ -421,6 +435,7 @@ LOOM_QGEMM_TARGET void tile_q4_K(const TileJob& j) {
   dots_q4_K<E>(j, 0, cbs[0]);
   for (int64_t b = 0; b < blocks; ++b) {
     if (b + 1 < blocks) dots_q4_K<E>(j, b + 1, cbs[(b + 1) & 1]);
+    j.next->step();
     const int32_t* cb = cbs[b & 1];
     const size_t at = first + static_cast<size_t>(b) * kTile;
     const float* sc = j.c->sc.data() + at * 8;
@@ -455,6 +470,7 @@ LOOM_QGEMM_TARGET void tile_q6_K(const TileJob& j) {
   dots_q6_K<E>(j, 0, cbs[0]);
   for (int64_t b = 0; b < blocks; ++b) {
     if (b + 1 < blocks) dots_q6_K<E>(j, b + 1, cbs[(b + 1) & 1]);
+    j.next->step();
     const int32_t* cb = cbs[b & 1];
     const size_t at = first + static_cast<size_t>(b) * kTile;
     const int32_t* sc = j.c->sc6.data() + at * 16;
@@ -484,11 +500,24 @@ LOOM_QGEMM_TARGET void run_chunk(const PackedLinear& w, int64_t n0, int64_t n1, 
   typename E::Scope scope(kind == Kind::kQ6_K ? 16 : 32);
   const int64_t groups = (n1 - n0 + kTile - 1) / kTile;
   const int64_t K = w.in_features();
+  // Usually the next chunk of this thread's share (share_chunks runs each share
+  // front to back); a wrong guess costs only the prefetches.
+  NextChunk next;
+  const int64_t N = w.out_features();
+  if (n1 < N) {
+    next.p = reinterpret_cast<const char*>(w.quant_row(n1));
+    next.end = next.p + static_cast<size_t>(std::min(n1 - n0, N - n1)) * w.quant_row_bytes();
+    const int64_t steps_per_tile = kind == Kind::kQ8x32 ? std::max<int64_t>(1, blocks / 4) : blocks;
+    const int64_t steps = std::max<int64_t>(1, (M + kTile - 1) / kTile * groups * steps_per_tile);
+    next.lines_per_step = (static_cast<size_t>(next.end - next.p) / 64 + static_cast<size_t>(steps) - 1) /
+                          static_cast<size_t>(steps);
+  }
   for (int64_t m0 = 0; m0 < M; m0 += kTile) {
     const uint8_t* x = tiles + static_cast<size_t>(m0 / kTile) * L.tile_bytes();
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t first = n0 + g * kTile;
       TileJob j;
+      j.next = &next;
       j.outputs = static_cast<int>(std::min<int64_t>(kTile, n1 - first));
       j.w = c.levels.data() + static_cast<size_t>(g * kTile) * static_cast<size_t>(K);
       j.x = x;
