@@ -183,6 +183,15 @@ LOOM_QGEMM_TARGET LOOM_INLINE void unpack_q6_K(const BlockQ6_K& w, int8_t* dst, 
   }
 }
 
+template <DType dt>
+constexpr size_t pack_block_bytes() {
+  return dt == DType::kQ8_0   ? sizeof(BlockQ8_0)
+         : dt == DType::kQ4_0 ? sizeof(BlockQ4_0)
+         : dt == DType::kQ4_K ? sizeof(BlockQ4_K)
+         : dt == DType::kQ5_K ? sizeof(BlockQ5_K)
+                              : sizeof(BlockQ6_K);
+}
+
 // One weight row's blocks into its group's tiles (lv: the row's first tile).
 template <DType dt>
 LOOM_QGEMM_TARGET void pack_row(const uint8_t* row, int64_t blocks, int8_t* lv, size_t at, __m256i flip,
@@ -263,10 +272,21 @@ LOOM_QGEMM_TARGET void pack_chunk_of(const PackedLinear& w, int64_t n0, int64_t 
   }
   if constexpr (dt == DType::kQ6_K) c.sc6.assign(scales * 16, 0);
   const __m256i flip = biased ? _mm256_set1_epi8(static_cast<char>(0x80)) : _mm256_setzero_si256();
-  for (int64_t n = n0; n < n1; ++n) {
-    const int64_t i = n - n0, g = i / kTile, r = i % kTile;
-    int8_t* lv = c.levels.data() + static_cast<size_t>(g) * group_bytes + 32 * static_cast<size_t>(r);
-    pack_row<dt>(w.quant_row(n), blocks, lv, static_cast<size_t>(g) * per_group + static_cast<size_t>(r), flip, c);
+  // Block by block across a group's 16 rows, so each 512-byte tile is written whole.
+  constexpr int64_t step = dt == DType::kQ8_0 || dt == DType::kQ4_0 ? 8 : 1;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t rows = std::min<int64_t>(kTile, n1 - n0 - g * kTile);
+    int8_t* base = c.levels.data() + static_cast<size_t>(g) * group_bytes;
+    for (int64_t b0 = 0; b0 < blocks; b0 += step) {
+      const int64_t nb = std::min(step, blocks - b0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t n = n0 + g * kTile + r;
+        pack_row<dt>(w.quant_row(n) + static_cast<size_t>(b0) * pack_block_bytes<dt>(), nb,
+                     base + 32 * static_cast<size_t>(r) + static_cast<size_t>(b0) * kATile * (step == 1 ? 8 : 1),
+                     static_cast<size_t>(g) * per_group + static_cast<size_t>(b0) * kTile + static_cast<size_t>(r),
+                     flip, c);
+      }
+    }
   }
   f16_to_f32_x16(c.d16.data(), c.d.data(), scales);
   if constexpr (k4) f16_to_f32_x16(c.dmin16.data(), c.dmin.data(), scales);
