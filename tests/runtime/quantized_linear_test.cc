@@ -128,6 +128,50 @@ TEST_P(QuantizedLinearIsaTest, RowsAreBitwiseTheSameWhateverMPositionAndThreads)
 std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); }
 INSTANTIATE_TEST_SUITE_P(Isa, QuantizedLinearIsaTest, ::testing::ValuesIn(supported_isas()), isa_param_name);
 
+#if defined(LOOM_MATMUL_X86)
+// Every x86 kernel table this CPU can run, whichever the ISA path would pick (an
+// AVX2 path runs AVX-VNNI where the CPU has it, so maddubs is reached only so),
+// bitwise equal to the scalar kernels at decode and batched M, extremes included.
+TEST(QuantizedLinear, EveryKernelTableEqualsScalarBitwise) {
+  if (!isa_supported(Isa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2 path";
+  struct Table {
+    const detail::QdotTable* table;
+    bool usable;
+  };
+  const Table tables[] = {{&detail::qdot_avx2(), true},
+                          {&detail::qdot_avxvnni(), cpu_features().avx_vnni},
+                          {&detail::qdot_avx512vnni(), isa_supported(Isa::kAvx512) && cpu_features().avx512_vnni}};
+  ThreadPool pool(2);
+  detail::set_quantized_gemm_limit(detail::QuantGemm::kRows);
+  uint32_t seed = 700;
+  for (const Table& t : tables) {
+    if (!t.usable) continue;
+    for (DType dt : kTypes) {
+      for (const Case& c : kCases) {
+        ++seed;
+        const int64_t K = c.blocks * dtype_block_elements(dt);
+        const Tensor weight = quantized_weight(c.N, K, dt, seed);
+        auto packed = PackedLinear::pack(weight, nullptr);
+        ASSERT_TRUE(packed.ok()) << packed.status().message();
+        // Activations at ±127 after quantization in every other row: the int16
+        // pair sums of maddubs at their largest.
+        std::vector<float> x = random_floats(static_cast<size_t>(c.M * K), seed + 3);
+        for (int64_t m = 0; m < c.M; m += 2) {
+          for (int64_t k = 0; k < K; ++k) x[m * K + k] = k % 3 ? 1.0f : -1.0f;
+        }
+        const std::vector<float> scalar = run_on(Isa::kScalar, x, c.M, *packed, pool);
+        detail::force_quantized_kernels(t.table);
+        const std::vector<float> got = run_on(Isa::kAvx2, x, c.M, *packed, pool);
+        detail::force_quantized_kernels(nullptr);
+        ASSERT_EQ(got, scalar) << t.table->name << " " << dtype_name(dt) << " M=" << c.M << " K=" << K
+                               << " N=" << c.N;
+      }
+    }
+  }
+  detail::set_quantized_gemm_limit(detail::QuantGemm::kAmx);
+}
+#endif
+
 TEST(QuantizedLinear, ForcedPathsPickTheirKernels) {
   {
     ScopedIsa force(Isa::kScalar);
@@ -135,7 +179,7 @@ TEST(QuantizedLinear, ForcedPathsPickTheirKernels) {
   }
   if (isa_supported(Isa::kAvx2)) {
     ScopedIsa force(Isa::kAvx2);
-    EXPECT_STREQ(detail::quantized_kernels_name(), "AVX2");
+    EXPECT_STREQ(detail::quantized_kernels_name(), cpu_features().avx_vnni ? "AVX_VNNI" : "AVX2");
   }
   if (isa_supported(Isa::kAvx512)) {
     ScopedIsa force(Isa::kAvx512);

@@ -1,5 +1,5 @@
 // The integer dot-product kernels behind linear() on quantized weights, one
-// table per code path (scalar, AVX2 maddubs, AVX512-VNNI vpdpbusd); the driver
+// table per code path (scalar, AVX2 maddubs, AVX-VNNI and AVX512-VNNI vpdpbusd); the driver
 // (qlinear.cc) quantizes activations, splits rows and tiles M.
 //
 // Invariant every kernel keeps (tests check it bitwise across paths and M): per
@@ -48,6 +48,7 @@ struct QdotTable {
 
 const QdotTable& qdot_scalar();
 const QdotTable& qdot_avx2();
+const QdotTable& qdot_avxvnni();
 const QdotTable& qdot_avx512vnni();
 
 inline float qdot_step(float acc, float d, int32_t isum) { return std::fma(d, static_cast<float>(isum), acc); }
@@ -73,6 +74,11 @@ void qdot_q4_0_avx2(const QdotArgs& a);
 void qdot_q4_K_avx2(const QdotArgs& a);
 void qdot_q5_K_avx2(const QdotArgs& a);
 void qdot_q6_K_avx2(const QdotArgs& a);
+void qdot_q8_0_avxvnni(const QdotArgs& a);
+void qdot_q4_0_avxvnni(const QdotArgs& a);
+void qdot_q4_K_avxvnni(const QdotArgs& a);
+void qdot_q5_K_avxvnni(const QdotArgs& a);
+void qdot_q6_K_avxvnni(const QdotArgs& a);
 void qdot_q8_0_avx512vnni(const QdotArgs& a);
 // core's quantize_activations_q8x32 / _q8k bit for bit, in AVX-512 (qact_avx512.cc).
 void quantize_activations_q8x32_avx512(const float* x, ActBlockQ8x32* dst, int64_t n);

@@ -1,6 +1,7 @@
 // x86 primitives of the quantized dot-product kernels, compiled once per code
-// path: define LOOM_QDOT_VNNI to 1 (AVX512-VNNI vpdpbusd on 256-bit vectors) or 0
-// (AVX2 maddubs + madd) before including. Both give exact int32 sums of u8 × s8
+// path: define LOOM_QDOT_VNNI to 1 (AVX512-VNNI vpdpbusd on 256-bit vectors), 2
+// (AVX-VNNI, the same vpdpbusd VEX-encoded, for CPUs without AVX-512) or 0 (AVX2
+// maddubs + madd) before including. Both give exact int32 sums of u8 × s8
 // products: maddubs' pairwise int16 sums cannot saturate because every weight
 // operand is ≤ 128 and every activation |q| ≤ 127 (2·128·127 < 32768).
 #pragma once
@@ -9,8 +10,10 @@
 
 #include "runtime/cpu/qdot_kernels.h"
 
-#if LOOM_QDOT_VNNI
+#if LOOM_QDOT_VNNI == 1
 #define LOOM_QDOT_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+#elif LOOM_QDOT_VNNI == 2
+#define LOOM_QDOT_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
 #else
 #define LOOM_QDOT_TARGET LOOM_TARGET_AVX2
 #endif
@@ -20,8 +23,10 @@ namespace {
 
 // int32 lane i = Σ u[4i..4i+3]·s[4i..4i+3] (lanes 0-3: bytes 0-15, 4-7: 16-31).
 LOOM_QDOT_TARGET LOOM_INLINE __m256i dot_u8s8(__m256i u, __m256i s) {
-#if LOOM_QDOT_VNNI
+#if LOOM_QDOT_VNNI == 1
   return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#elif LOOM_QDOT_VNNI == 2
+  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
 #else
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 #endif
@@ -29,8 +34,10 @@ LOOM_QDOT_TARGET LOOM_INLINE __m256i dot_u8s8(__m256i u, __m256i s) {
 
 // acc + dot_u8s8(u, s), in one instruction on VNNI.
 LOOM_QDOT_TARGET LOOM_INLINE __m256i dot_u8s8_acc(__m256i acc, __m256i u, __m256i s) {
-#if LOOM_QDOT_VNNI
+#if LOOM_QDOT_VNNI == 1
   return _mm256_dpbusd_epi32(acc, u, s);
+#elif LOOM_QDOT_VNNI == 2
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
 #else
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif

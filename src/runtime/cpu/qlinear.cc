@@ -23,11 +23,14 @@
 namespace loom::cpu::detail {
 namespace {
 
+std::atomic<const QdotTable*> g_forced_table{nullptr};
+
 const QdotTable& active_table() {
+  if (const QdotTable* forced = g_forced_table.load(std::memory_order_relaxed)) return *forced;
 #if defined(LOOM_MATMUL_X86)
   switch (active_isa()) {
     case Isa::kScalar: return qdot_scalar();
-    case Isa::kAvx2: return qdot_avx2();
+    case Isa::kAvx2: return cpu_features().avx_vnni ? qdot_avxvnni() : qdot_avx2();
     case Isa::kAvx512:
     case Isa::kAvx512Bf16: return cpu_features().avx512_vnni ? qdot_avx512vnni() : qdot_avx2();
   }
@@ -113,6 +116,8 @@ const char* quantized_gemm_name() {
   }
   return active_table().name;
 }
+
+void force_quantized_kernels(const QdotTable* table) { g_forced_table.store(table, std::memory_order_relaxed); }
 
 void set_quantized_gemm_limit(QuantGemm limit) {
   gemm_limit().store(static_cast<int>(limit), std::memory_order_relaxed);

@@ -12,8 +12,13 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
                       int64_t y_stride, ThreadPool& pool);
 
 // Which kernel table linear_quantized uses now (active_isa(): AVX512 paths with
-// AVX512-VNNI run the VNNI kernels, AVX2 the maddubs ones, SCALAR the reference).
+// AVX512-VNNI run the VNNI kernels, AVX2 paths the AVX-VNNI ones where the CPU
+// has them, else the maddubs ones, SCALAR the reference).
 const char* quantized_kernels_name();
+struct QdotTable;
+// Tests: run `table` whatever the path (it must suit the CPU); null goes back
+// to choosing by path.
+void force_quantized_kernels(const QdotTable* table);
 // The paths batched calls (M ≥ 8) may take, in order: the row kernels, the
 // AVX512-VNNI tiles, the AMX-INT8 tiles (qgemm.h).
 enum class QuantGemm { kRows, kVnni, kAmx };
