@@ -84,6 +84,33 @@ io::GgufTensors every_dtype(std::mt19937& rng) {
 
 std::string bytes_of(const Tensor& t) { return std::string(static_cast<const char*>(t.data()), t.nbytes()); }
 
+// Opening the file opened last again reuses its parse; a file rewritten in
+// place (same size, so possibly the same stamp within the clock's tick) is
+// parsed anew, and so is a file replaced by another of the same header.
+TEST(Gguf, ReopeningReusesTheParseUntilTheFileChanges) {
+  testing::TempDir dir;
+  const std::string path = dir.file("reopen.gguf");
+  io::GgufMetadata meta;
+  meta.emplace_back("general.name", GgufValue::string("first"));
+  ASSERT_TRUE(io::write_gguf(path, meta, {}).ok());
+  auto a = GgufFile::open(path);
+  auto b = GgufFile::open(path);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->get(), b->get());
+
+  meta[0].second = GgufValue::string("other");  // same length: same file size
+  ASSERT_TRUE(io::write_gguf(path, meta, {}).ok());
+  auto c = GgufFile::open(path);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_NE(c->get(), a->get());
+  EXPECT_TRUE(*(*c)->find_value("general.name") == GgufValue::string("other"));
+
+  std::string bytes = testing::read_file(path);
+  bytes[0] = 'X';  // bad magic, in place
+  testing::write_file(path, bytes);
+  EXPECT_FALSE(GgufFile::open(path).ok());
+}
+
 TEST(Gguf, EveryMetadataTypeRoundTrips) {
   testing::TempDir dir;
   const std::string path = dir.file("meta.gguf");

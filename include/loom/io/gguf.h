@@ -107,6 +107,8 @@ std::string ggml_type_name(uint32_t ggml_type);
 // Immutable after open(): may be shared by any number of threads.
 class GgufFile {
  public:
+  // Opening the file opened last again, unchanged (same inode, size, mtime and
+  // header bytes), returns that parse: loading a model parses its header once.
   static Result<std::shared_ptr<GgufFile>> open(const std::string& path);
 
   const std::string& path() const { return path_; }
@@ -134,6 +136,7 @@ class GgufFile {
 
  private:
   GgufFile() = default;
+  static Result<std::shared_ptr<GgufFile>> parse_mapping(const std::string& path, std::shared_ptr<MappedFile> mapping);
   friend struct GgufParser;
   std::string path_;
   uint32_t version_ = 3;
