@@ -73,7 +73,6 @@ LOOM_QDOT_TARGET void qdot_q6_K_decode4(const QdotArgs& a, int64_t n) {
 }
 
 LOOM_QDOT_TARGET void qdot_q6_K_body(const QdotArgs& a) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(3);
   int64_t n0 = 0;
   if (a.m == 1) {
     for (; n0 + 4 <= a.outputs; n0 += 4) qdot_q6_K_decode4(a, n0);
@@ -83,19 +82,8 @@ LOOM_QDOT_TARGET void qdot_q6_K_body(const QdotArgs& a) {
     __m128 acc = _mm_setzero_ps();  // lane r: activation row r
     for (int64_t b = 0; b < a.blocks; ++b) {
       prefetch_ahead(a, &w[b], sizeof(BlockQ6_K));
-      // q[4h + g]: levels 0..63 of elements 128h + 32g .. +31 (sub-blocks 8h + 2g, +1).
       __m256i q[8];
-      for (int h = 0; h < 2; ++h) {
-        const __m256i l0 = load256(w[b].ql + 64 * h), l1 = load256(w[b].ql + 64 * h + 32);
-        const __m256i hi = load256(w[b].qh + 32 * h);
-        const __m256i lows[4] = {_mm256_and_si256(l0, low4), _mm256_and_si256(l1, low4),
-                                 _mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                                 _mm256_and_si256(_mm256_srli_epi16(l1, 4), low4)};
-        for (int g = 0; g < 4; ++g) {
-          const __m256i top = _mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi32_si128(2 * g)), low2);
-          q[4 * h + g] = _mm256_or_si256(lows[g], _mm256_slli_epi16(top, 4));
-        }
-      }
+      q6_K_levels(w[b], q);
       __m256i scale[8];  // lanes 0-3: sub-block 2i, lanes 4-7: 2i + 1
       for (int i = 0; i < 8; ++i) {
         scale[i] = _mm256_set_m128i(_mm_set1_epi32(w[b].scales[2 * i + 1]), _mm_set1_epi32(w[b].scales[2 * i]));
