@@ -295,9 +295,11 @@ struct LastOpened {
 
 XXH128_hash_t header_hash(const MappedFile& m, uint64_t bytes) { return XXH3_128bits(m.data(), bytes); }
 
+// Never destroyed: at exit its file's mapping would unregister itself from
+// core's mapping table, which may be gone by then.
 LastOpened& last_opened() {
-  static LastOpened last;
-  return last;
+  static LastOpened* last = new LastOpened();
+  return *last;
 }
 
 }  // namespace
