@@ -71,6 +71,12 @@ Result<std::unique_ptr<OnednnLinear>> OnednnLinear::create(const Tensor& weight,
     dnnl::reorder(user, im.weights).execute(im.stream, user, im.weights);
     im.stream.wait();
   } catch (const dnnl::error& e) {
+    // oneDNN implements bf16 matmuls only from AVX-512 on (Zen 3 and older, and
+    // Alder Lake, have none): say so instead of reporting a failure.
+    if (e.status == dnnl_unimplemented) {
+      return unsupported(std::string("OnednnLinear: this oneDNN has no ") + (im.bf16 ? "bf16" : "f32") +
+                         " matmul for this CPU" + (im.bf16 ? " (it needs AVX-512)" : ""));
+    }
     return internal_error(std::string("OnednnLinear: ") + e.what());
   }
   return out;
