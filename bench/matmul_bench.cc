@@ -297,7 +297,8 @@ void register_all() {
   // Quantized weights at 1B-model shapes from memory, on the best path and on AVX2
   // (maddubs), against a plain read of the same size per call; batched sizes also
   // without AMX, on the AVX512-VNNI tiles ("AVX512/vnni") and the row kernels
-  // ("AVX512/rows").
+  // ("AVX512/rows"), and on AVX2 on the row kernels ("AVX2/rows"; plain AVX2 is the
+  // AVX2 tiles).
   for (const LinearShape& s : {LinearShape{2048, 2048}, LinearShape{2048, 8192}, LinearShape{8192, 2048}}) {
     for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
       for (int64_t M : {1, 8, 16, 32, 64, 512}) {
@@ -308,6 +309,9 @@ void register_all() {
           add(name, [=](benchmark::State& st) { run_quantized(st, s, dt, M, isa, detail::QuantGemm::kAmx); });
           if (M > 1 && isa == Isa::kAvx512) {
             add(name + "/vnni", [=](benchmark::State& st) { run_quantized(st, s, dt, M, isa, detail::QuantGemm::kVnni); });
+            add(name + "/rows", [=](benchmark::State& st) { run_quantized(st, s, dt, M, isa, detail::QuantGemm::kRows); });
+          }
+          if (M > 1 && isa == Isa::kAvx2) {
             add(name + "/rows", [=](benchmark::State& st) { run_quantized(st, s, dt, M, isa, detail::QuantGemm::kRows); });
           }
         }

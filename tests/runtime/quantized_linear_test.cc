@@ -187,14 +187,14 @@ TEST(QuantizedLinear, ForcedPathsPickTheirKernels) {
   }
 }
 
-// Batched calls (M ≥ 8) on the AVX512 path: the AMX-INT8 tiles where they run,
-// the AVX512-VNNI tiles, and the row kernels, each bitwise equal to the scalar
-// kernels, over M tails around the 16-row tile, output tails around the 16-output
-// tile and chunk, and K of several blocks.
+// Batched calls (M ≥ 8): the AMX-INT8 tiles where they run, the AVX512-VNNI
+// tiles, the AVX2 tiles and the row kernels, each bitwise equal to the scalar
+// kernels, over M tails around the 16- and 8-row tiles, output tails around the
+// 16-output group and chunk, and K of several blocks.
 class QuantizedGemmTest : public ::testing::TestWithParam<detail::QuantGemm> {
  protected:
   void SetUp() override {
-    if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX512 path";
+    if (!isa_supported(isa())) GTEST_SKIP() << "this CPU has no " << isa_name(isa()) << " path";
     if (GetParam() == detail::QuantGemm::kAmx && !detail::amx_int8_usable()) {
       GTEST_SKIP() << "this CPU or OS gives no AMX-INT8 tiles";
     }
@@ -204,19 +204,30 @@ class QuantizedGemmTest : public ::testing::TestWithParam<detail::QuantGemm> {
     detail::set_quantized_gemm_limit(GetParam());
   }
   void TearDown() override { detail::set_quantized_gemm_limit(detail::QuantGemm::kAmx); }
+  // The code path the batches run under: the AVX2 tiles on the AVX2 path, the
+  // others on AVX512 (the row kernels on the best x86 path the CPU has).
+  static Isa isa() {
+    switch (GetParam()) {
+      case detail::QuantGemm::kAvx2: return Isa::kAvx2;
+      case detail::QuantGemm::kRows: return isa_supported(Isa::kAvx512) ? Isa::kAvx512 : Isa::kAvx2;
+      default: return Isa::kAvx512;
+    }
+  }
 };
 
 TEST_P(QuantizedGemmTest, EqualsScalarKernelsBitwise) {
   {
-    ScopedIsa force(Isa::kAvx512);
-    const char* want = GetParam() == detail::QuantGemm::kAmx ? "AMX_INT8"
+    ScopedIsa force(isa());
+    const char* want = GetParam() == detail::QuantGemm::kAmx    ? "AMX_INT8"
                        : GetParam() == detail::QuantGemm::kVnni ? "AVX512_VNNI_TILES"
+                       : GetParam() == detail::QuantGemm::kAvx2 ? "AVX2_TILES"
                                                                 : detail::quantized_kernels_name();
     EXPECT_STREQ(detail::quantized_gemm_name(), want);
   }
   ThreadPool pool(2);
   // {M, blocks, N}
-  const Case cases[] = {{8, 1, 20}, {16, 1, 16}, {15, 2, 17}, {17, 3, 1}, {33, 1, 45}, {64, 2, 130}, {70, 5, 33}, {16, 4, 300}};
+  const Case cases[] = {{8, 1, 20},  {16, 1, 16},  {15, 2, 17}, {17, 3, 1}, {33, 1, 45},
+                        {64, 2, 130}, {70, 5, 33}, {16, 4, 300}, {9, 2, 8},  {23, 1, 9}};
   uint32_t seed = 500;
   for (DType dt : kTypes) {
     for (const Case& c : cases) {
@@ -235,7 +246,7 @@ TEST_P(QuantizedGemmTest, EqualsScalarKernelsBitwise) {
           for (int64_t k = 0; k < K; ++k) x[m * K + k] *= scale;
         }
         const std::vector<float> scalar = run_on(Isa::kScalar, x, c.M, *packed, pool);
-        const std::vector<float> got = run_on(Isa::kAvx512, x, c.M, *packed, pool);
+        const std::vector<float> got = run_on(isa(), x, c.M, *packed, pool);
         ASSERT_EQ(got, scalar) << dtype_name(dt) << " M=" << c.M << " K=" << K << " N=" << c.N
                                << (with_bias ? " bias" : "");
       }
@@ -244,7 +255,7 @@ TEST_P(QuantizedGemmTest, EqualsScalarKernelsBitwise) {
 }
 
 TEST_P(QuantizedGemmTest, RowsOfABatchEqualTheRowAlone) {
-  ScopedIsa force(Isa::kAvx512);
+  ScopedIsa force(isa());
   ThreadPool pool(2);
   uint32_t seed = 900;
   for (DType dt : kTypes) {
@@ -268,28 +279,34 @@ TEST_P(QuantizedGemmTest, RowsOfABatchEqualTheRowAlone) {
   }
 }
 
-// Every level and scale at its largest (and Q6_K's scales at −128), activations
-// at ±127 (and ±126 once per 32): the block sums reach their bounds (Q4_K: 8·63·15·127·32 >
-// 2^24), so an f32 step that rounded or an int16 that wrapped would show.
+// Every level and scale at its largest (and Q6_K's scales at −128, Q8_0's levels
+// at −128, Q4_0's at −8), activations at ±127 (and ±126 once per 32): the block
+// sums reach their bounds (Q4_K: 8·63·15·127·32 > 2^24), so an f32 step that
+// rounded or an int16 that wrapped or saturated would show.
 TEST_P(QuantizedGemmTest, ExtremeLevelsAndScalesStayExact) {
   ThreadPool pool(2);
   const int64_t N = 20, nb = 3, K = nb * 256;
   // M = 1: the decode kernels (four outputs at a time); 33: the batched paths.
   for (int64_t M : {int64_t{1}, int64_t{33}}) {
-    for (DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    for (DType dt : kTypes) {
       const size_t row_bytes = static_cast<size_t>(dtype_bytes(dt, K));
-      std::vector<uint8_t> raw(row_bytes * N, 0xFF);
+      const int64_t blocks = K / dtype_block_elements(dt);
+      // Q8_0 levels all −128 (the sign trick's |w| = 128 case), Q4_0 all −8.
+      const uint8_t fill = dt == DType::kQ8_0 ? 0x80 : dt == DType::kQ4_0 ? 0x00 : 0xFF;
+      std::vector<uint8_t> raw(row_bytes * N, fill);
       for (int64_t n = 0; n < N; ++n) {
-        for (int64_t b = 0; b < nb; ++b) {
-          uint8_t* block = raw.data() + n * row_bytes + b * (row_bytes / nb);
+        for (int64_t b = 0; b < blocks; ++b) {
+          uint8_t* block = raw.data() + n * row_bytes + b * (row_bytes / blocks);
           if (dt == DType::kQ6_K) {
             auto* q = reinterpret_cast<BlockQ6_K*>(block);
             for (int8_t& sc : q->scales) sc = -128;
             q->d = 0x3C00;  // 1.0
-          } else {
+          } else if (dt == DType::kQ4_K || dt == DType::kQ5_K) {
             auto* q = reinterpret_cast<uint16_t*>(block);  // d, dmin lead both layouts
             q[0] = 0x3C00;
             q[1] = 0x3800;  // 0.5
+          } else {
+            reinterpret_cast<uint16_t*>(block)[0] = 0x3C00;  // d leads Q8_0 and Q4_0
           }
         }
       }
@@ -307,7 +324,7 @@ TEST_P(QuantizedGemmTest, ExtremeLevelsAndScalesStayExact) {
         scalar = run(x, M, *packed, pool);
       }
       {
-        ScopedIsa force(Isa::kAvx512);
+        ScopedIsa force(isa());
         got = run(x, M, *packed, pool);
       }
       ASSERT_EQ(got, scalar) << dtype_name(dt) << " M=" << M;
@@ -316,10 +333,12 @@ TEST_P(QuantizedGemmTest, ExtremeLevelsAndScalesStayExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, QuantizedGemmTest,
-                         ::testing::Values(detail::QuantGemm::kAmx, detail::QuantGemm::kVnni, detail::QuantGemm::kRows),
+                         ::testing::Values(detail::QuantGemm::kAmx, detail::QuantGemm::kVnni, detail::QuantGemm::kAvx2,
+                                           detail::QuantGemm::kRows),
                          [](const ::testing::TestParamInfo<detail::QuantGemm>& info) {
                            return info.param == detail::QuantGemm::kAmx    ? "AMX"
                                   : info.param == detail::QuantGemm::kVnni ? "VNNI"
+                                  : info.param == detail::QuantGemm::kAvx2 ? "AVX2"
                                                                            : "Rows";
                          });
 

@@ -3,7 +3,7 @@
 // within a chunk, tiles of kQTileRows activation rows pass over each weight block
 // while it is in L1, so a tile reads the weights once. Batches of at least
 // kAmxMinRows rows go to the tiled GEMM (qgemm.h) on AMX-INT8 where it runs,
-// else (from kVnniMinRows) on AVX512-VNNI.
+// else (from kVnniMinRows) on AVX512-VNNI, else (from kAvx2MinRows) in AVX2.
 #include "runtime/cpu/qlinear.h"
 
 #include <algorithm>
@@ -69,8 +69,10 @@ constexpr int64_t kAmxMinRows = 8;
 // The VNNI tiles' products cost as much as the row kernels' per row, so they win
 // only once the rows share each unpacked weight tile and no lanes are reduced.
 constexpr int64_t kVnniMinRows = 8;
+// AVX2 tiles of 8 rows: measured below.
+constexpr int64_t kAvx2MinRows = 8;
 
-// The best batched path allowed: LOOM_QUANT_GEMM=amx (the default), vnni or rows.
+// The best batched path allowed: LOOM_QUANT_GEMM=amx (the default), vnni, avx2 or rows.
 std::atomic<int>& gemm_limit() {
   static std::atomic<int> limit{[] {
     const char* env = std::getenv("LOOM_QUANT_GEMM");
@@ -78,8 +80,9 @@ std::atomic<int>& gemm_limit() {
     const std::string v = env;
     if (v == "amx") return static_cast<int>(QuantGemm::kAmx);
     if (v == "vnni") return static_cast<int>(QuantGemm::kVnni);
+    if (v == "avx2") return static_cast<int>(QuantGemm::kAvx2);
     if (v == "rows") return static_cast<int>(QuantGemm::kRows);
-    log_warn("LOOM_QUANT_GEMM: unknown path '" + v + "' (expected amx, vnni or rows); using amx");
+    log_warn("LOOM_QUANT_GEMM: unknown path '" + v + "' (expected amx, vnni, avx2 or rows); using amx");
     return static_cast<int>(QuantGemm::kAmx);
   }()};
   return limit;
@@ -93,14 +96,26 @@ bool avx512_path() {
 #endif
 }
 
+bool avx2_path() {
+#if defined(LOOM_MATMUL_X86)
+  return active_isa() == Isa::kAvx2;
+#else
+  return false;
+#endif
+}
+
 // The path a call of M rows takes.
 QuantGemm gemm_for(int64_t M) {
   const int limit = gemm_limit().load(std::memory_order_relaxed);
-  if (!avx512_path()) return QuantGemm::kRows;
-  if (M >= kAmxMinRows && limit >= static_cast<int>(QuantGemm::kAmx) && amx_int8_usable()) return QuantGemm::kAmx;
-  if (M >= kVnniMinRows && limit >= static_cast<int>(QuantGemm::kVnni) && avx512_vnni_usable()) {
-    return QuantGemm::kVnni;
+  if (avx512_path()) {
+    if (M >= kAmxMinRows && limit >= static_cast<int>(QuantGemm::kAmx) && amx_int8_usable()) return QuantGemm::kAmx;
+    if (M >= kVnniMinRows && limit >= static_cast<int>(QuantGemm::kVnni) && avx512_vnni_usable()) {
+      return QuantGemm::kVnni;
+    }
+  } else if (!avx2_path()) {
+    return QuantGemm::kRows;
   }
+  if (M >= kAvx2MinRows && limit >= static_cast<int>(QuantGemm::kAvx2) && avx2_tiles_usable()) return QuantGemm::kAvx2;
   return QuantGemm::kRows;
 }
 
@@ -109,9 +124,10 @@ QuantGemm gemm_for(int64_t M) {
 const char* quantized_kernels_name() { return active_table().name; }
 
 const char* quantized_gemm_name() {
-  switch (gemm_for(std::max(kAmxMinRows, kVnniMinRows))) {
+  switch (gemm_for(std::max({kAmxMinRows, kVnniMinRows, kAvx2MinRows}))) {
     case QuantGemm::kAmx: return "AMX_INT8";
     case QuantGemm::kVnni: return "AVX512_VNNI_TILES";
+    case QuantGemm::kAvx2: return "AVX2_TILES";
     case QuantGemm::kRows: break;
   }
   return active_table().name;
@@ -161,6 +177,7 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
   switch (gemm_for(M)) {
     case QuantGemm::kAmx: linear_quantized_amx(act_data, act_row_bytes, M, w, y, y_stride, pool); return;
     case QuantGemm::kVnni: linear_quantized_avx512vnni(act_data, act_row_bytes, M, w, y, y_stride, pool); return;
+    case QuantGemm::kAvx2: linear_quantized_avx2(act_data, act_row_bytes, M, w, y, y_stride, pool); return;
     case QuantGemm::kRows: break;
   }
   const QdotFn kernel = kernel_for(active_table(), dt);

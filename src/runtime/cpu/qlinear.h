@@ -20,14 +20,15 @@ struct QdotTable;
 // to choosing by path.
 void force_quantized_kernels(const QdotTable* table);
 // The paths batched calls (M ≥ 8) may take, in order: the row kernels, the
-// AVX512-VNNI tiles, the AMX-INT8 tiles (qgemm.h).
-enum class QuantGemm { kRows, kVnni, kAmx };
+// AVX2 tiles, the AVX512-VNNI tiles, the AMX-INT8 tiles (qgemm.h).
+enum class QuantGemm { kRows, kAvx2, kVnni, kAmx };
 // What batched calls use now: "AMX_INT8" on AVX512 paths where the CPU and OS
 // allow AMX tiles, else "AVX512_VNNI_TILES" where the CPU has VNNI, else
-// quantized_kernels_name(); never past the limit.
+// "AVX2_TILES" on AVX2 and AVX512 paths, else quantized_kernels_name(); never
+// past the limit.
 const char* quantized_gemm_name();
 // The best path batched calls may take (default kAmx, all allowed): tests and
-// benches run each; LOOM_QUANT_GEMM=amx|vnni|rows sets it for a process.
+// benches run each; LOOM_QUANT_GEMM=amx|vnni|avx2|rows sets it for a process.
 void set_quantized_gemm_limit(QuantGemm limit);
 
 }  // namespace loom::cpu::detail

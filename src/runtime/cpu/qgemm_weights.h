@@ -1,0 +1,241 @@
+// The weight side of the batched quantized GEMMs (qgemm_tiles.h for AMX and
+// AVX512-VNNI, qgemm_avx2.cc): per chunk of outputs, the weights unpacked into a
+// buffer that stays in L2 while every activation tile passes, 16 outputs
+// (a group) at a time, per 32 elements one 16 × 32-byte tile of levels (row r at
+// 32·r): Q8_0 as stored, Q4_0 as q − 8, Q6_K as q − 32, Q4_K/Q5_K unsigned, each
+// plus the engine's level offset; the scales per block as f32 (and integers).
+// The includer defines LOOM_QGEMM_TARGET (its ISA attribute, AVX2 and F16C at
+// least) first.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include <immintrin.h>
+
+#include "loom/core/quantize.h"
+#include "runtime/cpu/matmul_kernels.h"
+
+namespace loom::cpu::detail {
+namespace {
+
+constexpr int kTile = 16;                        // outputs per weight group (and activation rows per AVX-512 tile)
+constexpr size_t kWeightChunkBytes = 256 << 10;  // unpacked weight levels per chunk (L2)
+constexpr size_t kATile = kTile * 32;            // bytes of one group's 32 elements
+
+// Stores the compiler made must land before tile loads read them (the AMX tile
+// intrinsics are asm without a memory clobber).
+inline void compiler_barrier() { __asm__ volatile("" ::: "memory"); }
+
+enum class Kind { kQ8x32, kQ4_K, kQ6_K };  // Q8_0/Q4_0 | Q4_K/Q5_K | Q6_K
+
+inline Kind kind_of(DType dt) {
+  switch (dt) {
+    case DType::kQ4_K:
+    case DType::kQ5_K: return Kind::kQ4_K;
+    case DType::kQ6_K: return Kind::kQ6_K;
+    default: return Kind::kQ8x32;
+  }
+}
+
+// Per chunk of outputs, in groups of 16 (the last zero-padded): signed levels,
+// per group and 32 elements k0..k0+31 one 16 × 32-byte A tile (row r at
+// 32·r), and the f32/int scales per block.
+struct WeightChunk {
+  std::vector<int8_t> levels;
+  std::vector<float> d, dmin, mins;  // [group][block][16]; mins [group][block][16 n][8 j]
+  std::vector<float> sc;             // Q4_K, Q5_K: [group][block][16 n][8 sub-blocks], small integers
+  std::vector<int32_t> sc6;          // Q6_K: [group][block][16 n][16 sub-blocks]
+  std::vector<uint16_t> d16, dmin16;  // d, dmin as stored (f16), converted 16 at a time
+};
+
+// Each unpacker writes level + offset (mod 256): the engine's encoding (0x80
+// stores s8 levels as u8 + 128; 8 and 32 give Q4_0 and Q6_K their raw 4/6-bit q).
+LOOM_QGEMM_TARGET LOOM_INLINE void unpack_q8_0(const BlockQ8_0& w, int8_t* dst, __m256i offset) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
+                      _mm256_add_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs)), offset));
+}
+
+LOOM_QGEMM_TARGET LOOM_INLINE void unpack_q4_0(const BlockQ4_0& w, int8_t* dst, __m256i offset) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.qs));
+  const __m128i low4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+  const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), low4), _mm_and_si128(v, low4));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
+                      _mm256_add_epi8(_mm256_sub_epi8(q, _mm256_set_m128i(eight, eight)), offset));
+}
+
+// Sub-block j (32 levels) to dst + j·step.
+LOOM_QGEMM_TARGET LOOM_INLINE void unpack_q4_K(const uint8_t* qs, const uint8_t* qh, int8_t* dst, size_t step,
+                                               __m256i offset) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
+  const __m256i h = qh ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh)) : _mm256_setzero_si256();
+  for (int c = 0; c < 4; ++c) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+    for (int half = 0; half < 2; ++half) {
+      const int j = 2 * c + half;
+      __m256i q = _mm256_and_si256(half ? _mm256_srli_epi16(v, 4) : v, low4);
+      // bit j of qh[l] is bit 4 of sub-block j's element l (Q5_K)
+      q = _mm256_or_si256(q, _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(h, _mm_cvtsi32_si128(j)), 4), bit4));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + step * j), _mm256_add_epi8(q, offset));
+    }
+  }
+}
+
+// Elements 32c..32c+31 to dst + c·step.
+LOOM_QGEMM_TARGET LOOM_INLINE void unpack_q6_K(const BlockQ6_K& w, int8_t* dst, size_t step, __m256i offset) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.ql + 64 * h));
+    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.ql + 64 * h + 32));
+    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qh + 32 * h));
+    const __m256i lows[4] = {_mm256_and_si256(l0, low4), _mm256_and_si256(l1, low4),
+                             _mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                             _mm256_and_si256(_mm256_srli_epi16(l1, 4), low4)};
+    for (int g = 0; g < 4; ++g) {
+      const __m256i top = _mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi32_si128(2 * g)), low2);
+      const __m256i q = _mm256_or_si256(lows[g], _mm256_slli_epi16(top, 4));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + step * (4 * h + g)),
+                          _mm256_add_epi8(_mm256_sub_epi8(q, bias), offset));
+    }
+  }
+}
+
+template <DType dt>
+constexpr size_t pack_block_bytes() {
+  return dt == DType::kQ8_0   ? sizeof(BlockQ8_0)
+         : dt == DType::kQ4_0 ? sizeof(BlockQ4_0)
+         : dt == DType::kQ4_K ? sizeof(BlockQ4_K)
+         : dt == DType::kQ5_K ? sizeof(BlockQ5_K)
+                              : sizeof(BlockQ6_K);
+}
+
+// One weight row's blocks into its group's tiles (lv: the row's first tile).
+template <DType dt>
+LOOM_QGEMM_TARGET void pack_row(const uint8_t* row, int64_t blocks, int8_t* lv, size_t at, __m256i offset,
+                                WeightChunk& c) {
+  // Rows stream from memory, 16 at a time: ask for each a few blocks ahead.
+  constexpr size_t block_bytes = dt == DType::kQ8_0   ? sizeof(BlockQ8_0)
+                                 : dt == DType::kQ4_0 ? sizeof(BlockQ4_0)
+                                 : dt == DType::kQ4_K ? sizeof(BlockQ4_K)
+                                 : dt == DType::kQ5_K ? sizeof(BlockQ5_K)
+                                                      : sizeof(BlockQ6_K);
+  constexpr size_t ahead = 1024;
+  for (int64_t b = 0; b < blocks; ++b, at += kTile) {
+    const uint8_t* block = row + static_cast<size_t>(b) * block_bytes;
+    if constexpr (block_bytes >= 64) {
+      for (size_t off = 0; off < block_bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(block) + ahead + off, _MM_HINT_T0);
+    } else if ((static_cast<size_t>(b) * block_bytes) % 64 < block_bytes) {
+      _mm_prefetch(reinterpret_cast<const char*>(block) + ahead, _MM_HINT_T0);
+    }
+    if constexpr (dt == DType::kQ8_0) {
+      const BlockQ8_0& x = *reinterpret_cast<const BlockQ8_0*>(block);
+      c.d16[at] = x.d;
+      unpack_q8_0(x, lv + kATile * b, offset);
+    } else if constexpr (dt == DType::kQ4_0) {
+      const BlockQ4_0& x = *reinterpret_cast<const BlockQ4_0*>(block);
+      c.d16[at] = x.d;
+      unpack_q4_0(x, lv + kATile * b, offset);
+    } else if constexpr (dt == DType::kQ4_K || dt == DType::kQ5_K) {
+      const uint8_t *scales, *qs, *qh = nullptr;
+      if constexpr (dt == DType::kQ4_K) {
+        const BlockQ4_K& x = *reinterpret_cast<const BlockQ4_K*>(block);
+        scales = x.scales, qs = x.qs, c.d16[at] = x.d, c.dmin16[at] = x.dmin;
+      } else {
+        const BlockQ5_K& x = *reinterpret_cast<const BlockQ5_K*>(block);
+        scales = x.scales, qs = x.qs, qh = x.qh, c.d16[at] = x.d, c.dmin16[at] = x.dmin;
+      }
+      for (int j = 0; j < 8; ++j) {
+        uint8_t s, m;
+        unpack_scale_min_k4(j, scales, &s, &m);
+        c.sc[at * 8 + j] = s;
+        c.mins[at * 8 + j] = m;
+      }
+      unpack_q4_K(qs, qh, lv + 8 * kATile * b, kATile, offset);
+    } else {
+      const BlockQ6_K& x = *reinterpret_cast<const BlockQ6_K*>(block);
+      c.d16[at] = x.d;
+      for (int s = 0; s < 16; ++s) c.sc6[at * 16 + s] = x.scales[s];
+      unpack_q6_K(x, lv + 8 * kATile * b, kATile, offset);
+    }
+  }
+}
+
+// n a multiple of 8 (F16C, so every engine's target has it).
+LOOM_QGEMM_TARGET void f16_to_f32_x8(const uint16_t* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n; i += 8) {
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  }
+}
+
+// Fills `c` for outputs [n0, n1), levels stored + offset (level_offset()).
+template <DType dt>
+LOOM_QGEMM_TARGET void pack_chunk_of(const PackedLinear& w, int64_t n0, int64_t n1, int64_t blocks, int8_t level_offset,
+                                     WeightChunk& c) {
+  const int64_t K = w.in_features();
+  const int64_t groups = (n1 - n0 + kTile - 1) / kTile;
+  const size_t per_group = static_cast<size_t>(blocks) * kTile;
+  const size_t scales = static_cast<size_t>(groups) * per_group;
+  const size_t group_bytes = kTile * static_cast<size_t>(K);
+  c.levels.resize(static_cast<size_t>(groups) * group_bytes);
+  // Padded outputs: level 0 (stored + offset), scales 0.
+  if ((n1 - n0) % kTile != 0) std::memset(c.levels.data() + (groups - 1) * group_bytes, static_cast<uint8_t>(level_offset), group_bytes);
+  c.d.resize(scales);
+  c.d16.assign(scales, 0);
+  constexpr bool k4 = dt == DType::kQ4_K || dt == DType::kQ5_K;
+  if constexpr (k4) {
+    c.sc.assign(scales * 8, 0.0f);
+    c.mins.assign(scales * 8, 0.0f);
+    c.dmin.resize(scales);
+    c.dmin16.assign(scales, 0);
+  }
+  if constexpr (dt == DType::kQ6_K) c.sc6.assign(scales * 16, 0);
+  const __m256i offset = _mm256_set1_epi8(level_offset);
+  // Block by block across a group's 16 rows, so each 512-byte tile is written whole.
+  constexpr int64_t step = dt == DType::kQ8_0 || dt == DType::kQ4_0 ? 8 : 1;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t rows = std::min<int64_t>(kTile, n1 - n0 - g * kTile);
+    int8_t* base = c.levels.data() + static_cast<size_t>(g) * group_bytes;
+    for (int64_t b0 = 0; b0 < blocks; b0 += step) {
+      const int64_t nb = std::min(step, blocks - b0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t n = n0 + g * kTile + r;
+        pack_row<dt>(w.quant_row(n) + static_cast<size_t>(b0) * pack_block_bytes<dt>(), nb,
+                     base + 32 * static_cast<size_t>(r) + static_cast<size_t>(b0) * kATile * (step == 1 ? 8 : 1),
+                     static_cast<size_t>(g) * per_group + static_cast<size_t>(b0) * kTile + static_cast<size_t>(r),
+                     offset, c);
+      }
+    }
+  }
+  f16_to_f32_x8(c.d16.data(), c.d.data(), scales);
+  if constexpr (k4) f16_to_f32_x8(c.dmin16.data(), c.dmin.data(), scales);
+  compiler_barrier();
+}
+
+LOOM_QGEMM_TARGET void pack_chunk(const PackedLinear& w, int64_t n0, int64_t n1, int64_t blocks, int8_t level_offset,
+                                  WeightChunk& c) {
+  switch (w.weight_dtype()) {
+    case DType::kQ8_0: pack_chunk_of<DType::kQ8_0>(w, n0, n1, blocks, level_offset, c); break;
+    case DType::kQ4_0: pack_chunk_of<DType::kQ4_0>(w, n0, n1, blocks, level_offset, c); break;
+    case DType::kQ4_K: pack_chunk_of<DType::kQ4_K>(w, n0, n1, blocks, level_offset, c); break;
+    case DType::kQ5_K: pack_chunk_of<DType::kQ5_K>(w, n0, n1, blocks, level_offset, c); break;
+    case DType::kQ6_K: pack_chunk_of<DType::kQ6_K>(w, n0, n1, blocks, level_offset, c); break;
+    default: break;
+  }
+}
+
+// The thread's next chunk of weight rows, pulled into L2 a few lines per step
+// of the tile loops, so that unpacking it reads L2 instead of waiting on memory
+// (at small M unpacking, which streams the weights, took as long as the products).
+struct NextChunk {
+  const char* p = nullptr;
+  const char* end = nullptr;
+  size_t lines_per_step = 0;
+  LOOM_QGEMM_TARGET LOOM_INLINE void step() {
+    for (size_t i = 0; i < lines_per_step && p < end; ++i, p += 64) _mm_prefetch(p, _MM_HINT_T1);
+  }
+};
+}  // namespace
+}  // namespace loom::cpu::detail
