@@ -69,7 +69,8 @@ constexpr int64_t kAmxMinRows = 8;
 // The VNNI tiles' products cost as much as the row kernels' per row, so they win
 // only once the rows share each unpacked weight tile and no lanes are reduced.
 constexpr int64_t kVnniMinRows = 8;
-// AVX2 tiles of 8 rows: measured below.
+// The AVX2 tiles (8 rows) against the AVX2 row kernels, 2048→8192 on 2 threads
+// of a Zen 3: at M = 8, Q8_0 2.8 ms (rows 3.2), Q4_0 1.7 (4.1), Q4_K 2.8 (4.1).
 constexpr int64_t kAvx2MinRows = 8;
 
 // The best batched path allowed: LOOM_QUANT_GEMM=amx (the default), vnni, avx2 or rows.
