@@ -40,12 +40,14 @@ LOOM_QDOT_TARGET void qdot_q4_K_decode4(const QdotArgs& a, int64_t n) {
   const BlockQ4_K* w[4];
   for (int i = 0; i < 4; ++i) w[i] = qdot_weight_row<BlockQ4_K>(a, n + i);
   __m128 acc = _mm_setzero_ps();
+  GroupPrefetch ahead(a, w[0], 4, sizeof(BlockQ4_K));
   for (int64_t b = 0; b < a.blocks; ++b) {
+    if constexpr (kGroupPrefetch) ahead.step();
     const __m256i bsums = load256(x[b].bsums);
     __m256i scaled[4], mins[4];
     for (int i = 0; i < 4; ++i) {
       const BlockQ4_K& wb = w[i][b];
-      prefetch_ahead(a, &wb, sizeof(BlockQ4_K));
+      if constexpr (!kGroupPrefetch) prefetch_ahead(a, &wb, sizeof(BlockQ4_K));
       const __m128i sm = q4_K_scales_mins(wb.scales);
       const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
       mins[i] = _mm256_madd_epi16(bsums, _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm)));

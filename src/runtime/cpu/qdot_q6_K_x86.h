@@ -42,12 +42,14 @@ LOOM_QDOT_TARGET void qdot_q6_K_decode4(const QdotArgs& a, int64_t n) {
   const BlockQ6_K* w[4];
   for (int i = 0; i < 4; ++i) w[i] = qdot_weight_row<BlockQ6_K>(a, n + i);
   __m128 acc = _mm_setzero_ps();
+  GroupPrefetch ahead(a, w[0], 4, sizeof(BlockQ6_K));
   for (int64_t b = 0; b < a.blocks; ++b) {
+    if constexpr (kGroupPrefetch) ahead.step();
     const __m256i bsums = load256(x[b].bsums);
     __m256i total[4];
     for (int i = 0; i < 4; ++i) {
       const BlockQ6_K& wb = w[i][b];
-      prefetch_ahead(a, &wb, sizeof(BlockQ6_K));
+      if constexpr (!kGroupPrefetch) prefetch_ahead(a, &wb, sizeof(BlockQ6_K));
       const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb.scales)));
       const __m256i sc_lo = _mm256_permute2x128_si256(sc16, sc16, 0x00);  // scales 0-7 in both lanes
       const __m256i sc_hi = _mm256_permute2x128_si256(sc16, sc16, 0x11);  // scales 8-15

@@ -23,8 +23,11 @@ LOOM_QDOT_TARGET void qdot_q8_0_body(const QdotArgs& a) {
       const BlockQ8_0* w[4];
       for (int i = 0; i < 4; ++i) w[i] = qdot_weight_row<BlockQ8_0>(a, n + i);
       __m128 acc = _mm_setzero_ps();
+      GroupPrefetch ahead(a, w[0], 4, sizeof(BlockQ8_0));
       for (int64_t b = 0; b < a.blocks; ++b) {
-        if (b % 2 == 0) {
+        if constexpr (kGroupPrefetch) {
+          ahead.step();
+        } else if (b % 2 == 0) {
           for (int i = 0; i < 4; ++i) prefetch_ahead(a, &w[i][b], 64);
         }
         const __m128i isum = hsum4_i32(q8_0_dot(w[0][b], x[b]), q8_0_dot(w[1][b], x[b]), q8_0_dot(w[2][b], x[b]),

@@ -77,5 +77,28 @@ LOOM_QDOT_TARGET LOOM_INLINE void prefetch_ahead(const QdotArgs& a, const void* 
   for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
 }
 
+// The decode kernels read a group of consecutive weight rows side by side; the
+// next group follows in memory. GroupPrefetch pulls it into L2 as this group is
+// read, the same bytes per block, so it is one group ahead whatever the row
+// length: a fixed distance per row lands in rows being read now once rows are
+// long (2048→8192 Q4_0 on a Zen 3, AVX2: 0.60 → 0.50 ms; 8192→2048: 0.78 → 0.55).
+// The VNNI builds keep the per-row distance they were measured with.
+constexpr bool kGroupPrefetch = LOOM_QDOT_VNNI == 0;
+
+struct GroupPrefetch {
+  const char* p = nullptr;
+  const char* end = nullptr;
+  size_t per_block = 0;
+  LOOM_QDOT_TARGET LOOM_INLINE GroupPrefetch(const QdotArgs& a, const void* first_row, int rows, size_t block_bytes) {
+    if (!a.stream) return;
+    p = end = static_cast<const char*>(first_row) + static_cast<size_t>(rows) * a.w_row_bytes;
+    per_block = static_cast<size_t>(rows) * block_bytes;
+  }
+  LOOM_QDOT_TARGET LOOM_INLINE void step() {
+    end += per_block;
+    for (; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T1);
+  }
+};
+
 }  // namespace
 }  // namespace loom::cpu::detail
