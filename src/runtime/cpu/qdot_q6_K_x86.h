@@ -9,17 +9,19 @@ namespace {
 // Levels 0..63 of a block, q[4h + g] for elements 128h + 32g .. +31 (sub-blocks
 // 8h + 2g and 8h + 2g + 1).
 LOOM_QDOT_TARGET LOOM_INLINE void q6_K_levels(const BlockQ6_K& w, __m256i* q) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(3);
+  const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
   for (int h = 0; h < 2; ++h) {
     const __m256i l0 = load256(w.ql + 64 * h), l1 = load256(w.ql + 64 * h + 32);
     const __m256i hi = load256(w.qh + 32 * h);
-    const __m256i lows[4] = {_mm256_and_si256(l0, low4), _mm256_and_si256(l1, low4),
-                             _mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                             _mm256_and_si256(_mm256_srli_epi16(l1, 4), low4)};
-    for (int g = 0; g < 4; ++g) {
-      const __m256i top = _mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi32_si128(2 * g)), low2);
-      q[4 * h + g] = _mm256_or_si256(lows[g], _mm256_slli_epi16(top, 4));
-    }
+    // Bits 2g, 2g + 1 of qh moved to bits 4-5 (16-bit shifts: what crosses into
+    // the neighbouring byte lands outside 0x30).
+    const __m256i tops[4] = {_mm256_and_si256(_mm256_slli_epi16(hi, 4), bits45),
+                             _mm256_and_si256(_mm256_slli_epi16(hi, 2), bits45), _mm256_and_si256(hi, bits45),
+                             _mm256_and_si256(_mm256_srli_epi16(hi, 2), bits45)};
+    q[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, low4), tops[0]);
+    q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, low4), tops[1]);
+    q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), tops[2]);
+    q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4), tops[3]);
   }
 }
 
