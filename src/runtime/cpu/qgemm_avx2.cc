@@ -336,16 +336,8 @@ LOOM_QGEMM_TARGET void run_chunk(const PackedLinear& w, int64_t n0, int64_t n1, 
   build_scale_pairs(dt, c, t_pairs);
   const int64_t groups = (n1 - n0 + kTile - 1) / kTile;
   const int64_t K = w.in_features();
-  const int64_t N = w.out_features();
   // The thread's next chunk (usually), into L2 while these tiles run.
-  NextChunk next;
-  if (n1 < N) {
-    next.p = reinterpret_cast<const char*>(w.quant_row(n1));
-    next.end = next.p + static_cast<size_t>(std::min(n1 - n0, N - n1)) * w.quant_row_bytes();
-    const int64_t steps = std::max<int64_t>(1, (M + kRows - 1) / kRows * groups * L.blocks);
-    next.lines_per_step = (static_cast<size_t>(next.end - next.p) / 64 + static_cast<size_t>(steps) - 1) /
-                          static_cast<size_t>(steps);
-  }
+  NextChunk next = next_chunk_after(w, n0, n1, (M + kRows - 1) / kRows * groups * L.blocks);
   for (int64_t m0 = 0; m0 < M; m0 += kRows) {
     const uint8_t* x = tiles + static_cast<size_t>(m0 / kRows) * L.tile_bytes();
     for (int64_t g = 0; g < groups; ++g) {

@@ -310,16 +310,8 @@ LOOM_QGEMM_TARGET void run_chunk(const PackedLinear& w, int64_t n0, int64_t n1, 
   const int64_t K = w.in_features();
   // Usually the next chunk of this thread's share (share_chunks runs each share
   // front to back); a wrong guess costs only the prefetches.
-  NextChunk next;
-  const int64_t N = w.out_features();
-  if (n1 < N) {
-    next.p = reinterpret_cast<const char*>(w.quant_row(n1));
-    next.end = next.p + static_cast<size_t>(std::min(n1 - n0, N - n1)) * w.quant_row_bytes();
-    const int64_t steps_per_tile = kind == Kind::kQ8x32 ? std::max<int64_t>(1, blocks / 4) : blocks;
-    const int64_t steps = std::max<int64_t>(1, (M + kTile - 1) / kTile * groups * steps_per_tile);
-    next.lines_per_step = (static_cast<size_t>(next.end - next.p) / 64 + static_cast<size_t>(steps) - 1) /
-                          static_cast<size_t>(steps);
-  }
+  const int64_t steps_per_tile = kind == Kind::kQ8x32 ? std::max<int64_t>(1, blocks / 4) : blocks;
+  NextChunk next = next_chunk_after(w, n0, n1, (M + kTile - 1) / kTile * groups * steps_per_tile);
   for (int64_t m0 = 0; m0 < M; m0 += kTile) {
     const uint8_t* x = tiles + static_cast<size_t>(m0 / kTile) * L.tile_bytes();
     for (int64_t g = 0; g < groups; ++g) {

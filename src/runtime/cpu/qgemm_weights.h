@@ -237,5 +237,18 @@ struct NextChunk {
     for (size_t i = 0; i < lines_per_step && p < end; ++i, p += 64) _mm_prefetch(p, _MM_HINT_T1);
   }
 };
+
+// The chunk after [n0, n1) (the same number of rows, or to the end), spread over
+// `steps` calls of step(); nothing when [n0, n1) ends the matrix.
+inline NextChunk next_chunk_after(const PackedLinear& w, int64_t n0, int64_t n1, int64_t steps) {
+  NextChunk next;
+  const int64_t N = w.out_features();
+  if (n1 >= N) return next;
+  next.p = reinterpret_cast<const char*>(w.quant_row(n1));
+  next.end = next.p + static_cast<size_t>(std::min(n1 - n0, N - n1)) * w.quant_row_bytes();
+  const size_t s = static_cast<size_t>(std::max<int64_t>(1, steps));
+  next.lines_per_step = (static_cast<size_t>(next.end - next.p) / 64 + s - 1) / s;
+  return next;
+}
 }  // namespace
 }  // namespace loom::cpu::detail
