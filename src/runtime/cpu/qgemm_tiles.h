@@ -349,10 +349,7 @@ void linear_quantized_tiles(const uint8_t* act, size_t act_row_bytes, int64_t M,
   L.sums = kind_of(dt) == Kind::kQ4_K;
   L.units = E::biased(kind_of(dt)) ? L.blocks * units_per_block(kind_of(dt)) : 0;
   const int64_t tiles = (M + kTile - 1) / kTile;
-  static thread_local std::vector<uint8_t> t_tiles;
-  std::vector<uint8_t>& buf = t_tiles;
-  buf.resize(static_cast<size_t>(tiles) * L.tile_bytes() + 64);
-  uint8_t* tile_data = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63});
+  uint8_t* tile_data = act_tile_buffer(static_cast<size_t>(tiles) * L.tile_bytes());
   pool.parallel_for(tiles, [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t) {
       const int rows = static_cast<int>(std::min<int64_t>(kTile, M - t * kTile));
@@ -362,10 +359,8 @@ void linear_quantized_tiles(const uint8_t* act, size_t act_row_bytes, int64_t M,
   });
   compiler_barrier();
   const int64_t N = w.out_features();
-  const int64_t by_l2 = std::max<int64_t>(1, static_cast<int64_t>(kWeightChunkBytes) / (L.K * kTile)) * kTile;
-  const int64_t even = std::max<int64_t>(kTile, (N / (4 * pool.num_threads())) / kTile * kTile);
-  const int64_t chunk = std::min(by_l2, even);
-  share_chunks(pool, N, chunk, [&](int64_t n0, int64_t n1) {
+  const int64_t chunk_outputs = tile_chunk_outputs(L.K, N, pool.num_threads());
+  share_chunks(pool, N, chunk_outputs, [&](int64_t n0, int64_t n1) {
     run_chunk<E>(w, n0, n1, L.blocks, tile_data, L, M, y, y_stride);
   });
 }

@@ -238,6 +238,21 @@ struct NextChunk {
   }
 };
 
+// Outputs per work chunk of the tiled GEMMs: a chunk's unpacked weights fit
+// kWeightChunkBytes (L2), and each thread gets about four chunks.
+inline int64_t tile_chunk_outputs(int64_t K, int64_t N, int threads) {
+  const int64_t by_l2 = std::max<int64_t>(1, static_cast<int64_t>(kWeightChunkBytes) / (K * kTile)) * kTile;
+  const int64_t even = std::max<int64_t>(kTile, (N / (4 * threads)) / kTile * kTile);
+  return std::min(by_l2, even);
+}
+
+// The calling thread's buffer for a call's activation tiles, 64-byte aligned.
+inline uint8_t* act_tile_buffer(size_t bytes) {
+  static thread_local std::vector<uint8_t> t_tiles;
+  t_tiles.resize(bytes + 64);
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(t_tiles.data()) + 63) & ~uintptr_t{63});
+}
+
 // The chunk after [n0, n1) (the same number of rows, or to the end), spread over
 // `steps` calls of step(); nothing when [n0, n1) ends the matrix.
 inline NextChunk next_chunk_after(const PackedLinear& w, int64_t n0, int64_t n1, int64_t steps) {
