@@ -41,7 +41,10 @@ std::shared_ptr<void> allocate_streamed(size_t bytes) {
   void* p = std::aligned_alloc(kHuge, rounded);
   if (!p) throw std::bad_alloc();
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  (void)madvise(p, rounded, MADV_HUGEPAGE);
+  // Huge pages only where they are full: a 2.4 MB tensor rounded up to 4 MB of
+  // huge pages held 1.6 MB it never used (150 MB over the 1B model's interleaved
+  // Q4_0 weights); the tail is touched page by page.
+  (void)madvise(p, bytes / kHuge * kHuge, MADV_HUGEPAGE);
 #endif
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }
