@@ -64,4 +64,15 @@ size_t release_file_pages(const void* p, size_t bytes) {
   return last - first;
 }
 
+bool in_file_mapping(const void* p, size_t bytes) {
+  if (!p) return false;
+  const auto lo = reinterpret_cast<uintptr_t>(p);
+  Mappings& m = mappings();
+  std::lock_guard<std::mutex> lock(m.mu);
+  auto it = m.ranges.upper_bound(lo);
+  if (it == m.ranges.begin()) return false;
+  --it;
+  return lo + bytes <= it->second;
+}
+
 }  // namespace loom

@@ -18,4 +18,8 @@ void unregister_file_mapping(const void* begin);
 // turns it off.
 size_t release_file_pages(const void* p, size_t bytes);
 
+// Whether [p, p + bytes) lies in a registered mapping: a copy of it can be the
+// only resident one.
+bool in_file_mapping(const void* p, size_t bytes);
+
 }  // namespace loom
