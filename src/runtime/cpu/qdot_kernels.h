@@ -38,6 +38,9 @@ struct QdotArgs {
   const float* bias = nullptr;  // `outputs` values, or null
   // Weights stream from memory (small M): prefetch kStreamPrefetchBytes ahead.
   bool stream = false;
+  // qdot_q4_0x8_avx2 only: 8·Σ qs of each activation block, row r's at
+  // act_sum8 + r * blocks.
+  const int32_t* act_sum8 = nullptr;
 };
 using QdotFn = void (*)(const QdotArgs&);
 
@@ -74,6 +77,9 @@ void qdot_q4_0_avx2(const QdotArgs& a);
 void qdot_q4_K_avx2(const QdotArgs& a);
 void qdot_q5_K_avx2(const QdotArgs& a);
 void qdot_q6_K_avx2(const QdotArgs& a);
+// Q4_0 interleaved in groups of 8 rows (qlayout_q4_0x8.h): a.w is the first
+// group, a.outputs a multiple of 8.
+void qdot_q4_0x8_avx2(const QdotArgs& a);
 void qdot_q8_0_avxvnni(const QdotArgs& a);
 void qdot_q4_0_avxvnni(const QdotArgs& a);
 void qdot_q4_K_avxvnni(const QdotArgs& a);

@@ -18,6 +18,7 @@
 
 #include "loom/core/quantize.h"
 #include "runtime/cpu/matmul_kernels.h"
+#include "runtime/cpu/qlayout_q4_0x8.h"
 
 namespace loom::cpu::detail {
 namespace {
@@ -195,6 +196,7 @@ LOOM_QGEMM_TARGET void pack_chunk_of(const PackedLinear& w, int64_t n0, int64_t 
   const __m256i offset = _mm256_set1_epi8(level_offset);
   // Block by block across a group's 16 rows, so each 512-byte tile is written whole.
   constexpr int64_t step = dt == DType::kQ8_0 || dt == DType::kQ4_0 ? 8 : 1;
+  alignas(32) uint8_t copied[step * sizeof(BlockQ4_0)];  // a step of an interleaved row's blocks
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t rows = std::min<int64_t>(kTile, n1 - n0 - g * kTile);
     int8_t* base = c.levels.data() + static_cast<size_t>(g) * group_bytes;
@@ -202,7 +204,7 @@ LOOM_QGEMM_TARGET void pack_chunk_of(const PackedLinear& w, int64_t n0, int64_t 
       const int64_t nb = std::min(step, blocks - b0);
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t n = n0 + g * kTile + r;
-        pack_row<dt>(w.quant_row(n) + static_cast<size_t>(b0) * pack_block_bytes<dt>(), nb,
+        pack_row<dt>(quant_row_blocks(w, n, b0, nb, copied), nb,
                      base + 32 * static_cast<size_t>(r) + static_cast<size_t>(b0) * kATile * (step == 1 ? 8 : 1),
                      static_cast<size_t>(g) * per_group + static_cast<size_t>(b0) * kTile + static_cast<size_t>(r),
                      offset, c);

@@ -18,6 +18,7 @@
 #include "loom/runtime/cpu/cpu_features.h"
 #include "runtime/cpu/qdot_kernels.h"
 #include "runtime/cpu/qgemm.h"
+#include "runtime/cpu/qlayout_q4_0x8.h"
 #include "runtime/cpu/share_chunks.h"
 
 namespace loom::cpu::detail {
@@ -60,6 +61,12 @@ int64_t chunk_rows(int64_t N, size_t row_bytes, int64_t M, int threads) {
 }
 
 thread_local std::vector<uint8_t> t_act;
+thread_local std::vector<int32_t> t_act_sum8;
+thread_local std::vector<uint8_t> t_rows;  // interleaved rows copied out for the row kernels
+
+// Rows of interleaved weights the row kernels get per copy: whole groups, and
+// small enough to stay in L1/L2 between the copy and the kernel.
+constexpr int64_t kCopiedRows = 4 * kQ4_0GroupRows;
 
 // From this many rows AMX wins although its tiles are 16 rows and it unpacks
 // the weights per call: 2048×2048, 2 threads, at M = 8 it took 0.56 ms for Q4_K
@@ -181,13 +188,17 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
     case QuantGemm::kAvx2: linear_quantized_avx2(act_data, act_row_bytes, M, w, y, y_stride, pool); return;
     case QuantGemm::kRows: break;
   }
-  const QdotFn kernel = kernel_for(active_table(), dt);
-  const int64_t chunk = chunk_rows(N, w.quant_row_bytes(), M, pool.num_threads());
+  const QdotTable& table = active_table();
+  const QdotFn kernel = kernel_for(table, dt);
+  const int group = w.quant_group_rows();
+  int64_t chunk = chunk_rows(N, w.quant_row_bytes(), M, pool.num_threads());
+  chunk = (chunk + group - 1) / group * group;  // chunks start on a group
   const bool stream = M <= kQTileRows;
-  share_chunks(pool, N, chunk, [&](int64_t n0, int64_t n1) {
+  // Rows [n0, n1) stored as rows at `rows` (n0's), all M rows of x.
+  auto row_kernels = [&](const uint8_t* rows, int64_t n0, int64_t n1, bool streamed) {
     for (int64_t m0 = 0; m0 < M; m0 += kQTileRows) {
       QdotArgs a;
-      a.w = w.quant_row(n0);
+      a.w = rows;
       a.w_row_bytes = w.quant_row_bytes();
       a.outputs = n1 - n0;
       a.blocks = blocks;
@@ -197,10 +208,90 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
       a.y = y + m0 * y_stride + n0;
       a.ldy = y_stride;
       a.bias = w.bias() ? w.bias() + n0 : nullptr;
-      a.stream = stream;
+      a.stream = streamed;
       kernel(a);
     }
+  };
+  if (group == 1) {
+    share_chunks(pool, N, chunk, [&](int64_t n0, int64_t n1) { row_kernels(w.quant_row(n0), n0, n1, stream); });
+    return;
+  }
+
+  // Interleaved groups (Q4_0x8); the rows past the last group are stored as rows.
+  const int64_t grouped = N / group * group;
+#if defined(LOOM_MATMUL_X86)
+  if (&table != &qdot_scalar()) {
+    std::vector<int32_t>& sum8 = t_act_sum8;
+    sum8.resize(static_cast<size_t>(M * blocks));
+    for (int64_t r = 0; r < M; ++r) {
+      const auto* xb = reinterpret_cast<const ActBlockQ8x32*>(act_data + act_row_bytes * static_cast<size_t>(r));
+      for (int64_t b = 0; b < blocks; ++b) {
+        int32_t sum = 0;
+        for (int8_t q : xb[b].qs) sum += q;
+        sum8[static_cast<size_t>(r * blocks + b)] = 8 * sum;
+      }
+    }
+    share_chunks(pool, N, chunk, [&](int64_t n0, int64_t n1) {
+      const int64_t g1 = std::min(n1, grouped);
+      for (int64_t m0 = 0; n0 < g1 && m0 < M; m0 += kQTileRows) {
+        QdotArgs a;
+        a.w = w.quant_row(n0);
+        a.outputs = g1 - n0;
+        a.blocks = blocks;
+        a.act = act_data + act_row_bytes * static_cast<size_t>(m0);
+        a.act_row_bytes = act_row_bytes;
+        a.m = static_cast<int>(std::min<int64_t>(kQTileRows, M - m0));
+        a.y = y + m0 * y_stride + n0;
+        a.ldy = y_stride;
+        a.bias = w.bias() ? w.bias() + n0 : nullptr;
+        a.stream = stream;
+        a.act_sum8 = sum8.data() + static_cast<size_t>(m0 * blocks);
+        qdot_q4_0x8_avx2(a);
+      }
+      if (n1 > grouped) row_kernels(w.quant_row(std::max(n0, grouped)), std::max(n0, grouped), n1, stream);
+    });
+    return;
+  }
+#endif
+  // Other kernels read rows: copy a few groups out at a time.
+  share_chunks(pool, N, chunk, [&](int64_t n0, int64_t n1) {
+    std::vector<uint8_t>& copied = t_rows;
+    copied.resize(static_cast<size_t>(kCopiedRows) * w.quant_row_bytes());
+    for (int64_t c0 = n0; c0 < n1; c0 += kCopiedRows) {
+      const int64_t c1 = std::min(n1, c0 + kCopiedRows);
+      if (c0 >= grouped) {
+        row_kernels(w.quant_row(c0), c0, c1, stream);
+        continue;
+      }
+      for (int64_t n = c0; n < c1; ++n) {
+        uint8_t* dst = copied.data() + static_cast<size_t>(n - c0) * w.quant_row_bytes();
+        const uint8_t* src = quant_row_blocks(w, n, 0, blocks, dst);
+        if (src != dst) std::memcpy(dst, src, w.quant_row_bytes());
+      }
+      row_kernels(copied.data(), c0, c1, false);
+    }
   });
+}
+
+bool decode_prefers_interleaved_q4_0() {
+#if defined(LOOM_MATMUL_X86)
+  return &active_table() == &qdot_avx2();
+#else
+  return false;
+#endif
+}
+
+QuantLayout quant_layout_override() {
+  static const QuantLayout layout = [] {
+    const char* env = std::getenv("LOOM_QUANT_LAYOUT");
+    if (!env || !*env) return QuantLayout::kAuto;
+    const std::string v = env;
+    if (v == "rows") return QuantLayout::kRows;
+    if (v == "interleaved") return QuantLayout::kInterleaved;
+    log_warn("LOOM_QUANT_LAYOUT: unknown layout '" + v + "' (expected rows or interleaved); choosing per CPU");
+    return QuantLayout::kAuto;
+  }();
+  return layout;
 }
 
 const QdotTable& qdot_scalar() {

@@ -15,6 +15,12 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
 // AVX512-VNNI run the VNNI kernels, AVX2 paths the AVX-VNNI ones where the CPU
 // has them, else the maddubs ones, SCALAR the reference).
 const char* quantized_kernels_name();
+
+// Whether this CPU's decode kernel reads Q4_0 faster interleaved (the AVX2
+// maddubs kernels: qdot_q4_0x8_avx2), for QuantLayout::kAuto.
+bool decode_prefers_interleaved_q4_0();
+// LOOM_QUANT_LAYOUT=rows|interleaved as a QuantLayout, kAuto when unset.
+QuantLayout quant_layout_override();
 struct QdotTable;
 // Tests: run `table` whatever the path (it must suit the CPU); null goes back
 // to choosing by path.

@@ -26,10 +26,19 @@
 
 namespace loom::cpu {
 
+// How PackedLinear::pack keeps quantized rows. kAuto: the layout this CPU's
+// decode kernels read fastest (Q4_0 interleaved in groups of 8 rows on AVX2
+// without VNNI, else rows as stored; LOOM_QUANT_LAYOUT=rows|interleaved
+// overrides it for a process). kRows: as stored, read in place. kInterleaved:
+// Q4_0 in groups of 8 rows (runtime/cpu/qlayout_q4_0x8.h), other types as
+// stored. Every code path computes on either layout, bitwise the same.
+enum class QuantLayout { kAuto, kRows, kInterleaved };
+
 // Weights in the kernels' layout: panels of 32 output rows, k-major inside a
 // panel (F32: [K][32]; F16: [K][32]; BF16: [ceil(K/2)][32][2], the pair order
-// vdpbf16ps reads), N padded to a multiple of 32 with zeros. The layout does not
-// depend on the CPU, so a PackedLinear works under every code path. Copies share
+// vdpbf16ps reads), N padded to a multiple of 32 with zeros. The float layout does
+// not depend on the CPU; the quantized one may (QuantLayout), and every code
+// path reads both, so a PackedLinear works under every code path. Copies share
 // the (immutable) packed storage.
 class PackedLinear {
  public:
@@ -44,7 +53,9 @@ class PackedLinear {
   // quantizes x per block to int8 and computes integer dot products per block
   // pair with f32 accumulation (runtime/cpu/qdot_kernels.h states the order),
   // again bitwise the same for a row whatever M, its position or the thread count.
-  static Result<PackedLinear> pack(const Tensor& weight, const Tensor* bias);
+  // Interleaved Q4_0 rows are a copy (the source's file pages are released).
+  static Result<PackedLinear> pack(const Tensor& weight, const Tensor* bias,
+                                   QuantLayout layout = QuantLayout::kAuto);
 
   int64_t in_features() const { return k_; }
   int64_t out_features() const { return n_; }
@@ -52,14 +63,18 @@ class PackedLinear {
   bool has_bias() const { return bias_ != nullptr; }
   bool empty() const { return data_ == nullptr; }
   // Bytes held by the packed weights and bias (what a loaded model costs); quantized
-  // weights are read in place and count 0 here (their tensor holds them).
+  // rows read in place count 0 here (their tensor holds them), interleaved ones count.
   size_t packed_bytes() const { return bytes_; }
 
   // For the kernels (src/runtime/cpu/): panel p starts at panel_stride_bytes() * p.
   int64_t num_panels() const { return (n_ + kPanel - 1) / kPanel; }
   size_t panel_stride_bytes() const { return panel_bytes_; }
   const uint8_t* panel(int64_t p) const { return static_cast<const uint8_t*>(data_.get()) + panel_bytes_ * p; }
-  // Quantized weights: row n's blocks at quant_row(n), quant_row_bytes() apart.
+  // Quantized weights: row n's blocks at quant_row(n), quant_row_bytes() apart,
+  // for rows stored as rows: every row where quant_group_rows() is 1, else the
+  // rows past the last whole group. Group g of quant_group_rows() rows takes
+  // the bytes its rows would, from quant_row(g * quant_group_rows()).
+  int quant_group_rows() const { return group_rows_; }
   size_t quant_row_bytes() const { return row_bytes_; }
   const uint8_t* quant_row(int64_t n) const {
     return static_cast<const uint8_t*>(data_.get()) + row_bytes_ * static_cast<size_t>(n);
@@ -73,6 +88,7 @@ class PackedLinear {
   DType dtype_ = DType::kF32;
   size_t panel_bytes_ = 0;
   size_t row_bytes_ = 0;  // quantized weights only
+  int group_rows_ = 1;    // quantized weights: 1 (rows as stored) or 8 (Q4_0 interleaved)
   size_t bytes_ = 0;
   std::shared_ptr<void> data_;
   std::shared_ptr<void> bias_;
