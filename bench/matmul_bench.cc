@@ -147,20 +147,25 @@ void run_from_memory(benchmark::State& state, const LinearShape& s, int64_t M, b
 // layer, 640 MB in all, a different one each call (each its own storage: a
 // quantized PackedLinear is a view of its tensor).
 // gemm: the best batched path allowed (the row kernels, VNNI tiles, AMX tiles).
+// as_stored: rows as stored even where a model file's Q4_0 would be interleaved
+// (the layout loom picks for a mapped file on this path, QuantLayout::kAuto).
 void run_quantized(benchmark::State& state, const LinearShape& s, DType dt, int64_t M, Isa isa,
-                   detail::QuantGemm gemm) {
+                   detail::QuantGemm gemm, bool as_stored = false) {
   static std::string key;
   static std::vector<PackedLinear> copies;
-  const std::string want = std::to_string(s.K) + "x" + std::to_string(s.N) + std::string(dtype_name(dt));
+  ScopedIsa force(isa);
+  const QuantLayout layout =
+      !as_stored && detail::decode_prefers_interleaved_q4_0() ? QuantLayout::kInterleaved : QuantLayout::kRows;
+  const std::string want = std::to_string(s.K) + "x" + std::to_string(s.N) + std::string(dtype_name(dt)) +
+                           std::to_string(static_cast<int>(layout));
   if (key != want) {
     copies.clear();
     const Tensor weight = Tensor::from_f32(random_floats(static_cast<size_t>(s.N * s.K), 1), {s.N, s.K}).to(dt);
     const int64_t n = std::max<int64_t>(2, static_cast<int64_t>((size_t{640} << 20) / weight.nbytes()));
     // Quantized packing reads rows in place, so each copy needs its own storage.
-    for (int64_t i = 0; i < n; ++i) copies.push_back(PackedLinear::pack(weight.clone(), nullptr).value());
+    for (int64_t i = 0; i < n; ++i) copies.push_back(PackedLinear::pack(weight.clone(), nullptr, layout).value());
     key = want;
   }
-  ScopedIsa force(isa);
   detail::set_quantized_gemm_limit(gemm);
   time_round_robin(state, copies, s, M);
   detail::set_quantized_gemm_limit(detail::QuantGemm::kAmx);
@@ -301,7 +306,7 @@ void register_all() {
   // AVX2 tiles).
   for (const LinearShape& s : {LinearShape{2048, 2048}, LinearShape{2048, 8192}, LinearShape{8192, 2048}}) {
     for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
-      for (int64_t M : {1, 8, 16, 32, 64, 512}) {
+      for (int64_t M : {1, 4, 8, 16, 32, 64, 512}) {
         for (Isa isa : isas) {
           if (isa == Isa::kAvx512Bf16) continue;  // same quantized kernels as AVX512
           const std::string name = "quant/" + std::string(dtype_name(dt)) + "/" + shape_name(s) + "/M=" +
@@ -313,6 +318,11 @@ void register_all() {
           }
           if (M > 1 && isa == Isa::kAvx2) {
             add(name + "/rows", [=](benchmark::State& st) { run_quantized(st, s, dt, M, isa, detail::QuantGemm::kRows); });
+          }
+          if (dt == DType::kQ4_0 && isa == Isa::kAvx2) {
+            add(name + "/as_stored", [=](benchmark::State& st) {
+              run_quantized(st, s, dt, M, isa, detail::QuantGemm::kAmx, /*as_stored=*/true);
+            });
           }
         }
       }
