@@ -378,26 +378,38 @@ INSTANTIATE_TEST_SUITE_P(Paths, QuantizedGemmTest,
                          });
 
 #if defined(LOOM_MATMUL_X86)
-TEST(QuantizedLinear, Avx512ActivationQuantizersEqualCoreBitwise) {
-  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX512 path";
+// The SIMD activation quantizers against core's, bitwise, extremes included.
+void expect_quantizers_equal_core(void (*q8x32)(const float*, ActBlockQ8x32*, int64_t),
+                                  void (*q8k)(const float*, ActBlockQ8K*, int64_t)) {
   const int64_t n = 8 * 256;
   std::vector<float> x = random_floats(n, 77, 3.0f);
   for (int64_t i = 0; i < 256; ++i) x[256 + i] = 0.0f;      // an all-zero K block
   for (int64_t i = 0; i < 32; ++i) x[512 + i] = -1e-30f;    // a tiny scale
   x[1000] = 1e30f;                                          // a huge one
   for (int64_t i = 1024; i < 1056; ++i) x[i] = 0.5f * static_cast<float>(i - 1040);  // exact halves: ties round to even
+  x[1300] = std::nanf("");                                  // NaN: skipped by the amax, as fmax does
   std::vector<ActBlockQ8x32> ref32(n / 32), got32(n / 32);
   quantize_activations_q8x32(x.data(), ref32.data(), n);
-  detail::quantize_activations_q8x32_avx512(x.data(), got32.data(), n);
+  q8x32(x.data(), got32.data(), n);
   for (int64_t b = 0; b < n / 32; ++b) {
     ASSERT_EQ(std::memcmp(&ref32[b], &got32[b], sizeof(ActBlockQ8x32)), 0) << "32-block " << b;
   }
   std::vector<ActBlockQ8K> refk(n / 256), gotk(n / 256);
   quantize_activations_q8k(x.data(), refk.data(), n);
-  detail::quantize_activations_q8k_avx512(x.data(), gotk.data(), n);
+  q8k(x.data(), gotk.data(), n);
   for (int64_t b = 0; b < n / 256; ++b) {
     ASSERT_EQ(std::memcmp(&refk[b], &gotk[b], sizeof(ActBlockQ8K)), 0) << "K block " << b;
   }
+}
+
+TEST(QuantizedLinear, Avx512ActivationQuantizersEqualCoreBitwise) {
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX512 path";
+  expect_quantizers_equal_core(detail::quantize_activations_q8x32_avx512, detail::quantize_activations_q8k_avx512);
+}
+
+TEST(QuantizedLinear, Avx2ActivationQuantizersEqualCoreBitwise) {
+  if (!isa_supported(Isa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2 path";
+  expect_quantizers_equal_core(detail::quantize_activations_q8x32_avx2, detail::quantize_activations_q8k_avx2);
 }
 #endif
 

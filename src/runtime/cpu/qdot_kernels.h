@@ -86,6 +86,9 @@ void qdot_q4_K_avxvnni(const QdotArgs& a);
 void qdot_q5_K_avxvnni(const QdotArgs& a);
 void qdot_q6_K_avxvnni(const QdotArgs& a);
 void qdot_q8_0_avx512vnni(const QdotArgs& a);
+// core's quantize_activations_q8x32 / _q8k bit for bit, in AVX2 (qact_avx2.cc).
+void quantize_activations_q8x32_avx2(const float* x, ActBlockQ8x32* dst, int64_t n);
+void quantize_activations_q8k_avx2(const float* x, ActBlockQ8K* dst, int64_t n);
 // core's quantize_activations_q8x32 / _q8k bit for bit, in AVX-512 (qact_avx512.cc).
 void quantize_activations_q8x32_avx512(const float* x, ActBlockQ8x32* dst, int64_t n);
 void quantize_activations_q8k_avx512(const float* x, ActBlockQ8K* dst, int64_t n);

@@ -164,6 +164,9 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
   if (active_isa() == Isa::kAvx512 || active_isa() == Isa::kAvx512Bf16) {
     q8k = quantize_activations_q8k_avx512;
     q8x32 = quantize_activations_q8x32_avx512;
+  } else if (active_isa() == Isa::kAvx2) {
+    q8k = quantize_activations_q8k_avx2;
+    q8x32 = quantize_activations_q8x32_avx2;
   }
 #endif
   auto quantize_rows = [&](int64_t r0, int64_t r1) {
