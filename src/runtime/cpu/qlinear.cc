@@ -197,23 +197,25 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
   int64_t chunk = chunk_rows(N, w.quant_row_bytes(), M, pool.num_threads());
   chunk = (chunk + group - 1) / group * group;  // chunks start on a group
   const bool stream = M <= kQTileRows;
+  // The call for outputs [n0, n1) with weights at `rows` and x rows from m0.
+  auto args_for = [&](const uint8_t* rows, int64_t n0, int64_t n1, int64_t m0, bool streamed) {
+    QdotArgs a;
+    a.w = rows;
+    a.w_row_bytes = w.quant_row_bytes();
+    a.outputs = n1 - n0;
+    a.blocks = blocks;
+    a.act = act_data + act_row_bytes * static_cast<size_t>(m0);
+    a.act_row_bytes = act_row_bytes;
+    a.m = static_cast<int>(std::min<int64_t>(kQTileRows, M - m0));
+    a.y = y + m0 * y_stride + n0;
+    a.ldy = y_stride;
+    a.bias = w.bias() ? w.bias() + n0 : nullptr;
+    a.stream = streamed;
+    return a;
+  };
   // Rows [n0, n1) stored as rows at `rows` (n0's), all M rows of x.
   auto row_kernels = [&](const uint8_t* rows, int64_t n0, int64_t n1, bool streamed) {
-    for (int64_t m0 = 0; m0 < M; m0 += kQTileRows) {
-      QdotArgs a;
-      a.w = rows;
-      a.w_row_bytes = w.quant_row_bytes();
-      a.outputs = n1 - n0;
-      a.blocks = blocks;
-      a.act = act_data + act_row_bytes * static_cast<size_t>(m0);
-      a.act_row_bytes = act_row_bytes;
-      a.m = static_cast<int>(std::min<int64_t>(kQTileRows, M - m0));
-      a.y = y + m0 * y_stride + n0;
-      a.ldy = y_stride;
-      a.bias = w.bias() ? w.bias() + n0 : nullptr;
-      a.stream = streamed;
-      kernel(a);
-    }
+    for (int64_t m0 = 0; m0 < M; m0 += kQTileRows) kernel(args_for(rows, n0, n1, m0, streamed));
   };
   if (group == 1) {
     share_chunks(pool, N, chunk, [&](int64_t n0, int64_t n1) { row_kernels(w.quant_row(n0), n0, n1, stream); });
@@ -237,17 +239,7 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
     share_chunks(pool, N, chunk, [&](int64_t n0, int64_t n1) {
       const int64_t g1 = std::min(n1, grouped);
       for (int64_t m0 = 0; n0 < g1 && m0 < M; m0 += kQTileRows) {
-        QdotArgs a;
-        a.w = w.quant_row(n0);
-        a.outputs = g1 - n0;
-        a.blocks = blocks;
-        a.act = act_data + act_row_bytes * static_cast<size_t>(m0);
-        a.act_row_bytes = act_row_bytes;
-        a.m = static_cast<int>(std::min<int64_t>(kQTileRows, M - m0));
-        a.y = y + m0 * y_stride + n0;
-        a.ldy = y_stride;
-        a.bias = w.bias() ? w.bias() + n0 : nullptr;
-        a.stream = stream;
+        QdotArgs a = args_for(w.quant_row(n0), n0, g1, m0, stream);
         a.act_sum8 = sum8.data() + static_cast<size_t>(m0 * blocks);
         qdot_q4_0x8_avx2(a);
       }
