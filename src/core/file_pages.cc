@@ -30,6 +30,14 @@ bool release_disabled() {
   return off;
 }
 
+// The registered mapping holding all of [lo, hi), or end(); the caller holds m.mu.
+std::map<uintptr_t, uintptr_t>::const_iterator mapping_of(const Mappings& m, uintptr_t lo, uintptr_t hi) {
+  auto it = m.ranges.upper_bound(lo);
+  if (it == m.ranges.begin()) return m.ranges.end();
+  --it;
+  return hi <= it->second ? it : m.ranges.end();
+}
+
 }  // namespace
 
 void register_file_mapping(const void* begin, size_t bytes) {
@@ -53,10 +61,7 @@ size_t release_file_pages(const void* p, size_t bytes) {
   const uintptr_t hi = lo + bytes;
   Mappings& m = mappings();
   std::lock_guard<std::mutex> lock(m.mu);  // the mapping cannot be unmapped meanwhile
-  auto it = m.ranges.upper_bound(lo);
-  if (it == m.ranges.begin()) return 0;
-  --it;
-  if (hi > it->second) return 0;
+  if (mapping_of(m, lo, hi) == m.ranges.end()) return 0;
   // Only pages wholly inside the range: the neighbours may be other tensors in use.
   const uintptr_t first = (lo + page - 1) / page * page, last = hi / page * page;
   if (last <= first) return 0;
@@ -69,10 +74,7 @@ bool in_file_mapping(const void* p, size_t bytes) {
   const auto lo = reinterpret_cast<uintptr_t>(p);
   Mappings& m = mappings();
   std::lock_guard<std::mutex> lock(m.mu);
-  auto it = m.ranges.upper_bound(lo);
-  if (it == m.ranges.begin()) return false;
-  --it;
-  return lo + bytes <= it->second;
+  return mapping_of(m, lo, lo + bytes) != m.ranges.end();
 }
 
 }  // namespace loom

@@ -204,7 +204,10 @@ LOOM_QGEMM_TARGET void pack_chunk_of(const PackedLinear& w, int64_t n0, int64_t 
       const int64_t nb = std::min(step, blocks - b0);
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t n = n0 + g * kTile + r;
-        pack_row<dt>(quant_row_blocks(w, n, b0, nb, copied), nb,
+        const uint8_t* row = w.quant_group_rows() == 1
+                                 ? w.quant_row(n) + static_cast<size_t>(b0) * pack_block_bytes<dt>()
+                                 : quant_row_blocks(w, n, b0, nb, copied);
+        pack_row<dt>(row, nb,
                      base + 32 * static_cast<size_t>(r) + static_cast<size_t>(b0) * kATile * (step == 1 ? 8 : 1),
                      static_cast<size_t>(g) * per_group + static_cast<size_t>(b0) * kTile + static_cast<size_t>(r),
                      offset, c);
