@@ -29,6 +29,7 @@
 #include "loom/runtime/cpu/matmul.h"
 #include "runtime/cpu/matmul_baselines.h"
 #include "runtime/cpu/matmul_kernels.h"
+#include "runtime/cpu/qlayout.h"
 #include "runtime/cpu/qlinear.h"
 
 #if defined(LOOM_MATMUL_X86)
@@ -147,15 +148,15 @@ void run_from_memory(benchmark::State& state, const LinearShape& s, int64_t M, b
 // layer, 640 MB in all, a different one each call (each its own storage: a
 // quantized PackedLinear is a view of its tensor).
 // gemm: the best batched path allowed (the row kernels, VNNI tiles, AMX tiles).
-// as_stored: rows as stored even where a model file's Q4_0 would be interleaved
-// (the layout loom picks for a mapped file on this path, QuantLayout::kAuto).
+// as_stored: rows as stored even where a model file's Q4_0 or Q4_K would be
+// interleaved (the layout loom picks for a mapped file on this path, QuantLayout::kAuto).
 void run_quantized(benchmark::State& state, const LinearShape& s, DType dt, int64_t M, Isa isa,
                    detail::QuantGemm gemm, bool as_stored = false) {
   static std::string key;
   static std::vector<PackedLinear> copies;
   ScopedIsa force(isa);
   const QuantLayout layout =
-      !as_stored && detail::decode_prefers_interleaved_q4_0() ? QuantLayout::kInterleaved : QuantLayout::kRows;
+      !as_stored && detail::decode_prefers_interleaved(dt) ? QuantLayout::kInterleaved : QuantLayout::kRows;
   const std::string want = std::to_string(s.K) + "x" + std::to_string(s.N) + std::string(dtype_name(dt)) +
                            std::to_string(static_cast<int>(layout));
   if (key != want) {
@@ -319,7 +320,7 @@ void register_all() {
           if (M > 1 && isa == Isa::kAvx2) {
             add(name + "/rows", [=](benchmark::State& st) { run_quantized(st, s, dt, M, isa, detail::QuantGemm::kRows); });
           }
-          if (dt == DType::kQ4_0 && isa == Isa::kAvx2) {
+          if (detail::interleaved_group_rows(dt) > 1 && isa == Isa::kAvx2) {
             add(name + "/as_stored", [=](benchmark::State& st) {
               run_quantized(st, s, dt, M, isa, detail::QuantGemm::kAmx, /*as_stored=*/true);
             });

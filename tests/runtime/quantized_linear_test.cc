@@ -21,7 +21,7 @@
 #include "loom/runtime/cpu/matmul.h"
 #include "runtime/cpu/qdot_kernels.h"
 #include "runtime/cpu/qgemm.h"
-#include "runtime/cpu/qlayout_q4_0x8.h"
+#include "runtime/cpu/qlayout.h"
 #include "runtime/cpu/qlinear.h"
 
 namespace loom::cpu {
@@ -130,30 +130,32 @@ TEST_P(QuantizedLinearIsaTest, RowsAreBitwiseTheSameWhateverMPositionAndThreads)
   }
 }
 
-// Q4_0 interleaved in groups of 8 rows against the rows as stored, bitwise, at
-// decode (the AVX2 interleaved kernel), small batches (the row kernels on rows
-// copied out) and batches the tiles take (their unpacking reads both layouts);
-// N with and without a tail past the last group.
-TEST_P(QuantizedLinearIsaTest, InterleavedQ4_0EqualsRowsBitwise) {
+// Q4_0 and Q4_K interleaved in groups of 8 rows against the rows as stored,
+// bitwise, at decode (the AVX2 interleaved kernels), small batches (the row
+// kernels on rows copied out) and batches the tiles take (their unpacking reads
+// both layouts); N with and without a tail past the last group.
+TEST_P(QuantizedLinearIsaTest, InterleavedEqualsRowsBitwise) {
   ThreadPool pool(2);
   ScopedIsa force(GetParam());
   uint32_t seed = 300;
-  for (int64_t N : {8, 13, 45, 136, 257}) {
-    for (int64_t blocks : {1, 3, 8}) {
-      ++seed;
-      const int64_t K = blocks * 32;
-      const Tensor weight = quantized_weight(N, K, DType::kQ4_0, seed);
-      const Tensor bias = Tensor::from_f32(random_floats(static_cast<size_t>(N), seed + 7), {N});
-      for (bool with_bias : {false, true}) {
-        auto rows = PackedLinear::pack(weight, with_bias ? &bias : nullptr, QuantLayout::kRows);
-        auto grouped = PackedLinear::pack(weight, with_bias ? &bias : nullptr, QuantLayout::kInterleaved);
-        ASSERT_TRUE(rows.ok() && grouped.ok());
-        ASSERT_EQ(rows->quant_group_rows(), 1);
-        ASSERT_EQ(grouped->quant_group_rows(), 8);
-        for (int64_t M : {1, 2, 5, 9, 17, 33}) {
-          const std::vector<float> x = random_floats(static_cast<size_t>(M * K), seed + static_cast<uint32_t>(M));
-          ASSERT_EQ(run(x, M, *grouped, pool), run(x, M, *rows, pool))
-              << "M=" << M << " K=" << K << " N=" << N << (with_bias ? " bias" : "");
+  for (DType dt : {DType::kQ4_0, DType::kQ4_K}) {
+    for (int64_t N : {8, 13, 45, 136, 257}) {
+      for (int64_t blocks : {1, 3, 8}) {
+        ++seed;
+        const int64_t K = blocks * dtype_block_elements(dt);
+        const Tensor weight = quantized_weight(N, K, dt, seed);
+        const Tensor bias = Tensor::from_f32(random_floats(static_cast<size_t>(N), seed + 7), {N});
+        for (bool with_bias : {false, true}) {
+          auto rows = PackedLinear::pack(weight, with_bias ? &bias : nullptr, QuantLayout::kRows);
+          auto grouped = PackedLinear::pack(weight, with_bias ? &bias : nullptr, QuantLayout::kInterleaved);
+          ASSERT_TRUE(rows.ok() && grouped.ok());
+          ASSERT_EQ(rows->quant_group_rows(), 1);
+          ASSERT_EQ(grouped->quant_group_rows(), 8);
+          for (int64_t M : {1, 2, 5, 9, 17, 33}) {
+            const std::vector<float> x = random_floats(static_cast<size_t>(M * K), seed + static_cast<uint32_t>(M));
+            ASSERT_EQ(run(x, M, *grouped, pool), run(x, M, *rows, pool))
+                << dtype_name(dt) << " M=" << M << " K=" << K << " N=" << N << (with_bias ? " bias" : "");
+          }
         }
       }
     }
@@ -413,23 +415,26 @@ TEST(QuantizedLinear, Avx2ActivationQuantizersEqualCoreBitwise) {
 }
 #endif
 
-TEST(QuantizedLinear, Q4_0x8LayoutGivesBackEveryRowsBlocks) {
-  const int64_t N = 19, blocks = 5;
-  const Tensor weight = quantized_weight(N, blocks * 32, DType::kQ4_0, 77);
-  auto grouped = PackedLinear::pack(weight, nullptr, QuantLayout::kInterleaved);
-  ASSERT_TRUE(grouped.ok());
-  const size_t row_bytes = grouped->quant_row_bytes();
-  const auto* stored = static_cast<const uint8_t*>(weight.data());
-  // Groups take their rows' bytes, and the rows past the last group are as stored.
-  EXPECT_EQ(std::memcmp(grouped->quant_row(16), stored + 16 * row_bytes, 3 * row_bytes), 0);
-  EXPECT_NE(std::memcmp(grouped->quant_row(0), stored, 16 * row_bytes), 0);
-  std::vector<uint8_t> scratch(row_bytes);
-  for (int64_t n = 0; n < N; ++n) {
-    for (int64_t b0 = 0; b0 < blocks; ++b0) {
-      for (int64_t nb = 1; b0 + nb <= blocks; ++nb) {
-        const uint8_t* got = detail::quant_row_blocks(*grouped, n, b0, nb, scratch.data());
-        ASSERT_EQ(std::memcmp(got, stored + n * row_bytes + b0 * sizeof(BlockQ4_0), nb * sizeof(BlockQ4_0)), 0)
-            << "row " << n << " blocks " << b0 << "+" << nb;
+TEST(QuantizedLinear, InterleavedLayoutsGiveBackEveryRowsBlocks) {
+  for (DType dt : {DType::kQ4_0, DType::kQ4_K}) {
+    const int64_t N = 19, blocks = 5;
+    const size_t block_bytes = dtype_bytes(dt, dtype_block_elements(dt));
+    const Tensor weight = quantized_weight(N, blocks * dtype_block_elements(dt), dt, 77);
+    auto grouped = PackedLinear::pack(weight, nullptr, QuantLayout::kInterleaved);
+    ASSERT_TRUE(grouped.ok());
+    const size_t row_bytes = grouped->quant_row_bytes();
+    const auto* stored = static_cast<const uint8_t*>(weight.data());
+    // Groups take their rows' bytes, and the rows past the last group are as stored.
+    EXPECT_EQ(std::memcmp(grouped->quant_row(16), stored + 16 * row_bytes, 3 * row_bytes), 0) << dtype_name(dt);
+    EXPECT_NE(std::memcmp(grouped->quant_row(0), stored, 16 * row_bytes), 0) << dtype_name(dt);
+    std::vector<uint8_t> scratch(row_bytes);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t b0 = 0; b0 < blocks; ++b0) {
+        for (int64_t nb = 1; b0 + nb <= blocks; ++nb) {
+          const uint8_t* got = detail::quant_row_blocks(*grouped, n, b0, nb, scratch.data());
+          ASSERT_EQ(std::memcmp(got, stored + n * row_bytes + b0 * block_bytes, nb * block_bytes), 0)
+              << dtype_name(dt) << " row " << n << " blocks " << b0 << "+" << nb;
+        }
       }
     }
   }
@@ -438,34 +443,41 @@ TEST(QuantizedLinear, Q4_0x8LayoutGivesBackEveryRowsBlocks) {
 // kAuto interleaves only over a file's mapping (a copy of a tensor in memory
 // would hold the weights twice), and only where the decode kernel prefers it;
 // the mapped source still reads back after its pages are released.
-TEST(QuantizedLinear, AutoLayoutInterleavesMappedQ4_0WhereDecodePrefersIt) {
-  const int64_t N = 64, K = 4096;
-  const Tensor weight = quantized_weight(N, K, DType::kQ4_0, 91);
-  auto in_memory = PackedLinear::pack(weight, nullptr);
-  ASSERT_TRUE(in_memory.ok());
-  EXPECT_EQ(in_memory->quant_group_rows(), 1);
+TEST(QuantizedLinear, AutoLayoutInterleavesMappedTensorsWhereDecodePrefersIt) {
+  for (DType dt : {DType::kQ4_0, DType::kQ4_K, DType::kQ8_0}) {
+    const int64_t N = 64, K = 4096;
+    const Tensor weight = quantized_weight(N, K, dt, 91);
+    auto in_memory = PackedLinear::pack(weight, nullptr);
+    ASSERT_TRUE(in_memory.ok());
+    EXPECT_EQ(in_memory->quant_group_rows(), 1);
 
-  char path[] = "/tmp/loom_q4_0x8_XXXXXX";
-  const int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(write(fd, weight.data(), weight.nbytes()), static_cast<ssize_t>(weight.nbytes()));
-  void* map = mmap(nullptr, weight.nbytes(), PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  unlink(path);
-  ASSERT_NE(map, MAP_FAILED);
-  register_file_mapping(map, weight.nbytes());
-  {
-    const Tensor mapped = Tensor::wrap(map, DType::kQ4_0, {N, K});
-    for (Isa isa : supported_isas()) {
-      ScopedIsa force(isa);
-      auto packed = PackedLinear::pack(mapped, nullptr);
-      ASSERT_TRUE(packed.ok());
-      EXPECT_EQ(packed->quant_group_rows(), detail::decode_prefers_interleaved_q4_0() ? 8 : 1) << isa_name(isa);
+    char path[] = "/tmp/loom_interleave_XXXXXX";
+    const int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(write(fd, weight.data(), weight.nbytes()), static_cast<ssize_t>(weight.nbytes()));
+    void* map = mmap(nullptr, weight.nbytes(), PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    unlink(path);
+    ASSERT_NE(map, MAP_FAILED);
+    register_file_mapping(map, weight.nbytes());
+    {
+      const Tensor mapped = Tensor::wrap(map, dt, {N, K});
+      for (Isa isa : supported_isas()) {
+        ScopedIsa force(isa);
+        auto packed = PackedLinear::pack(mapped, nullptr);
+        ASSERT_TRUE(packed.ok());
+        EXPECT_EQ(packed->quant_group_rows(), detail::decode_prefers_interleaved(dt) ? 8 : 1)
+            << dtype_name(dt) << " " << isa_name(isa);
+        // Only Q4_0 and Q4_K have an interleaved layout; the AVX2 maddubs kernels read it.
+        EXPECT_EQ(detail::decode_prefers_interleaved(dt),
+                  dt != DType::kQ8_0 && std::string(detail::quantized_kernels_name()) == "AVX2")
+            << dtype_name(dt) << " " << isa_name(isa);
+      }
+      EXPECT_EQ(std::memcmp(map, weight.data(), weight.nbytes()), 0) << "released pages read back from the file";
     }
-    EXPECT_EQ(std::memcmp(map, weight.data(), weight.nbytes()), 0) << "released pages read back from the file";
+    unregister_file_mapping(map);
+    munmap(map, weight.nbytes());
   }
-  unregister_file_mapping(map);
-  munmap(map, weight.nbytes());
 }
 
 TEST(QuantizedLinear, PackRejectsRowsThatAreNotWholeBlocks) {

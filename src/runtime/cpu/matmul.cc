@@ -20,7 +20,7 @@
 #include "core/file_pages.h"
 #include "loom/runtime/cpu/cpu_features.h"
 #include "runtime/cpu/matmul_kernels.h"
-#include "runtime/cpu/qlayout_q4_0x8.h"
+#include "runtime/cpu/qlayout.h"
 #include "runtime/cpu/qlinear.h"
 #include "runtime/cpu/share_chunks.h"
 
@@ -357,19 +357,20 @@ Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias
     }
     out.row_bytes_ = dtype_bytes(dt, K);
     bool interleave = false;
-    if (dt == DType::kQ4_0 && N >= detail::kQ4_0GroupRows) {
+    const int group_rows = detail::interleaved_group_rows(dt);
+    if (group_rows > 1 && N >= group_rows) {
       if (layout == QuantLayout::kAuto) layout = detail::quant_layout_override();
       // Automatically only over a file's mapping, whose pages the copy replaces: a
       // tensor in memory (quantized at load) would be held twice.
       interleave = layout == QuantLayout::kInterleaved ||
-                   (layout == QuantLayout::kAuto && detail::decode_prefers_interleaved_q4_0() &&
+                   (layout == QuantLayout::kAuto && detail::decode_prefers_interleaved(dt) &&
                     in_file_mapping(weight.data(), weight.nbytes()));
     }
     if (interleave) {
-      // A copy in groups of 8 rows; the rows past the last group as they are.
-      const int64_t groups = N / detail::kQ4_0GroupRows, blocks = K / dtype_block_elements(dt);
-      const size_t group_bytes = out.row_bytes_ * detail::kQ4_0GroupRows, total = out.row_bytes_ * static_cast<size_t>(N);
-      out.group_rows_ = detail::kQ4_0GroupRows;
+      // A copy in groups of rows; the rows past the last group as they are.
+      const int64_t groups = N / group_rows, blocks = K / dtype_block_elements(dt);
+      const size_t group_bytes = out.row_bytes_ * group_rows, total = out.row_bytes_ * static_cast<size_t>(N);
+      out.group_rows_ = group_rows;
       out.data_ = allocate_streamed(total);
       out.bytes_ = total;
       const auto* src = static_cast<const uint8_t*>(weight.data());
@@ -381,7 +382,7 @@ Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias
         for (int64_t r0 = g0; r0 < g1; r0 += kReleaseGroups) {
           const int64_t r1 = std::min(g1, r0 + kReleaseGroups);
           for (int64_t g = r0; g < r1; ++g) {
-            detail::interleave_q4_0x8(src + group_bytes * g, out.row_bytes_, blocks, dst + group_bytes * g);
+            detail::interleave_group(dt, src + group_bytes * g, out.row_bytes_, blocks, dst + group_bytes * g);
           }
           release_file_pages(src + group_bytes * r0, group_bytes * (r1 - r0));
         }

@@ -41,6 +41,9 @@ struct QdotArgs {
   // qdot_q4_0x8_avx2 only: 8·Σ qs of each activation block, row r's at
   // act_sum8 + r * blocks.
   const int32_t* act_sum8 = nullptr;
+  // qdot_q4_Kx8_avx2 only: the 8 sub-block sums (32 qs each) of each activation
+  // block, row r's at act_sub_sums + r * blocks * 8.
+  const int16_t* act_sub_sums = nullptr;
 };
 using QdotFn = void (*)(const QdotArgs&);
 
@@ -80,6 +83,8 @@ void qdot_q6_K_avx2(const QdotArgs& a);
 // Q4_0 interleaved in groups of 8 rows (qlayout_q4_0x8.h): a.w is the first
 // group, a.outputs a multiple of 8.
 void qdot_q4_0x8_avx2(const QdotArgs& a);
+// Q4_K interleaved in groups of 8 rows (qlayout_q4_Kx8.h), likewise.
+void qdot_q4_Kx8_avx2(const QdotArgs& a);
 void qdot_q8_0_avxvnni(const QdotArgs& a);
 void qdot_q4_0_avxvnni(const QdotArgs& a);
 void qdot_q4_K_avxvnni(const QdotArgs& a);

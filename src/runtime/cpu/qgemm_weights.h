@@ -18,7 +18,7 @@
 
 #include "loom/core/quantize.h"
 #include "runtime/cpu/matmul_kernels.h"
-#include "runtime/cpu/qlayout_q4_0x8.h"
+#include "runtime/cpu/qlayout.h"
 
 namespace loom::cpu::detail {
 namespace {
@@ -196,7 +196,7 @@ LOOM_QGEMM_TARGET void pack_chunk_of(const PackedLinear& w, int64_t n0, int64_t 
   const __m256i offset = _mm256_set1_epi8(level_offset);
   // Block by block across a group's 16 rows, so each 512-byte tile is written whole.
   constexpr int64_t step = dt == DType::kQ8_0 || dt == DType::kQ4_0 ? 8 : 1;
-  alignas(32) uint8_t copied[step * sizeof(BlockQ4_0)];  // a step of an interleaved row's blocks
+  alignas(32) uint8_t copied[step * pack_block_bytes<dt>()];  // a step of an interleaved row's blocks
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t rows = std::min<int64_t>(kTile, n1 - n0 - g * kTile);
     int8_t* base = c.levels.data() + static_cast<size_t>(g) * group_bytes;

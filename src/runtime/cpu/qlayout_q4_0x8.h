@@ -22,7 +22,6 @@
 #include <cstring>
 
 #include "loom/core/quantize.h"
-#include "loom/runtime/cpu/matmul.h"
 
 namespace loom::cpu::detail {
 
@@ -51,20 +50,6 @@ inline void q4_0x8_row_blocks(const uint8_t* group, int r, int64_t b0, int64_t n
     std::memcpy(dst[i].qs, in + q4_0x8_qs_offset(r, 0), 8);
     std::memcpy(dst[i].qs + 8, in + q4_0x8_qs_offset(r, 1), 8);
   }
-}
-
-// Blocks [b0, b0 + nb) of row n of w as stored: in place where the row is stored
-// as a row, else copied into `scratch` (nb blocks); returns where they are.
-inline const uint8_t* quant_row_blocks(const PackedLinear& w, int64_t n, int64_t b0, int64_t nb, uint8_t* scratch) {
-  const int64_t group = w.quant_group_rows();
-  if (group == 1) {
-    return w.quant_row(n) + static_cast<size_t>(b0) * dtype_bytes(w.weight_dtype(), dtype_block_elements(w.weight_dtype()));
-  }
-  // Only Q4_0 is grouped.
-  if (n >= w.out_features() / group * group) return w.quant_row(n) + static_cast<size_t>(b0) * sizeof(BlockQ4_0);
-  q4_0x8_row_blocks(w.quant_row(n / group * group), static_cast<int>(n % group), b0, nb,
-                    reinterpret_cast<BlockQ4_0*>(scratch));
-  return scratch;
 }
 
 }  // namespace loom::cpu::detail

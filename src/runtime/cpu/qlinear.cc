@@ -18,7 +18,7 @@
 #include "loom/runtime/cpu/cpu_features.h"
 #include "runtime/cpu/qdot_kernels.h"
 #include "runtime/cpu/qgemm.h"
-#include "runtime/cpu/qlayout_q4_0x8.h"
+#include "runtime/cpu/qlayout.h"
 #include "runtime/cpu/share_chunks.h"
 
 namespace loom::cpu::detail {
@@ -62,11 +62,14 @@ int64_t chunk_rows(int64_t N, size_t row_bytes, int64_t M, int threads) {
 
 thread_local std::vector<uint8_t> t_act;
 thread_local std::vector<int32_t> t_act_sum8;
+thread_local std::vector<int16_t> t_act_sub_sums;
 thread_local std::vector<uint8_t> t_rows;  // interleaved rows copied out for the row kernels
 
-// Rows of interleaved weights the row kernels get per copy: whole groups, and
-// small enough to stay in L1/L2 between the copy and the kernel.
-constexpr int64_t kCopiedRows = 4 * kQ4_0GroupRows;
+// Rows of interleaved weights the row kernels get per copy: whole groups (of 8
+// rows, Q4_0x8 and Q4_Kx8 alike), and small enough to stay in L1/L2 between the
+// copy and the kernel.
+constexpr int64_t kCopiedRows = 32;
+static_assert(kCopiedRows % kQ4_0GroupRows == 0 && kCopiedRows % kQ4_KGroupRows == 0);
 
 // From this many rows AMX wins although its tiles are 16 rows and it unpacks
 // the weights per call: 2048×2048, 2 threads, at M = 8 it took 0.56 ms for Q4_K
@@ -222,26 +225,45 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
     return;
   }
 
-  // Interleaved groups (Q4_0x8); the rows past the last group are stored as rows.
+  // Interleaved groups (Q4_0x8, Q4_Kx8); the rows past the last group are stored as rows.
   const int64_t grouped = N / group * group;
 #if defined(LOOM_MATMUL_X86)
   if (&table != &qdot_scalar()) {
+    // Per activation block, the sums the interleaved kernels subtract (Q4_0:
+    // 8·Σq) or weigh by the mins (Q4_K: per sub-block of 32).
+    const bool q4_0 = dt == DType::kQ4_0;
     std::vector<int32_t>& sum8 = t_act_sum8;
-    sum8.resize(static_cast<size_t>(M * blocks));
+    std::vector<int16_t>& sub_sums = t_act_sub_sums;
+    if (q4_0) {
+      sum8.resize(static_cast<size_t>(M * blocks));
+    } else {
+      sub_sums.resize(static_cast<size_t>(M * blocks * 8));
+    }
     for (int64_t r = 0; r < M; ++r) {
-      const auto* xb = reinterpret_cast<const ActBlockQ8x32*>(act_data + act_row_bytes * static_cast<size_t>(r));
+      const uint8_t* row = act_data + act_row_bytes * static_cast<size_t>(r);
       for (int64_t b = 0; b < blocks; ++b) {
-        int32_t sum = 0;
-        for (int8_t q : xb[b].qs) sum += q;
-        sum8[static_cast<size_t>(r * blocks + b)] = 8 * sum;
+        const size_t i = static_cast<size_t>(r * blocks + b);
+        if (q4_0) {
+          int32_t sum = 0;
+          for (int8_t q : reinterpret_cast<const ActBlockQ8x32*>(row)[b].qs) sum += q;
+          sum8[i] = 8 * sum;
+        } else {
+          const int16_t* bsums = reinterpret_cast<const ActBlockQ8K*>(row)[b].bsums;
+          for (int j = 0; j < 8; ++j) sub_sums[8 * i + j] = static_cast<int16_t>(bsums[2 * j] + bsums[2 * j + 1]);
+        }
       }
     }
+    const QdotFn grouped_kernel = q4_0 ? qdot_q4_0x8_avx2 : qdot_q4_Kx8_avx2;
     share_chunks(pool, N, chunk, [&](int64_t n0, int64_t n1) {
       const int64_t g1 = std::min(n1, grouped);
       for (int64_t m0 = 0; n0 < g1 && m0 < M; m0 += kQTileRows) {
         QdotArgs a = args_for(w.quant_row(n0), n0, g1, m0, stream);
-        a.act_sum8 = sum8.data() + static_cast<size_t>(m0 * blocks);
-        qdot_q4_0x8_avx2(a);
+        if (q4_0) {
+          a.act_sum8 = sum8.data() + static_cast<size_t>(m0 * blocks);
+        } else {
+          a.act_sub_sums = sub_sums.data() + static_cast<size_t>(m0 * blocks * 8);
+        }
+        grouped_kernel(a);
       }
       if (n1 > grouped) row_kernels(w.quant_row(std::max(n0, grouped)), std::max(n0, grouped), n1, stream);
     });
@@ -268,9 +290,9 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
   });
 }
 
-bool decode_prefers_interleaved_q4_0() {
+bool decode_prefers_interleaved(DType dt) {
 #if defined(LOOM_MATMUL_X86)
-  return &active_table() == &qdot_avx2();
+  return interleaved_group_rows(dt) > 1 && &active_table() == &qdot_avx2();
 #else
   return false;
 #endif

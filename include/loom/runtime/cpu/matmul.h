@@ -27,10 +27,10 @@
 namespace loom::cpu {
 
 // How PackedLinear::pack keeps quantized rows. kAuto: the layout this CPU's
-// decode kernels read fastest (Q4_0 interleaved in groups of 8 rows on AVX2
-// without VNNI, else rows as stored; LOOM_QUANT_LAYOUT=rows|interleaved
+// decode kernels read fastest (Q4_0 and Q4_K interleaved in groups of 8 rows on
+// AVX2 without VNNI, else rows as stored; LOOM_QUANT_LAYOUT=rows|interleaved
 // overrides it for a process). kRows: as stored, read in place. kInterleaved:
-// Q4_0 in groups of 8 rows (runtime/cpu/qlayout_q4_0x8.h), other types as
+// Q4_0 and Q4_K in groups of 8 rows (runtime/cpu/qlayout.h), other types as
 // stored. Every code path computes on either layout, bitwise the same.
 enum class QuantLayout { kAuto, kRows, kInterleaved };
 
@@ -53,7 +53,7 @@ class PackedLinear {
   // quantizes x per block to int8 and computes integer dot products per block
   // pair with f32 accumulation (runtime/cpu/qdot_kernels.h states the order),
   // again bitwise the same for a row whatever M, its position or the thread count.
-  // Interleaved Q4_0 rows are a copy (the source's file pages are released).
+  // Interleaved Q4_0 and Q4_K rows are a copy (the source's file pages are released).
   static Result<PackedLinear> pack(const Tensor& weight, const Tensor* bias,
                                    QuantLayout layout = QuantLayout::kAuto);
 
@@ -88,7 +88,7 @@ class PackedLinear {
   DType dtype_ = DType::kF32;
   size_t panel_bytes_ = 0;
   size_t row_bytes_ = 0;  // quantized weights only
-  int group_rows_ = 1;    // quantized weights: 1 (rows as stored) or 8 (Q4_0 interleaved)
+  int group_rows_ = 1;    // quantized weights: 1 (rows as stored) or 8 (Q4_0, Q4_K interleaved)
   size_t bytes_ = 0;
   std::shared_ptr<void> data_;
   std::shared_ptr<void> bias_;

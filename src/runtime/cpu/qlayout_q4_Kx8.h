@@ -1,0 +1,60 @@
+// Q4_K rows interleaved in groups of 8 ("Q4_Kx8"), the layout PackedLinear keeps
+// Q4_K weights in where the AVX2 decode kernel reads it (qdot_q4_Kx8_avx2.cc).
+// From rows, every 144-byte block costs its own scale unpacking, eight scale
+// shuffles and a reduction; from this layout one unpacking serves eight rows and
+// the sub-block scales are applied per row lane.
+//
+// A group of 8 rows occupies exactly the bytes the 8 rows would (8 × 144 per
+// block), block after block; group block b is 1152 bytes:
+//   bytes    0-15   d of rows 0..7 (f16)
+//   bytes   16-31   dmin of rows 0..7 (f16)
+//   bytes   32-127  the scale bytes, transposed: byte t (0..11) of row r at 32 + 8t + r,
+//                   so that three loads unpack the 8 rows' scales and mins at once
+//   bytes  128-1151 per chunk c (0..3: qs bytes 32c..32c+31, whose low nibbles are
+//                   sub-block 2c and high ones 2c + 1) 256 bytes: for h = 0..3, qs
+//                   bytes 32c + 8h .. + 7 of rows 0, 1, 4, 5, then of rows 2, 3, 6, 7
+// so that, as in Q4_0x8, a 32-byte run is four rows × 8 bytes and one hadd of
+// two runs' per-row sums gives rows 0..7 in order. Rows past the last whole
+// group stay as stored, at the offsets they would have as rows.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "loom/core/quantize.h"
+
+namespace loom::cpu::detail {
+
+constexpr int kQ4_KGroupRows = 8;
+constexpr size_t kQ4_Kx8BlockBytes = kQ4_KGroupRows * sizeof(BlockQ4_K);
+static_assert(kQ4_Kx8BlockBytes == 1152, "BlockQ4_K is 144 bytes");
+constexpr size_t kQ4_Kx8ScalesOffset = 32;
+constexpr size_t kQ4_Kx8QsOffset = 128;
+
+// Byte offset, inside a group block, of qs bytes [32c + 8h, 32c + 8h + 8) of row r
+// (r < 8, c < 4, h < 4).
+constexpr size_t q4_Kx8_qs_offset(int r, int c, int h) {
+  // rows 0, 1, 4, 5 → slots 0-3 of the first run; 2, 3, 6, 7 → of the second.
+  const int run = (r >> 1) & 1, slot = (r & 1) | ((r >> 2) << 1);
+  return kQ4_Kx8QsOffset + static_cast<size_t>(c) * 256 + static_cast<size_t>(h) * 64 +
+         static_cast<size_t>(run) * 32 + static_cast<size_t>(slot) * 8;
+}
+
+// The 8 rows at `rows` (row_bytes apart, `blocks` blocks each) → one group at dst.
+void interleave_q4_Kx8(const uint8_t* rows, size_t row_bytes, int64_t blocks, uint8_t* dst);
+
+// Blocks [b0, b0 + nb) of row r of the group at `group`, as stored: BlockQ4_Ks.
+inline void q4_Kx8_row_blocks(const uint8_t* group, int r, int64_t b0, int64_t nb, BlockQ4_K* dst) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* in = group + static_cast<size_t>(b0 + i) * kQ4_Kx8BlockBytes;
+    std::memcpy(&dst[i].d, in + 2 * r, 2);
+    std::memcpy(&dst[i].dmin, in + 16 + 2 * r, 2);
+    for (int t = 0; t < 12; ++t) dst[i].scales[t] = in[kQ4_Kx8ScalesOffset + 8 * t + r];
+    for (int c = 0; c < 4; ++c) {
+      for (int h = 0; h < 4; ++h) std::memcpy(dst[i].qs + 32 * c + 8 * h, in + q4_Kx8_qs_offset(r, c, h), 8);
+    }
+  }
+}
+
+}  // namespace loom::cpu::detail
