@@ -4,7 +4,9 @@
 // one ymm lane per row. Per output the 8 rows' block sums build up in registers
 // from vpmaddubsw (weight bytes broadcast, u8, times each row's 4 activations,
 // s8), and no lane is ever reduced, where the row kernels reduce every block of
-// every output and row horizontally.
+// every output and row horizontally. 32 elements of the 8 rows' activations
+// (8 registers) stay in registers across all the outputs of a tile, so each
+// vpmaddubsw costs one load, the weights' broadcast.
 //
 // vpmaddubsw saturates its int16 pair sums, so the levels are kept small and
 // unsigned where they can be (Q4_0 as q = level + 8, Q6_K as q = level + 32,
@@ -165,12 +167,6 @@ LOOM_QGEMM_TARGET LOOM_INLINE __m256i bcast4(const int8_t* p) {
   std::memcpy(&v, p, 4);
   return _mm256_set1_epi32(v);
 }
-// The block's activations, read anew for each output: GCC otherwise hoists the
-// K types' 2 KB of them out of the output loop into a copy on the stack.
-LOOM_QGEMM_TARGET LOOM_INLINE const uint8_t* opaque(const uint8_t* p) {
-  __asm__("" : "+r"(p));
-  return p;
-}
 LOOM_QGEMM_TARGET LOOM_INLINE __m256i load_x(const uint8_t* p) {
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
 }
@@ -229,6 +225,9 @@ LOOM_QGEMM_TARGET __attribute__((noinline)) void tile_q8x32(const Tile8Job& j) {
 }
 
 // Q4_K and Q5_K: acc = fma(d_w·d_x, Σ_j sc_j·isum_j, acc); acc = fma(−(dmin_w·d_x), Σ_j m_j·xsum_j, acc).
+// Sub-block by sub-block, its 8 rows' activations held in 8 registers for every
+// output (one load per vpmaddubsw, the weight's broadcast), and each output's
+// Σ_j sc_j·isum_j built up in L1 across the sub-blocks.
 template <DType dt>
 LOOM_QGEMM_TARGET __attribute__((noinline)) void tile_q4_K(const Tile8Job& j) {
   constexpr int run = dt == DType::kQ4_K ? 8 : 4;  // groups whose int16 sums cannot overflow
@@ -237,38 +236,45 @@ LOOM_QGEMM_TARGET __attribute__((noinline)) void tile_q4_K(const Tile8Job& j) {
   const uint8_t* xsum = j.x + j.L->extra_offset();
   const __m256 sign = _mm256_set1_ps(-0.0f);
   TileAcc acc;
+  alignas(32) int32_t scaled[kTile][kRows];
   for (int64_t b = 0; b < blocks; ++b) {
     j.next->step();
     const uint8_t* xb = j.x + static_cast<size_t>(b) * 2048;
+    const size_t at0 = j.first + static_cast<size_t>(b) * kTile;
+    const int32_t* sc = j.sp->sc.data() + at0 * 8;
+#pragma GCC unroll 1
+    for (int s = 0; s < 8; ++s) {
+      __m256i x[8];
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) x[g] = load_x(xb + 256 * s + 32 * g);
+      const int8_t* ws = j.w + static_cast<size_t>(8 * b + s) * kATile;
+#pragma GCC unroll 1
+      for (int n = 0; n < j.outputs; ++n) {
+        const int8_t* wn = ws + 32 * n;
+        const __m256i scale = _mm256_set1_epi32(sc[n * 8 + s]);
+        __m256i sum = s == 0 ? _mm256_setzero_si256() : _mm256_load_si256(reinterpret_cast<const __m256i*>(scaled[n]));
+#pragma GCC unroll 2
+        for (int g0 = 0; g0 < 8; g0 += run) {
+          __m256i s16 = _mm256_maddubs_epi16(bcast4(wn + 4 * g0), x[g0]);
+#pragma GCC unroll 8
+          for (int g = g0 + 1; g < g0 + run; ++g) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(bcast4(wn + 4 * g), x[g]));
+          sum = _mm256_add_epi32(sum, _mm256_madd_epi16(s16, scale));
+        }
+        _mm256_store_si256(reinterpret_cast<__m256i*>(scaled[n]), sum);
+      }
+    }
     const __m256 dxv = _mm256_loadu_ps(dx + b * kRows);
     const uint8_t* xs = xsum + static_cast<size_t>(b) * j.L->extra_bytes_per_block();
 #pragma GCC unroll 1
     for (int n = 0; n < j.outputs; ++n) {
-      const size_t at = j.first + static_cast<size_t>(b) * kTile + static_cast<size_t>(n);
-      const int32_t* sc = j.sp->sc.data() + at * 8;
+      const size_t at = at0 + static_cast<size_t>(n);
       const int32_t* mn = j.sp->pairs.data() + at * 4;
-      __m256i scaled = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (int s = 0; s < 8; ++s) {
-        const int8_t* ws = j.w + static_cast<size_t>(8 * b + s) * kATile + 32 * n;
-        const uint8_t* xj = opaque(xb) + 256 * s;
-        const __m256i scale = _mm256_set1_epi32(sc[s]);
-#pragma GCC unroll 2
-        for (int g0 = 0; g0 < 8; g0 += run) {
-          __m256i s16 = _mm256_maddubs_epi16(bcast4(ws + 4 * g0), load_x(xj + 32 * g0));
-#pragma GCC unroll 8
-          for (int g = g0 + 1; g < g0 + run; ++g) {
-            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(bcast4(ws + 4 * g), load_x(xj + 32 * g)));
-          }
-          scaled = _mm256_add_epi32(scaled, _mm256_madd_epi16(s16, scale));
-        }
-      }
       __m256i mins = _mm256_setzero_si256();
 #pragma GCC unroll 4
       for (int p = 0; p < 4; ++p) mins = _mm256_add_epi32(mins, _mm256_madd_epi16(load_x(xs + 32 * p), _mm256_set1_epi32(mn[p])));
       const __m256 d = _mm256_mul_ps(_mm256_set1_ps(j.c->d[at]), dxv);
       const __m256 dm = _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(j.c->dmin[at]), dxv), sign);
-      acc.fma(n, d, scaled);
+      acc.fma(n, d, _mm256_load_si256(reinterpret_cast<const __m256i*>(scaled[n])));
       acc.fma(n, dm, mins);
     }
   }
@@ -276,38 +282,53 @@ LOOM_QGEMM_TARGET __attribute__((noinline)) void tile_q4_K(const Tile8Job& j) {
 }
 
 // Q6_K: acc = fma(d_w·d_x, Σ_s sc_s·(Σ q·x − 32·bsum_s), acc), q = level + 32.
+// As Q4_K: two 16-element sub-blocks at a time, their activations in 8 registers
+// for every output, each output's Σ_s sc_s·Σ q·x built up in L1.
 LOOM_QGEMM_TARGET __attribute__((noinline)) void tile_q6_K(const Tile8Job& j) {
   const int64_t blocks = j.L->blocks;
   const float* dx = reinterpret_cast<const float*>(j.x + j.L->dx_offset());
   const uint8_t* bsum = j.x + j.L->extra_offset();
   TileAcc acc;
+  alignas(32) int32_t dots[kTile][kRows];
   for (int64_t b = 0; b < blocks; ++b) {
     j.next->step();
     const uint8_t* xb = j.x + static_cast<size_t>(b) * 2048;
+    const size_t at0 = j.first + static_cast<size_t>(b) * kTile;
+    const int32_t* sc = j.sp->sc.data() + at0 * 16;
+#pragma GCC unroll 1
+    for (int t = 0; t < 8; ++t) {  // sub-blocks 2t and 2t + 1: the 32-element tile t
+      __m256i x[8];
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) x[g] = load_x(xb + 256 * t + 32 * g);
+      const int8_t* wt = j.w + static_cast<size_t>(8 * b + t) * kATile;
+#pragma GCC unroll 1
+      for (int n = 0; n < j.outputs; ++n) {
+        const int8_t* ws = wt + 32 * n;
+        __m256i sum = t == 0 ? _mm256_setzero_si256() : _mm256_load_si256(reinterpret_cast<const __m256i*>(dots[n]));
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m256i scale = _mm256_set1_epi32(sc[n * 16 + 2 * t + h]);
+          const int8_t* w = ws + 16 * h;
+          const __m256i lo = _mm256_add_epi16(_mm256_maddubs_epi16(bcast4(w), x[4 * h]),
+                                              _mm256_maddubs_epi16(bcast4(w + 4), x[4 * h + 1]));
+          const __m256i hi = _mm256_add_epi16(_mm256_maddubs_epi16(bcast4(w + 8), x[4 * h + 2]),
+                                              _mm256_maddubs_epi16(bcast4(w + 12), x[4 * h + 3]));
+          sum = _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_madd_epi16(lo, scale), _mm256_madd_epi16(hi, scale)));
+        }
+        _mm256_store_si256(reinterpret_cast<__m256i*>(dots[n]), sum);
+      }
+    }
     const __m256 dxv = _mm256_loadu_ps(dx + b * kRows);
     const uint8_t* bs = bsum + static_cast<size_t>(b) * j.L->extra_bytes_per_block();
 #pragma GCC unroll 1
     for (int n = 0; n < j.outputs; ++n) {
-      const size_t at = j.first + static_cast<size_t>(b) * kTile + static_cast<size_t>(n);
-      const int32_t* sc = j.sp->sc.data() + at * 16;
+      const size_t at = at0 + static_cast<size_t>(n);
       const int32_t* pairs = j.sp->pairs.data() + at * 8;
-      __m256i dots = _mm256_setzero_si256();
-#pragma GCC unroll 16
-      for (int s = 0; s < 16; ++s) {
-        // sub-block s: half s % 2 of the 32-element tile s / 2
-        const int8_t* ws = j.w + static_cast<size_t>(8 * b + s / 2) * kATile + 32 * n + 16 * (s % 2);
-        const uint8_t* xs = opaque(xb) + 128 * s;
-        const __m256i scale = _mm256_set1_epi32(sc[s]);
-        const __m256i lo = _mm256_add_epi16(_mm256_maddubs_epi16(bcast4(ws), load_x(xs)),
-                                            _mm256_maddubs_epi16(bcast4(ws + 4), load_x(xs + 32)));
-        const __m256i hi = _mm256_add_epi16(_mm256_maddubs_epi16(bcast4(ws + 8), load_x(xs + 64)),
-                                            _mm256_maddubs_epi16(bcast4(ws + 12), load_x(xs + 96)));
-        dots = _mm256_add_epi32(dots, _mm256_add_epi32(_mm256_madd_epi16(lo, scale), _mm256_madd_epi16(hi, scale)));
-      }
       __m256i corr = _mm256_setzero_si256();
 #pragma GCC unroll 8
       for (int p = 0; p < 8; ++p) corr = _mm256_add_epi32(corr, _mm256_madd_epi16(load_x(bs + 32 * p), _mm256_set1_epi32(pairs[p])));
-      const __m256i total = _mm256_sub_epi32(dots, _mm256_slli_epi32(corr, 5));
+      const __m256i total =
+          _mm256_sub_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(dots[n])), _mm256_slli_epi32(corr, 5));
       const __m256 d = _mm256_mul_ps(_mm256_set1_ps(j.c->d[at]), dxv);
       acc.fma(n, d, total);
     }
