@@ -85,6 +85,8 @@ void qdot_q6_K_avx2(const QdotArgs& a);
 void qdot_q4_0x8_avx2(const QdotArgs& a);
 // Q4_K interleaved in groups of 8 rows (qlayout_q4_Kx8.h), likewise.
 void qdot_q4_Kx8_avx2(const QdotArgs& a);
+// Q8_0 interleaved in groups of 8 rows (qlayout_q8_0x8.h), likewise.
+void qdot_q8_0x8_avx2(const QdotArgs& a);
 void qdot_q8_0_avxvnni(const QdotArgs& a);
 void qdot_q4_0_avxvnni(const QdotArgs& a);
 void qdot_q4_K_avxvnni(const QdotArgs& a);

@@ -196,7 +196,8 @@ LOOM_QGEMM_TARGET void pack_chunk_of(const PackedLinear& w, int64_t n0, int64_t 
   const __m256i offset = _mm256_set1_epi8(level_offset);
   // Block by block across a group's 16 rows, so each 512-byte tile is written whole.
   constexpr int64_t step = dt == DType::kQ8_0 || dt == DType::kQ4_0 ? 8 : 1;
-  alignas(32) uint8_t copied[step * pack_block_bytes<dt>()];  // a step of an interleaved row's blocks
+  // A step of an interleaved row's blocks (sized for any type's branch of quant_row_blocks).
+  alignas(32) uint8_t copied[std::max<size_t>(step * pack_block_bytes<dt>(), 8 * sizeof(BlockQ8_0))];
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t rows = std::min<int64_t>(kTile, n1 - n0 - g * kTile);
     int8_t* base = c.levels.data() + static_cast<size_t>(g) * group_bytes;

@@ -1,5 +1,5 @@
 // Which quantized types PackedLinear may keep interleaved in groups of rows
-// (Q4_0x8: qlayout_q4_0x8.h, Q4_Kx8: qlayout_q4_Kx8.h), and reading a row's
+// (Q4_0x8: qlayout_q4_0x8.h, Q4_Kx8: qlayout_q4_Kx8.h, Q8_0x8: qlayout_q8_0x8.h), and reading a row's
 // blocks back whatever the layout, for the paths that read rows.
 #pragma once
 
@@ -10,18 +10,26 @@
 #include "loom/runtime/cpu/matmul.h"
 #include "runtime/cpu/qlayout_q4_0x8.h"
 #include "runtime/cpu/qlayout_q4_Kx8.h"
+#include "runtime/cpu/qlayout_q8_0x8.h"
 
 namespace loom::cpu::detail {
 
 // Rows per interleaved group of dt, 1 where dt has no interleaved layout.
 constexpr int interleaved_group_rows(DType dt) {
-  return dt == DType::kQ4_0 ? kQ4_0GroupRows : dt == DType::kQ4_K ? kQ4_KGroupRows : 1;
+  switch (dt) {
+    case DType::kQ4_0: return kQ4_0GroupRows;
+    case DType::kQ4_K: return kQ4_KGroupRows;
+    case DType::kQ8_0: return kQ8_0GroupRows;
+    default: return 1;
+  }
 }
 
 // The interleaved_group_rows(dt) rows at `rows` → one group at dst.
 inline void interleave_group(DType dt, const uint8_t* rows, size_t row_bytes, int64_t blocks, uint8_t* dst) {
   if (dt == DType::kQ4_0) {
     interleave_q4_0x8(rows, row_bytes, blocks, dst);
+  } else if (dt == DType::kQ8_0) {
+    interleave_q8_0x8(rows, row_bytes, blocks, dst);
   } else {
     interleave_q4_Kx8(rows, row_bytes, blocks, dst);
   }
@@ -40,6 +48,8 @@ inline const uint8_t* quant_row_blocks(const PackedLinear& w, int64_t n, int64_t
   const int r = static_cast<int>(n % group);
   if (dt == DType::kQ4_0) {
     q4_0x8_row_blocks(first, r, b0, nb, reinterpret_cast<BlockQ4_0*>(scratch));
+  } else if (dt == DType::kQ8_0) {
+    q8_0x8_row_blocks(first, r, b0, nb, reinterpret_cast<BlockQ8_0*>(scratch));
   } else {
     q4_Kx8_row_blocks(first, r, b0, nb, reinterpret_cast<BlockQ4_K*>(scratch));
   }

@@ -225,21 +225,21 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
     return;
   }
 
-  // Interleaved groups (Q4_0x8, Q4_Kx8); the rows past the last group are stored as rows.
+  // Interleaved groups (Q4_0x8, Q4_Kx8, Q8_0x8); the rows past the last group are stored as rows.
   const int64_t grouped = N / group * group;
 #if defined(LOOM_MATMUL_X86)
   if (&table != &qdot_scalar()) {
     // Per activation block, the sums the interleaved kernels subtract (Q4_0:
     // 8·Σq) or weigh by the mins (Q4_K: per sub-block of 32).
-    const bool q4_0 = dt == DType::kQ4_0;
+    const bool q4_0 = dt == DType::kQ4_0, q8_0 = dt == DType::kQ8_0;
     std::vector<int32_t>& sum8 = t_act_sum8;
     std::vector<int16_t>& sub_sums = t_act_sub_sums;
     if (q4_0) {
       sum8.resize(static_cast<size_t>(M * blocks));
-    } else {
+    } else if (!q8_0) {
       sub_sums.resize(static_cast<size_t>(M * blocks * 8));
     }
-    for (int64_t r = 0; r < M; ++r) {
+    for (int64_t r = 0; r < M && !q8_0; ++r) {
       const uint8_t* row = act_data + act_row_bytes * static_cast<size_t>(r);
       for (int64_t b = 0; b < blocks; ++b) {
         const size_t i = static_cast<size_t>(r * blocks + b);
@@ -253,14 +253,14 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
         }
       }
     }
-    const QdotFn grouped_kernel = q4_0 ? qdot_q4_0x8_avx2 : qdot_q4_Kx8_avx2;
+    const QdotFn grouped_kernel = q4_0 ? qdot_q4_0x8_avx2 : q8_0 ? qdot_q8_0x8_avx2 : qdot_q4_Kx8_avx2;
     share_chunks(pool, N, chunk, [&](int64_t n0, int64_t n1) {
       const int64_t g1 = std::min(n1, grouped);
       for (int64_t m0 = 0; n0 < g1 && m0 < M; m0 += kQTileRows) {
         QdotArgs a = args_for(w.quant_row(n0), n0, g1, m0, stream);
         if (q4_0) {
           a.act_sum8 = sum8.data() + static_cast<size_t>(m0 * blocks);
-        } else {
+        } else if (!q8_0) {
           a.act_sub_sums = sub_sums.data() + static_cast<size_t>(m0 * blocks * 8);
         }
         grouped_kernel(a);
