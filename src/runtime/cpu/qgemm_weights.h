@@ -60,12 +60,43 @@ LOOM_QGEMM_TARGET LOOM_INLINE void unpack_q8_0(const BlockQ8_0& w, int8_t* dst, 
                       _mm256_add_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs)), offset));
 }
 
-LOOM_QGEMM_TARGET LOOM_INLINE void unpack_q4_0(const BlockQ4_0& w, int8_t* dst, __m256i offset) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.qs));
+// A Q4_0 block's 16 qs bytes in v.
+LOOM_QGEMM_TARGET LOOM_INLINE void unpack_q4_0_qs(__m128i v, int8_t* dst, __m256i offset) {
   const __m128i low4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
   const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), low4), _mm_and_si128(v, low4));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
                       _mm256_add_epi8(_mm256_sub_epi8(q, _mm256_set_m128i(eight, eight)), offset));
+}
+
+LOOM_QGEMM_TARGET LOOM_INLINE void unpack_q4_0(const BlockQ4_0& w, int8_t* dst, __m256i offset) {
+  unpack_q4_0_qs(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.qs)), dst, offset);
+}
+
+LOOM_QGEMM_TARGET LOOM_INLINE __m128i load8(const uint8_t* p) {
+  return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+}
+
+// Row r's blocks [b0, b0 + nb) of the Q4_0x8 or Q8_0x8 group at `group`, unpacked
+// straight from the interleaved runs: a copy out as BlockQ4_0/BlockQ8_0 first
+// (quant_row_blocks) is read back by wider loads than wrote it, which the store
+// buffer cannot forward.
+template <DType dt>
+LOOM_QGEMM_TARGET void pack_row_of_group(const uint8_t* group, int r, int64_t b0, int64_t nb, int8_t* lv, size_t at,
+                                         __m256i offset, WeightChunk& c) {
+  for (int64_t i = 0; i < nb; ++i, at += kTile, lv += kATile) {
+    if constexpr (dt == DType::kQ4_0) {
+      const uint8_t* in = group + static_cast<size_t>(b0 + i) * kQ4_0x8BlockBytes;
+      std::memcpy(&c.d16[at], in + 2 * r, 2);
+      unpack_q4_0_qs(_mm_unpacklo_epi64(load8(in + q4_0x8_qs_offset(r, 0)), load8(in + q4_0x8_qs_offset(r, 1))), lv,
+                     offset);
+    } else {
+      const uint8_t* in = group + static_cast<size_t>(b0 + i) * kQ8_0x8BlockBytes;
+      std::memcpy(&c.d16[at], in + 2 * r, 2);
+      const __m128i lo = _mm_unpacklo_epi64(load8(in + q8_0x8_qs_offset(r, 0)), load8(in + q8_0x8_qs_offset(r, 1)));
+      const __m128i hi = _mm_unpacklo_epi64(load8(in + q8_0x8_qs_offset(r, 2)), load8(in + q8_0x8_qs_offset(r, 3)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lv), _mm256_add_epi8(_mm256_set_m128i(hi, lo), offset));
+    }
+  }
 }
 
 // Sub-block j (32 levels) to dst + j·step.
@@ -205,6 +236,17 @@ LOOM_QGEMM_TARGET void pack_chunk_of(const PackedLinear& w, int64_t n0, int64_t 
       const int64_t nb = std::min(step, blocks - b0);
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t n = n0 + g * kTile + r;
+        if constexpr (dt == DType::kQ4_0 || dt == DType::kQ8_0) {
+          const int64_t group_rows = w.quant_group_rows();
+          if (group_rows > 1 && n < w.out_features() / group_rows * group_rows) {
+            pack_row_of_group<dt>(w.quant_row(n / group_rows * group_rows), static_cast<int>(n % group_rows), b0, nb,
+                                  base + 32 * static_cast<size_t>(r) + static_cast<size_t>(b0) * kATile,
+                                  static_cast<size_t>(g) * per_group + static_cast<size_t>(b0) * kTile +
+                                      static_cast<size_t>(r),
+                                  offset, c);
+            continue;
+          }
+        }
         const uint8_t* row = w.quant_group_rows() == 1
                                  ? w.quant_row(n) + static_cast<size_t>(b0) * pack_block_bytes<dt>()
                                  : quant_row_blocks(w, n, b0, nb, copied);
