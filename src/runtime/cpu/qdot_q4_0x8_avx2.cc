@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include "runtime/cpu/qdot_kernels.h"
+#include "runtime/cpu/qdot_x8_avx2.h"
 #include "runtime/cpu/qlayout_q4_0x8.h"
 
 namespace loom::cpu::detail {
@@ -21,12 +22,6 @@ namespace {
 // 1 on 2 threads of a Zen 3 (weights far past L3): 1 KB 35 GB/s, 2 KB 37-39,
 // 4 KB 36-38; without prefetch 26 (the row kernels: 30-31).
 constexpr size_t kPrefetchBytes = 2048;
-
-LOOM_TARGET_AVX2 LOOM_INLINE __m256i bcast8(const int8_t* p) {
-  int64_t v;
-  __builtin_memcpy(&v, p, 8);
-  return _mm256_set1_epi64x(v);
-}
 
 // Run i (0..3) of the group block at o.
 LOOM_TARGET_AVX2 LOOM_INLINE __m256i run_of(const uint8_t* o, int i) {
@@ -52,12 +47,7 @@ LOOM_TARGET_AVX2 void q4_0x8_rows(const QdotArgs& a) {
     for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < a.blocks; ++b) {
       const uint8_t* o = w + static_cast<size_t>(b) * kQ4_0x8BlockBytes;
-      if (a.stream) {
-        for (const char* end = reinterpret_cast<const char*>(o) + kQ4_0x8BlockBytes + kPrefetchBytes; ahead < end;
-             ahead += 64) {
-          _mm_prefetch(ahead, _MM_HINT_NTA);
-        }
-      }
+      if (a.stream) prefetch_group_stream(ahead, o, kQ4_0x8BlockBytes, kPrefetchBytes);
       // Low and high levels of the four runs. Rows 0, 1, 4, 5 are in runs 0 and 2;
       // rows 2, 3, 6, 7 in runs 1 and 3.
       __m256i lo[4], hi[4];
@@ -81,14 +71,7 @@ LOOM_TARGET_AVX2 void q4_0x8_rows(const QdotArgs& a) {
         acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x[r][b].d)), _mm256_cvtepi32_ps(isum), acc[r]);
       }
     }
-    for (int r = 0; r < kRows; ++r) {
-      alignas(32) float out[kQ4_0GroupRows];
-      _mm256_store_ps(out, acc[r]);
-      for (int i = 0; i < kQ4_0GroupRows; ++i) {
-        const int64_t n = g * kQ4_0GroupRows + i;
-        a.y[r * a.ldy + n] = qdot_finish(out[i], a.bias, n);
-      }
-    }
+    write_group_outputs<kRows>(a, g, acc);
   }
 }
 

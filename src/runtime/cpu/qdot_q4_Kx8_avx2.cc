@@ -13,6 +13,7 @@
 #include <immintrin.h>
 
 #include "runtime/cpu/qdot_kernels.h"
+#include "runtime/cpu/qdot_x8_avx2.h"
 #include "runtime/cpu/qlayout_q4_Kx8.h"
 
 namespace loom::cpu::detail {
@@ -22,12 +23,6 @@ namespace {
 // 1 on 2 threads of a Zen 3, medians of 3 (plain read 29-36 GB/s, noisy): 1152 B
 // 28 GB/s, 2 KB 29-31, 4 KB 34-35.
 constexpr size_t kPrefetchBytes = 4096;
-
-LOOM_TARGET_AVX2 LOOM_INLINE __m256i bcast8(const void* p) {
-  int64_t v;
-  __builtin_memcpy(&v, p, 8);
-  return _mm256_set1_epi64x(v);
-}
 
 LOOM_TARGET_AVX2 LOOM_INLINE __m256i bcast4(const void* p) {
   int32_t v;
@@ -71,12 +66,7 @@ LOOM_TARGET_AVX2 void q4_Kx8_rows(const QdotArgs& a) {
     for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < a.blocks; ++b) {
       const uint8_t* o = w + static_cast<size_t>(b) * kQ4_Kx8BlockBytes;
-      if (a.stream) {
-        for (const char* end = reinterpret_cast<const char*>(o) + kQ4_Kx8BlockBytes + kPrefetchBytes; ahead < end;
-             ahead += 64) {
-          _mm_prefetch(ahead, _MM_HINT_NTA);
-        }
-      }
+      if (a.stream) prefetch_group_stream(ahead, o, kQ4_Kx8BlockBytes, kPrefetchBytes);
       // Scales and mins of sub-blocks 0-3 and 4-7, byte 8j + r (unpack_scale_min_k4).
       const __m256i s0 = load256(o + kQ4_Kx8ScalesOffset), s1 = load256(o + kQ4_Kx8ScalesOffset + 32),
                     s2 = load256(o + kQ4_Kx8ScalesOffset + 64);
@@ -141,14 +131,7 @@ LOOM_TARGET_AVX2 void q4_Kx8_rows(const QdotArgs& a) {
                                  _mm256_cvtepi32_ps(mins), acc[r]);
       }
     }
-    for (int r = 0; r < kRows; ++r) {
-      alignas(32) float out[kQ4_KGroupRows];
-      _mm256_store_ps(out, acc[r]);
-      for (int i = 0; i < kQ4_KGroupRows; ++i) {
-        const int64_t n = g * kQ4_KGroupRows + i;
-        a.y[r * a.ldy + n] = qdot_finish(out[i], a.bias, n);
-      }
-    }
+    write_group_outputs<kRows>(a, g, acc);
   }
 }
 

@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include "runtime/cpu/qdot_kernels.h"
+#include "runtime/cpu/qdot_x8_avx2.h"
 #include "runtime/cpu/qlayout_q8_0x8.h"
 
 namespace loom::cpu::detail {
@@ -20,12 +21,6 @@ namespace {
 // How far ahead the group stream is prefetched. 2048→8192 and 8192→2048 at batch
 // 1 on 2 threads of a Zen 3, min of 3: 2 KB 0.52 ms, 4 KB 0.54-0.55.
 constexpr size_t kPrefetchBytes = 2048;
-
-LOOM_TARGET_AVX2 LOOM_INLINE __m256i bcast8(const int8_t* p) {
-  int64_t v;
-  __builtin_memcpy(&v, p, 8);
-  return _mm256_set1_epi64x(v);
-}
 
 template <int kRows>
 LOOM_TARGET_AVX2 void q8_0x8_rows(const QdotArgs& a) {
@@ -40,12 +35,7 @@ LOOM_TARGET_AVX2 void q8_0x8_rows(const QdotArgs& a) {
     for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < a.blocks; ++b) {
       const uint8_t* o = w + static_cast<size_t>(b) * kQ8_0x8BlockBytes;
-      if (a.stream) {
-        for (const char* end = reinterpret_cast<const char*>(o) + kQ8_0x8BlockBytes + kPrefetchBytes; ahead < end;
-             ahead += 64) {
-          _mm_prefetch(ahead, _MM_HINT_NTA);
-        }
-      }
+      if (a.stream) prefetch_group_stream(ahead, o, kQ8_0x8BlockBytes, kPrefetchBytes);
       // Run i = 2h + j: qs bytes 8h.. of rows 0, 1, 4, 5 (j = 0) or 2, 3, 6, 7 (j = 1).
       __m256i q[8], u[8];
       for (int i = 0; i < 8; ++i) {
@@ -66,14 +56,7 @@ LOOM_TARGET_AVX2 void q8_0x8_rows(const QdotArgs& a) {
         acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x[r][b].d)), _mm256_cvtepi32_ps(isum), acc[r]);
       }
     }
-    for (int r = 0; r < kRows; ++r) {
-      alignas(32) float out[kQ8_0GroupRows];
-      _mm256_store_ps(out, acc[r]);
-      for (int i = 0; i < kQ8_0GroupRows; ++i) {
-        const int64_t n = g * kQ8_0GroupRows + i;
-        a.y[r * a.ldy + n] = qdot_finish(out[i], a.bias, n);
-      }
-    }
+    write_group_outputs<kRows>(a, g, acc);
   }
 }
 

@@ -23,6 +23,7 @@
 #include <cstring>
 
 #include "loom/core/quantize.h"
+#include "runtime/cpu/qlayout_x8.h"
 
 namespace loom::cpu::detail {
 
@@ -35,10 +36,7 @@ constexpr size_t kQ4_Kx8QsOffset = 128;
 // Byte offset, inside a group block, of qs bytes [32c + 8h, 32c + 8h + 8) of row r
 // (r < 8, c < 4, h < 4).
 constexpr size_t q4_Kx8_qs_offset(int r, int c, int h) {
-  // rows 0, 1, 4, 5 → slots 0-3 of the first run; 2, 3, 6, 7 → of the second.
-  const int run = (r >> 1) & 1, slot = (r & 1) | ((r >> 2) << 1);
-  return kQ4_Kx8QsOffset + static_cast<size_t>(c) * 256 + static_cast<size_t>(h) * 64 +
-         static_cast<size_t>(run) * 32 + static_cast<size_t>(slot) * 8;
+  return kQ4_Kx8QsOffset + static_cast<size_t>(c) * 256 + static_cast<size_t>(h) * 64 + x8_run_slot_offset(r);
 }
 
 // The 8 rows at `rows` (row_bytes apart, `blocks` blocks each) → one group at dst.

@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "loom/core/quantize.h"
+#include "runtime/cpu/qlayout_x8.h"
 
 namespace loom::cpu::detail {
 
@@ -26,11 +27,7 @@ constexpr size_t kQ8_0x8BlockBytes = kQ8_0GroupRows * sizeof(BlockQ8_0);
 static_assert(kQ8_0x8BlockBytes == 272, "BlockQ8_0 is 34 bytes");
 
 // Byte offset, inside a group block, of qs bytes [8h, 8h + 8) of row r (r < 8, h < 4).
-constexpr size_t q8_0x8_qs_offset(int r, int h) {
-  // rows 0, 1, 4, 5 → slots 0-3 of the first run; 2, 3, 6, 7 → of the second.
-  const int run = (r >> 1) & 1, slot = (r & 1) | ((r >> 2) << 1);
-  return 16 + static_cast<size_t>(h) * 64 + static_cast<size_t>(run) * 32 + static_cast<size_t>(slot) * 8;
-}
+constexpr size_t q8_0x8_qs_offset(int r, int h) { return 16 + static_cast<size_t>(h) * 64 + x8_run_slot_offset(r); }
 
 // The 8 rows at `rows` (row_bytes apart, `blocks` blocks each) → one group at dst.
 void interleave_q8_0x8(const uint8_t* rows, size_t row_bytes, int64_t blocks, uint8_t* dst);
