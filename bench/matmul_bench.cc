@@ -148,15 +148,16 @@ void run_from_memory(benchmark::State& state, const LinearShape& s, int64_t M, b
 // layer, 640 MB in all, a different one each call (each its own storage: a
 // quantized PackedLinear is a view of its tensor).
 // gemm: the best batched path allowed (the row kernels, VNNI tiles, AMX tiles).
-// as_stored: rows as stored even where a model file's Q4_0 or Q4_K would be
-// interleaved (the layout loom picks for a mapped file on this path, QuantLayout::kAuto).
+// layout: kAuto packs as a model file's tensor would be on this path (interleaved
+// where decode_prefers_interleaved); "other_layout" cases force the other one.
 void run_quantized(benchmark::State& state, const LinearShape& s, DType dt, int64_t M, Isa isa,
-                   detail::QuantGemm gemm, bool as_stored = false) {
+                   detail::QuantGemm gemm, QuantLayout layout = QuantLayout::kAuto) {
   static std::string key;
   static std::vector<PackedLinear> copies;
   ScopedIsa force(isa);
-  const QuantLayout layout =
-      !as_stored && detail::decode_prefers_interleaved(dt) ? QuantLayout::kInterleaved : QuantLayout::kRows;
+  if (layout == QuantLayout::kAuto) {
+    layout = detail::decode_prefers_interleaved(dt) ? QuantLayout::kInterleaved : QuantLayout::kRows;
+  }
   const std::string want = std::to_string(s.K) + "x" + std::to_string(s.N) + std::string(dtype_name(dt)) +
                            std::to_string(static_cast<int>(layout));
   if (key != want) {
@@ -320,9 +321,14 @@ void register_all() {
           if (M > 1 && isa == Isa::kAvx2) {
             add(name + "/rows", [=](benchmark::State& st) { run_quantized(st, s, dt, M, isa, detail::QuantGemm::kRows); });
           }
-          if (detail::interleaved_group_rows(dt) > 1 && isa == Isa::kAvx2) {
-            add(name + "/as_stored", [=](benchmark::State& st) {
-              run_quantized(st, s, dt, M, isa, detail::QuantGemm::kAmx, /*as_stored=*/true);
+          // The other layout than the path's own: stored rows where it interleaves, and back.
+          if (detail::interleaved_group_rows(dt) > 1 && isa != Isa::kScalar) {
+            add(name + "/other_layout", [=](benchmark::State& st) {
+              ScopedIsa force(isa);
+              const bool interleaves = detail::decode_prefers_interleaved(dt);
+              run_quantized(st, s, dt, M, isa, detail::QuantGemm::kAmx,
+                            interleaves ? QuantLayout::kRows : QuantLayout::kInterleaved);
+              st.SetLabel(interleaves ? "rows" : "interleaved");
             });
           }
         }

@@ -290,9 +290,13 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
   });
 }
 
+// Every SIMD path decodes through the grouped AVX2 kernels: on a Zen 4 (AVX512-VNNI,
+// 2 threads, 2048->8192, plain read 34 GB/s) they read Q8_0 at 35 GB/s against the
+// VNNI row kernels' 28, Q4_0 32 / 24, Q4_K 30 / 27, and at M = 4 twice as fast;
+// the tiles read the groups as fast as rows from M = 512 and 0-20% slower at M = 32.
 bool decode_prefers_interleaved(DType dt) {
 #if defined(LOOM_MATMUL_X86)
-  return interleaved_group_rows(dt) > 1 && &active_table() == &qdot_avx2();
+  return interleaved_group_rows(dt) > 1 && &active_table() != &qdot_scalar();
 #else
   return false;
 #endif
