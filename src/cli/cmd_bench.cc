@@ -210,7 +210,7 @@ void run_bench(const BenchFlags& f) {
       "load s | weights GB | peak RSS GB |\n",
       static_cast<long long>(f.prompt_tokens), static_cast<long long>(f.decode_tokens));
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  // The matmul column says whether bf16 weights ran on bf16 dot products (medium on a CPU with fast ones).
+  // The matmul column says whether bf16 weights ran on bf16 dot products (medium or auto on a CPU with fast ones).
   const std::string matmul = std::string(cpu::matmul_precision_name(cpu::matmul_precision())) +
                              (cpu::bf16_dot_products_active() ? " (bf16 dot)" : "");
   std::printf("| %s | %s | %.3gB | %d | %s | %s | %s | %s | %.1f | %.2f | %.2f | %.3f | %.3f |\n",

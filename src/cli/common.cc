@@ -44,10 +44,12 @@ void add_model_options(CLI::App* cmd, ModelOptions* o, bool model_required) {
   cmd->add_option("--plugin-dir", o->plugin_dirs, "A directory of plugin kernels (loading them needs trust_remote_code)");
   cmd->add_option("--trusted-plugin-dir", o->trusted_plugin_dirs, "A directory of trusted plugin kernels");
   cmd->add_option("--matmul-precision", o->matmul_precision,
-                  "Linear layers with bf16 weights (as torch.set_float32_matmul_precision): highest (default: f32 "
-                  "activations, exact products), high (the same here), medium (activations rounded to bf16 and bf16 "
-                  "dot products, where the CPU runs them fast: AVX512_BF16 on AMD Zen 4 and later)")
-      ->check(CLI::IsMember({"highest", "high", "medium"}));
+                  "Linear layers with bf16 weights (as torch.set_float32_matmul_precision): auto (default, or "
+                  "LOOM_MATMUL_PRECISION: the fastest path within PyTorch's bf16 accuracy, medium where bf16 dot "
+                  "products are fast, else highest), highest (f32 activations, exact products), high (the same "
+                  "here), medium (activations rounded to bf16 and bf16 dot products, where the CPU runs them fast: "
+                  "AVX512_BF16 on AMD Zen 4 and later)")
+      ->check(CLI::IsMember({"auto", "highest", "high", "medium"}));
   cmd->add_option("--quantize", o->quantize,
                   "Quantize the weights as they load, with llama.cpp's recipes: q8_0, q4_0, q4_k_m, q5_k_m, q6_k")
       ->check(CLI::IsMember(quantization_recipe_names()));
@@ -154,7 +156,9 @@ Result<std::string> resolve_model_dir(const ModelOptions& o) {
 
 void apply_process_options(const ModelOptions& o) {
   if (o.threads > 0) ThreadPool::set_global_threads(o.threads);
-  cpu::set_matmul_precision(cpu::matmul_precision_from_name(o.matmul_precision).value());  // checked by the flag
+  if (!o.matmul_precision.empty()) {
+    cpu::set_matmul_precision(cpu::matmul_precision_from_name(o.matmul_precision).value());  // checked by the flag
+  }
   if (cpu::matmul_precision() == cpu::MatmulPrecision::kMedium && !cpu::bf16_dot_products_active()) {
     std::fprintf(stderr,
                  "note: --matmul-precision medium: no fast bf16 dot products on this CPU and code path (%s; they "

@@ -22,7 +22,7 @@ struct ModelOptions {
   int threads = 0;  // 0: LOOM_NUM_THREADS or all cores
   std::string backend = "cpu";
   std::string kernel_config;  // a KernelConfig JSON file; empty: no kernels
-  std::string matmul_precision = "highest";  // cpu::MatmulPrecision by name
+  std::string matmul_precision;  // cpu::MatmulPrecision by name; empty: the process default (auto)
   std::string quantize;  // a weights/quantization_recipe.h name; empty: weights as stored
   std::vector<std::string> plugin_dirs, trusted_plugin_dirs;
   int tensor_parallel = 0;  // ranks of an mpirun job sharing the model; 0: not tensor parallel

@@ -162,6 +162,19 @@ TEST(Cli, BenchPrintsATable) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("prefill tok/s"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| LlamaForCausalLM |"), std::string::npos) << r.out;
+  // The matmul column: auto by default, LOOM_MATMUL_PRECISION or the flag otherwise.
+  EXPECT_NE(r.out.find("| auto"), std::string::npos) << r.out;
+  setenv("LOOM_MATMUL_PRECISION", "highest", 1);
+  r = loom("bench --model " + fixture("llama-f32") + " --prompt-tokens 8 --decode-tokens 2 --no-bounds");
+  EXPECT_NE(r.out.find("| highest |"), std::string::npos) << r.out;
+  setenv("LOOM_MATMUL_PRECISION", "fastest", 1);
+  r = loom("bench --model " + fixture("llama-f32") + " --prompt-tokens 8 --decode-tokens 2 --no-bounds --matmul-precision high");
+  unsetenv("LOOM_MATMUL_PRECISION");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("LOOM_MATMUL_PRECISION: matmul precision must be highest, high, medium or auto, got \"fastest\""),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("| high |"), std::string::npos) << r.out;
 }
 
 TEST(Cli, BenchProfileSaysWhereEachPhaseSpendsItsTime) {

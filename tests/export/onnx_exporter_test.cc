@@ -21,6 +21,7 @@
 
 #include "loom/batching/generate.h"
 #include "loom/batching/model_runner.h"
+#include "loom/runtime/cpu/matmul.h"
 
 namespace loom::exporting {
 namespace {
@@ -149,6 +150,8 @@ void expect_contrib_ops(const models::Model& model, const OnnxExportOptions& o, 
 void check_parity(const std::string& fixture, const OnnxExportOptions& o, bool check_with_onnx_checker, int na = 9,
                   std::shared_ptr<const models::Model> preloaded = nullptr) {
   SCOPED_TRACE(fixture + " opset " + std::to_string(o.opset) + " ops " + o.ops);
+  // The exported graph computes in f32: it is held to loom's exact products.
+  cpu::ScopedMatmulPrecision highest(cpu::MatmulPrecision::kHighest);
   auto model = preloaded ? preloaded : load(fixture);
   const fs::path file = scratch(fixture + "_" + o.ops) / "model.onnx";
   OnnxExportReport report;

@@ -22,6 +22,7 @@
 #include <random>
 
 #include "loom/batching/model_runner.h"
+#include "loom/runtime/cpu/matmul.h"
 #include "loom/runtime/kv_cache_contiguous.h"
 #include "loom_portable.h"
 
@@ -274,6 +275,8 @@ void check_variant(const std::string& fixture, const std::shared_ptr<const model
 // both backends, weights inline and in the sidecar file — or, for an
 // architecture on the portable skip list, refused with its reason.
 TEST(PortableExporter, EveryVariantStaticAndDynamicMatchesLoomOrIsOnTheSkipList) {
+  // The portable programs compute in f32: they are held to loom's exact products.
+  cpu::ScopedMatmulPrecision highest(cpu::MatmulPrecision::kHighest);
   auto variants = fixture_variants("f32");
   ASSERT_GE(variants.size(), 10u) << "fixtures missing in " << export_test::fixtures_dir();
   for (const std::string& v : fixture_variants("bf16")) variants.push_back(v);

@@ -96,10 +96,11 @@ TEST_P(Parity, LogitsAndGreedyTokensMatchPyTorch) {
 
 // Matmul precision "medium" (runtime/cpu/matmul.h) rounds the activations entering
 // bf16-weight linears to bf16 where the CPU has bf16 dot products, as a bf16 model's
-// matmuls run upstream: its logits must be at least as close to the f32 PyTorch
-// reference as PyTorch's own bf16 forward is (reference.json logits_bf16_compute), and
-// the greedy run keeps the reference's first token. F32 and F16 checkpoints are untouched.
-TEST_P(Parity, MediumMatmulPrecisionStaysWithinTheParityBudget) {
+// matmuls run upstream, and "auto" (the default) makes the same choice: their logits must
+// be at least as close to the f32 PyTorch reference as PyTorch's own bf16 forward is
+// (reference.json logits_bf16_compute), and the greedy run keeps the reference's first
+// token. F32 and F16 checkpoints are untouched.
+TEST_P(Parity, MediumAndAutoMatmulPrecisionStayWithinTheParityBudget) {
   const std::string name = GetParam();
   const Case c(name);
   const auto& [ref, model, runner, prompt, expected] = c;
@@ -108,41 +109,46 @@ TEST_P(Parity, MediumMatmulPrecisionStaysWithinTheParityBudget) {
     return c.prompt_logits().to_f32_vector();
   };
   const std::vector<float> highest = logits_at(cpu::MatmulPrecision::kHighest);
-  const std::vector<float> medium = logits_at(cpu::MatmulPrecision::kMedium);
-  ASSERT_EQ(medium.size(), expected.size());
-  const bool rounds = ref["checkpoint_dtype"] == "bfloat16" && [] {
-    cpu::ScopedMatmulPrecision medium_precision(cpu::MatmulPrecision::kMedium);
-    return cpu::bf16_dot_products_active();
-  }();
-  if (!rounds) {
-    EXPECT_EQ(0, std::memcmp(highest.data(), medium.data(), sizeof(float) * medium.size()))
-        << name << ": medium changed logits without bf16 weights and bf16 dot products";
-    return;
+  for (const cpu::MatmulPrecision p : {cpu::MatmulPrecision::kMedium, cpu::MatmulPrecision::kAuto}) {
+    const std::string what = name + " at " + cpu::matmul_precision_name(p);
+    const std::vector<float> rounded = logits_at(p);
+    ASSERT_EQ(rounded.size(), expected.size());
+    const bool rounds = ref["checkpoint_dtype"] == "bfloat16" && [p] {
+      cpu::ScopedMatmulPrecision precision(p);
+      return cpu::bf16_dot_products_active();
+    }();
+    if (!rounds) {
+      EXPECT_EQ(0, std::memcmp(highest.data(), rounded.data(), sizeof(float) * rounded.size()))
+          << what << ": changed logits without bf16 weights and bf16 dot products";
+      continue;
+    }
+    const auto torch_bf16 = ref["logits_bf16_compute"].get<std::vector<double>>();
+    ASSERT_EQ(torch_bf16.size(), expected.size());
+    double err = 0, torch_err = 0, energy = 0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      err += (rounded[i] - expected[i]) * (rounded[i] - expected[i]);
+      torch_err += (torch_bf16[i] - expected[i]) * (torch_bf16[i] - expected[i]);
+      energy += expected[i] * expected[i];
+    }
+    EXPECT_LE(err / energy, torch_err / energy)
+        << what << ": NMSE of the logits against the f32 reference, bound: PyTorch's bf16 forward";
+    RecordProperty("torch_bf16_nmse", std::to_string(torch_err / energy));
+    EXPECT_NE(0, std::memcmp(highest.data(), rounded.data(), sizeof(float) * rounded.size()))
+        << what << ": did not round the activations";
+    RecordProperty(std::string(cpu::matmul_precision_name(p)) + "_nmse", std::to_string(err / energy));
+    batching::GenerateOptions o;
+    o.max_new_tokens = 1;
+    cpu::ScopedMatmulPrecision precision(p);
+    const auto r = batching::generate(*runner, prompt, o).value();
+    ASSERT_EQ(r.generated_ids.size(), 1u);
+    EXPECT_EQ(r.generated_ids[0], ref["greedy_ids_cached"][0].get<int32_t>()) << what << ": first greedy token";
   }
-  const auto torch_bf16 = ref["logits_bf16_compute"].get<std::vector<double>>();
-  ASSERT_EQ(torch_bf16.size(), expected.size());
-  double err = 0, torch_err = 0, energy = 0;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    err += (medium[i] - expected[i]) * (medium[i] - expected[i]);
-    torch_err += (torch_bf16[i] - expected[i]) * (torch_bf16[i] - expected[i]);
-    energy += expected[i] * expected[i];
-  }
-  EXPECT_LE(err / energy, torch_err / energy)
-      << name << ": NMSE of medium-precision logits against the f32 reference, bound: PyTorch's bf16 forward";
-  RecordProperty("torch_bf16_nmse", std::to_string(torch_err / energy));
-  EXPECT_NE(0, std::memcmp(highest.data(), medium.data(), sizeof(float) * medium.size()))
-      << name << ": medium did not round the activations";
-  RecordProperty("medium_nmse", std::to_string(err / energy));
-  batching::GenerateOptions o;
-  o.max_new_tokens = 1;
-  cpu::ScopedMatmulPrecision medium_precision(cpu::MatmulPrecision::kMedium);
-  const auto r = batching::generate(*runner, prompt, o).value();
-  ASSERT_EQ(r.generated_ids.size(), 1u);
-  EXPECT_EQ(r.generated_ids[0], ref["greedy_ids_cached"][0].get<int32_t>()) << name << ": first greedy token";
 }
 
 TEST_P(Parity, ReferenceBackendAgreesWithCpuBackend) {
   const std::string name = GetParam();
+  // The scalar reference backend computes exact f32 products, as "highest" does.
+  cpu::ScopedMatmulPrecision highest(cpu::MatmulPrecision::kHighest);
   const nlohmann::json ref = load_reference(name);
   auto model = models::Model::load((fixtures_dir() / name).string()).value();
   auto cpu = batching::ModelRunner::create(model, "cpu").value();

@@ -96,7 +96,11 @@ void expect_close_to_ref(const std::vector<float>& y, const std::vector<float>& 
   EXPECT_LE(nmse, x_rounded ? 1e-5 : 1e-10) << what << ": NMSE " << nmse;
 }
 
-class LinearIsaTest : public ::testing::TestWithParam<Isa> {};
+// The exact-products contract (bitwise across paths, f32 bounds) is "highest"'s:
+// pinned here, as the default ("auto") may round x to bf16 on CPUs with fast bf16 dots.
+class LinearIsaTest : public ::testing::TestWithParam<Isa> {
+  ScopedMatmulPrecision highest_{MatmulPrecision::kHighest};
+};
 
 std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) {
   return std::string(isa_name(info.param));
@@ -395,7 +399,8 @@ TEST(StreamTiles, MultiPanelDotTilesEqualOnePanelAtATime) {
 }
 
 TEST(MatmulPrecision, NamesRoundTripAndBadNamesAreErrors) {
-  for (MatmulPrecision p : {MatmulPrecision::kHighest, MatmulPrecision::kHigh, MatmulPrecision::kMedium}) {
+  for (MatmulPrecision p :
+       {MatmulPrecision::kHighest, MatmulPrecision::kHigh, MatmulPrecision::kMedium, MatmulPrecision::kAuto}) {
     const Result<MatmulPrecision> back = matmul_precision_from_name(matmul_precision_name(p));
     ASSERT_TRUE(back.ok()) << matmul_precision_name(p);
     EXPECT_EQ(back.value(), p);
@@ -403,14 +408,15 @@ TEST(MatmulPrecision, NamesRoundTripAndBadNamesAreErrors) {
   for (const char* bad : {"", "low", "Medium", "bfloat16"}) {
     const Result<MatmulPrecision> r = matmul_precision_from_name(bad);
     ASSERT_FALSE(r.ok()) << bad;
-    EXPECT_NE(r.status().message().find("highest, high or medium"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("highest, high, medium or auto"), std::string::npos) << r.status().message();
     EXPECT_NE(r.status().message().find(std::string("\"") + bad + "\""), std::string::npos) << r.status().message();
   }
 }
 
 // "medium" switches bf16 weights to the vdpbf16ps path exactly where the CPU runs it fast
 // (bitwise what forcing AVX512_BF16 gives, within bf16 rounding of the reference);
-// "highest" and "high" and f32/f16 weights keep the exact f32 products.
+// "highest" and "high" and f32/f16 weights keep the exact f32 products; "auto" (the
+// default) is medium's choice, bitwise, at every M.
 TEST(MatmulPrecision, MediumUsesBf16DotProductsOnlyForBf16WeightsOnCpusWithThem) {
   ScopedMatmulPrecision restore(matmul_precision());
   ThreadPool pool(2);
@@ -434,6 +440,11 @@ TEST(MatmulPrecision, MediumUsesBf16DotProductsOnlyForBf16WeightsOnCpusWithThem)
       const bool dot = has_dot && best_isa() == Isa::kAvx512 && active_isa() == Isa::kAvx512;
       EXPECT_EQ(bf16_dot_products_active(), dot || active_isa() == Isa::kAvx512Bf16);
       const std::vector<float> medium = run_linear(x, s.M, s.K, w, pool);
+      set_matmul_precision(MatmulPrecision::kAuto);
+      EXPECT_EQ(bf16_dot_products_active(), dot || active_isa() == Isa::kAvx512Bf16);
+      ASSERT_EQ(0, std::memcmp(medium.data(), run_linear(x, s.M, s.K, w, pool).data(), sizeof(float) * medium.size()))
+          << what << ": auto differs from medium";
+      set_matmul_precision(MatmulPrecision::kMedium);
       if (dt == DType::kBF16 && dot) {
         std::vector<float> forced;
         {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "loom/runtime/cpu/cpu_features.h"
+#include "loom/runtime/cpu/matmul.h"
 
 namespace loom::cpu {
 namespace {
@@ -99,6 +100,7 @@ TEST(MoeRoute, SoftmaxTopKAndRenormalisation) {
 }
 
 TEST(Moe, GroupedMatchesReference) {
+  ScopedMatmulPrecision highest(MatmulPrecision::kHighest);  // exact products, as the reference
   uint32_t seed = 100;
   // Token counts around the matmul's streaming/blocked switch (16) and tails of
   // the vector width; T=1 with 8 experts leaves most experts without tokens.
@@ -113,6 +115,7 @@ TEST(Moe, GroupedMatchesReference) {
 }
 
 TEST(Moe, EveryIsaMatchesReference) {
+  ScopedMatmulPrecision highest(MatmulPrecision::kHighest);  // exact products, as the reference
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
     if (!isa_supported(isa)) continue;
     ScopedIsa forced(isa);

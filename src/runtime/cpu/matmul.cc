@@ -1,5 +1,6 @@
 // PackedLinear packing and the linear() driver: picks the kernel table of the
-// active code path (AVX512_BF16's under matmul precision "medium"), then either
+// active code path (AVX512_BF16's under matmul precision "medium" or "auto" where
+// bf16 dot products are fast), then either
 // streams each weight panel over the whole K for all rows (decode and batched
 // decode; the bf16 dot path at every M, 128 rows per pass) or blocks over k and
 // rows with weights widened once per block (prefill). Both give bitwise the same
@@ -12,12 +13,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
 #include <string>
 
 #include "core/file_pages.h"
+#include "loom/core/logging.h"
 #include "loom/runtime/cpu/cpu_features.h"
 #include "runtime/cpu/matmul_kernels.h"
 #include "runtime/cpu/qlayout.h"
@@ -74,14 +77,30 @@ constexpr int64_t kMc = 192;
 // thread still leaves a late or descheduled thread's second half to the others.
 constexpr int64_t kBlockedChunksPerThread = 2;
 
-std::atomic<int> g_precision{static_cast<int>(MatmulPrecision::kHighest)};
+// The process's first precision: LOOM_MATMUL_PRECISION, else auto.
+int initial_precision() {
+  const char* env = std::getenv("LOOM_MATMUL_PRECISION");
+  if (!env || !*env) return static_cast<int>(MatmulPrecision::kAuto);
+  const Result<MatmulPrecision> p = matmul_precision_from_name(env);
+  if (!p.ok()) {
+    log_warn("LOOM_MATMUL_PRECISION: " + p.status().message() + "; using auto");
+    return static_cast<int>(MatmulPrecision::kAuto);
+  }
+  return static_cast<int>(p.value());
+}
+// Read on first use, not at static initialization (logging may not be ready then).
+std::atomic<int>& precision_slot() {
+  static std::atomic<int> precision{initial_precision()};
+  return precision;
+}
 
 // The code path linear() runs: the active one, moved up to AVX512_BF16 when medium
-// precision permits bf16 dot products and the CPU has fast ones.
+// or auto precision permits bf16 dot products and the CPU has fast ones.
 Isa matmul_isa() {
   const Isa isa = active_isa();
-  if (isa == Isa::kAvx512 && matmul_precision() == MatmulPrecision::kMedium && isa_supported(Isa::kAvx512Bf16) &&
-      cpu_features().fast_bf16_dot)
+  const MatmulPrecision p = matmul_precision();
+  const bool bf16_allowed = p == MatmulPrecision::kMedium || p == MatmulPrecision::kAuto;
+  if (isa == Isa::kAvx512 && bf16_allowed && isa_supported(Isa::kAvx512Bf16) && cpu_features().fast_bf16_dot)
     return Isa::kAvx512Bf16;
   return isa;
 }
@@ -299,24 +318,29 @@ void set_stream_group_prefetch(bool on) { g_stream_group_prefetch.store(on); }
 }  // namespace detail
 
 void set_matmul_precision(MatmulPrecision precision) {
-  g_precision.store(static_cast<int>(precision), std::memory_order_relaxed);
+  precision_slot().store(static_cast<int>(precision), std::memory_order_relaxed);
 }
-MatmulPrecision matmul_precision() { return static_cast<MatmulPrecision>(g_precision.load(std::memory_order_relaxed)); }
+MatmulPrecision matmul_precision() {
+  return static_cast<MatmulPrecision>(precision_slot().load(std::memory_order_relaxed));
+}
 
 const char* matmul_precision_name(MatmulPrecision precision) {
   switch (precision) {
     case MatmulPrecision::kHighest: return "highest";
     case MatmulPrecision::kHigh: return "high";
     case MatmulPrecision::kMedium: return "medium";
+    case MatmulPrecision::kAuto: return "auto";
   }
   return "?";
 }
 
 Result<MatmulPrecision> matmul_precision_from_name(std::string_view name) {
-  for (MatmulPrecision p : {MatmulPrecision::kHighest, MatmulPrecision::kHigh, MatmulPrecision::kMedium}) {
+  for (MatmulPrecision p :
+       {MatmulPrecision::kHighest, MatmulPrecision::kHigh, MatmulPrecision::kMedium, MatmulPrecision::kAuto}) {
     if (name == matmul_precision_name(p)) return p;
   }
-  return invalid_argument("matmul precision must be highest, high or medium, got \"" + std::string(name) + "\"");
+  return invalid_argument("matmul precision must be highest, high, medium or auto, got \"" + std::string(name) +
+                          "\"");
 }
 
 bool bf16_dot_products_active() { return matmul_isa() == Isa::kAvx512Bf16; }

@@ -7,8 +7,8 @@
 // never depends on M, the row's position, strides, thread count or blocking, a row
 // of y is bitwise the same whether it is computed alone or in a batch — which is
 // what makes batched greedy decoding reproduce single-request decoding. The
-// SCALAR, AVX2 and AVX512 paths agree bitwise. With matmul precision "medium"
-// (below) on a CPU with fast bf16 dot products, or with AVX512_BF16 forced
+// SCALAR, AVX2 and AVX512 paths agree bitwise. With matmul precision "medium" or
+// "auto" (below) on a CPU with fast bf16 dot products, or with AVX512_BF16 forced
 // (cpu_features.h), x is rounded to bf16 for bf16 weights and products of bf16
 // pairs are accumulated in f32 (vdpbf16ps): results differ at bf16 precision, but
 // are again the same for a row whatever M, its position or the thread count.
@@ -103,21 +103,29 @@ void linear(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, 
 
 // How linear() may compute with bf16 weights, after PyTorch's
 // torch.set_float32_matmul_precision, process-wide as there:
-//   highest (default)  x stays f32, weights are widened exactly: f32 products;
+//   highest            x stays f32, weights are widened exactly: f32 products;
 //   high               the same here (loom has no TF32 / bf16x3 kernels, and "high"
 //                      falls back to "highest" where those are missing);
 //   medium             where the CPU has fast bf16 dot products (AVX512_BF16 at
 //                      vfmadd's rate: CpuFeatures::fast_bf16_dot), x is
 //                      rounded to bf16 (nearest even) and each output accumulates
 //                      products of bf16 pairs in f32, as a bf16 model's matmuls run
-//                      upstream; elsewhere the same as highest.
-// F32 and F16 weights always compute as highest. Set it before starting work: a
-// change while linear() runs on another thread takes effect on its next call.
-enum class MatmulPrecision { kHighest, kHigh, kMedium };
+//                      upstream; elsewhere the same as highest;
+//   auto (default)     the fastest path this CPU has whose logits stay as close to
+//                      f32 as PyTorch's own bf16 forward (tests/models/parity_test.cc):
+//                      medium's bf16 dot products where they are fast, for every
+//                      shape and M (on a Zen 4, 2 threads: as fast at M = 1, where
+//                      the weights' reads bound both, 1.9x at M = 512; a rule per M
+//                      would break a row's bitwise equality alone and in a batch),
+//                      else highest's exact products.
+// F32 and F16 weights always compute as highest. The process starts at
+// LOOM_MATMUL_PRECISION (a name below) when set, else auto. Set it before starting
+// work: a change while linear() runs on another thread takes effect on its next call.
+enum class MatmulPrecision { kHighest, kHigh, kMedium, kAuto };
 void set_matmul_precision(MatmulPrecision precision);
 MatmulPrecision matmul_precision();
 const char* matmul_precision_name(MatmulPrecision precision);
-// "highest" | "high" | "medium"; anything else is InvalidArgument naming the choices.
+// "highest" | "high" | "medium" | "auto"; anything else is InvalidArgument naming the choices.
 Result<MatmulPrecision> matmul_precision_from_name(std::string_view name);
 // Sets the precision for a scope and restores the previous one (tests, benchmarks).
 class ScopedMatmulPrecision {
@@ -132,8 +140,8 @@ class ScopedMatmulPrecision {
  private:
   MatmulPrecision previous_;
 };
-// Whether linear() now rounds x to bf16 for bf16 weights (medium on a CPU with fast
-// bf16 dot products, or the AVX512_BF16 path forced).
+// Whether linear() now rounds x to bf16 for bf16 weights (medium or auto on a CPU with
+// fast bf16 dot products, or the AVX512_BF16 path forced).
 bool bf16_dot_products_active();
 
 // Scalar reference with double accumulation, straight from the [N, K] weight
