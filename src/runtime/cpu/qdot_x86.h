@@ -6,6 +6,8 @@
 // operand is ≤ 128 and every activation |q| ≤ 127 (2·128·127 < 32768).
 #pragma once
 
+#include <cstring>
+
 #include <immintrin.h>
 
 #include "runtime/cpu/qdot_kernels.h"
@@ -68,6 +70,21 @@ LOOM_QDOT_TARGET LOOM_INLINE float f16_bits_to_f32(uint16_t h) { return _cvtsh_s
 
 LOOM_QDOT_TARGET LOOM_INLINE __m256i load256(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+// A Q4_K or Q5_K block's 12 scale bytes as 8 six-bit scales (bytes 0-7) and 8 mins (8-15),
+// unpack_scale_min_k4 for all j at once: j < 4 are the low 6 bits of bytes j and
+// j + 4; j ≥ 4 take their low 4 bits from byte j + 4 and their top 2 from the top
+// bits of bytes j − 4 and j.
+LOOM_QDOT_TARGET LOOM_INLINE __m128i q4_K_scales_mins(const uint8_t* scales) {
+  uint32_t u[3];
+  std::memcpy(u, scales, 12);
+  constexpr uint32_t low6 = 0x3F3F3F3F, low4 = 0x0F0F0F0F, top2 = 0x03030303;
+  const uint32_t sc_lo = u[0] & low6, mn_lo = u[1] & low6;
+  const uint32_t sc_hi = (u[2] & low4) | (((u[0] >> 6) & top2) << 4);
+  const uint32_t mn_hi = ((u[2] >> 4) & low4) | (((u[1] >> 6) & top2) << 4);
+  return _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(mn_lo),
+                        static_cast<int>(mn_hi));
 }
 
 // Streaming: pull the weights kStreamPrefetchBytes ahead into L2.
