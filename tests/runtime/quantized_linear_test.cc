@@ -130,7 +130,7 @@ TEST_P(QuantizedLinearIsaTest, RowsAreBitwiseTheSameWhateverMPositionAndThreads)
   }
 }
 
-// Q4_0, Q4_K and Q8_0 interleaved in groups of 8 rows against the rows as stored,
+// Q4_0, Q4_K, Q6_K and Q8_0 interleaved in groups of 8 rows against the rows as stored,
 // bitwise, at decode (the AVX2 interleaved kernels), small batches (the row
 // kernels on rows copied out) and batches the tiles take (their unpacking reads
 // both layouts); N with and without a tail past the last group.
@@ -138,7 +138,7 @@ TEST_P(QuantizedLinearIsaTest, InterleavedEqualsRowsBitwise) {
   ThreadPool pool(2);
   ScopedIsa force(GetParam());
   uint32_t seed = 300;
-  for (DType dt : {DType::kQ4_0, DType::kQ4_K, DType::kQ8_0}) {
+  for (DType dt : {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kQ8_0}) {
     for (int64_t N : {8, 13, 45, 136, 257}) {
       for (int64_t blocks : {1, 3, 8}) {
         ++seed;
@@ -348,23 +348,26 @@ TEST_P(QuantizedGemmTest, ExtremeLevelsAndScalesStayExact) {
         }
       }
       const Tensor weight = Tensor::wrap(raw.data(), dt, {N, K});
-      auto packed = PackedLinear::pack(weight, nullptr);
-      ASSERT_TRUE(packed.ok()) << packed.status().message();
       std::vector<float> x(static_cast<size_t>(M * K));
       for (int64_t m = 0; m < M; ++m) {
         // one value per 32 a step below the top level: odd sums
         for (int64_t k = 0; k < K; ++k) x[m * K + k] = (m % 2 ? 1.0f : -2.0f) * (k % 32 == 5 ? 0.99f : 1.0f);
       }
-      std::vector<float> scalar, got;
-      {
-        ScopedIsa force(Isa::kScalar);
-        scalar = run(x, M, *packed, pool);
+      // Both layouts: the interleaved decode kernels add more in int16 than the row ones.
+      for (QuantLayout layout : {QuantLayout::kRows, QuantLayout::kInterleaved}) {
+        auto packed = PackedLinear::pack(weight, nullptr, layout);
+        ASSERT_TRUE(packed.ok()) << packed.status().message();
+        std::vector<float> scalar, got;
+        {
+          ScopedIsa force(Isa::kScalar);
+          scalar = run(x, M, *packed, pool);
+        }
+        {
+          ScopedIsa force(isa());
+          got = run(x, M, *packed, pool);
+        }
+        ASSERT_EQ(got, scalar) << dtype_name(dt) << " M=" << M << " groups of " << packed->quant_group_rows();
       }
-      {
-        ScopedIsa force(isa());
-        got = run(x, M, *packed, pool);
-      }
-      ASSERT_EQ(got, scalar) << dtype_name(dt) << " M=" << M;
     }
   }
 }
@@ -416,7 +419,7 @@ TEST(QuantizedLinear, Avx2ActivationQuantizersEqualCoreBitwise) {
 #endif
 
 TEST(QuantizedLinear, InterleavedLayoutsGiveBackEveryRowsBlocks) {
-  for (DType dt : {DType::kQ4_0, DType::kQ4_K, DType::kQ8_0}) {
+  for (DType dt : {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kQ8_0}) {
     const int64_t N = 19, blocks = 5;
     const size_t block_bytes = dtype_bytes(dt, dtype_block_elements(dt));
     const Tensor weight = quantized_weight(N, blocks * dtype_block_elements(dt), dt, 77);
@@ -444,7 +447,7 @@ TEST(QuantizedLinear, InterleavedLayoutsGiveBackEveryRowsBlocks) {
 // would hold the weights twice), and only where the decode kernel prefers it;
 // the mapped source still reads back after its pages are released.
 TEST(QuantizedLinear, AutoLayoutInterleavesMappedTensorsWhereDecodePrefersIt) {
-  for (DType dt : {DType::kQ4_0, DType::kQ4_K, DType::kQ8_0, DType::kQ6_K}) {
+  for (DType dt : {DType::kQ4_0, DType::kQ4_K, DType::kQ8_0, DType::kQ6_K, DType::kQ5_K}) {
     const int64_t N = 64, K = 4096;
     const Tensor weight = quantized_weight(N, K, dt, 91);
     auto in_memory = PackedLinear::pack(weight, nullptr);
@@ -468,9 +471,9 @@ TEST(QuantizedLinear, AutoLayoutInterleavesMappedTensorsWhereDecodePrefersIt) {
         ASSERT_TRUE(packed.ok());
         EXPECT_EQ(packed->quant_group_rows(), detail::decode_prefers_interleaved(dt) ? 8 : 1)
             << dtype_name(dt) << " " << isa_name(isa);
-        // Only Q4_0, Q4_K and Q8_0 have an interleaved layout; every SIMD path decodes it.
+        // Every type but Q5_K has an interleaved layout; every SIMD path decodes it.
         EXPECT_EQ(detail::decode_prefers_interleaved(dt),
-                  dt != DType::kQ6_K && std::string(detail::quantized_kernels_name()) != "SCALAR")
+                  dt != DType::kQ5_K && std::string(detail::quantized_kernels_name()) != "SCALAR")
             << dtype_name(dt) << " " << isa_name(isa);
       }
       EXPECT_EQ(std::memcmp(map, weight.data(), weight.nbytes()), 0) << "released pages read back from the file";

@@ -87,6 +87,11 @@ void qdot_q4_0x8_avx2(const QdotArgs& a);
 void qdot_q4_Kx8_avx2(const QdotArgs& a);
 // Q8_0 interleaved in groups of 8 rows (qlayout_q8_0x8.h), likewise.
 void qdot_q8_0x8_avx2(const QdotArgs& a);
+// Q6_K interleaved in groups of 8 rows (qlayout_q6_Kx8.h), likewise.
+void qdot_q6_Kx8_avx2(const QdotArgs& a);
+// The same over both runs of a pair per zmm, on CPUs with AVX512BW and AVX512-VNNI
+// (qdot_x8_avx512.h).
+void qdot_q6_Kx8_avx512(const QdotArgs& a);
 void qdot_q8_0_avxvnni(const QdotArgs& a);
 void qdot_q4_0_avxvnni(const QdotArgs& a);
 void qdot_q4_K_avxvnni(const QdotArgs& a);

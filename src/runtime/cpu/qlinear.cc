@@ -66,10 +66,11 @@ thread_local std::vector<int16_t> t_act_sub_sums;
 thread_local std::vector<uint8_t> t_rows;  // interleaved rows copied out for the row kernels
 
 // Rows of interleaved weights the row kernels get per copy: whole groups (of 8
-// rows, Q4_0x8 and Q4_Kx8 alike), and small enough to stay in L1/L2 between the
+// rows, every interleaved layout alike), and small enough to stay in L1/L2 between the
 // copy and the kernel.
 constexpr int64_t kCopiedRows = 32;
-static_assert(kCopiedRows % kQ4_0GroupRows == 0 && kCopiedRows % kQ4_KGroupRows == 0);
+static_assert(kCopiedRows % kQ4_0GroupRows == 0 && kCopiedRows % kQ4_KGroupRows == 0 &&
+              kCopiedRows % kQ6_KGroupRows == 0 && kCopiedRows % kQ8_0GroupRows == 0);
 
 // From this many rows AMX wins although its tiles are 16 rows and it unpacks
 // the weights per call: 2048×2048, 2 threads, at M = 8 it took 0.56 ms for Q4_K
@@ -129,6 +130,20 @@ QuantGemm gemm_for(int64_t M) {
   if (M >= kAvx2MinRows && limit >= static_cast<int>(QuantGemm::kAvx2) && avx2_tiles_usable()) return QuantGemm::kAvx2;
   return QuantGemm::kRows;
 }
+
+#if defined(LOOM_MATMUL_X86)
+// The decode kernel over groups of 8 interleaved rows: AVX-512 where the path is
+// AVX-512 and the CPU has BW and VNNI, else AVX2.
+QdotFn grouped_kernel_for(DType dt) {
+  const bool zmm = avx512_path() && avx512_vnni_usable();
+  switch (dt) {
+    case DType::kQ4_0: return qdot_q4_0x8_avx2;
+    case DType::kQ4_K: return qdot_q4_Kx8_avx2;
+    case DType::kQ6_K: return zmm ? qdot_q6_Kx8_avx512 : qdot_q6_Kx8_avx2;
+    default: return qdot_q8_0x8_avx2;
+  }
+}
+#endif
 
 }  // namespace
 
@@ -229,21 +244,21 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
     return;
   }
 
-  // Interleaved groups (Q4_0x8, Q4_Kx8, Q8_0x8); the rows past the last group are stored as rows.
+  // Interleaved groups (Q4_0x8, Q4_Kx8, Q6_Kx8, Q8_0x8); the rows past the last group are stored as rows.
   const int64_t grouped = N / group * group;
 #if defined(LOOM_MATMUL_X86)
   if (&table != &qdot_scalar()) {
     // Per activation block, the sums the interleaved kernels subtract (Q4_0:
     // 8·Σq) or weigh by the mins (Q4_K: per sub-block of 32).
-    const bool q4_0 = dt == DType::kQ4_0, q8_0 = dt == DType::kQ8_0;
+    const bool q4_0 = dt == DType::kQ4_0, q4_k = dt == DType::kQ4_K;
     std::vector<int32_t>& sum8 = t_act_sum8;
     std::vector<int16_t>& sub_sums = t_act_sub_sums;
     if (q4_0) {
       sum8.resize(static_cast<size_t>(M * blocks));
-    } else if (!q8_0) {
+    } else if (q4_k) {
       sub_sums.resize(static_cast<size_t>(M * blocks * 8));
     }
-    for (int64_t r = 0; r < M && !q8_0; ++r) {
+    for (int64_t r = 0; r < M && (q4_0 || q4_k); ++r) {
       const uint8_t* row = act_data + act_row_bytes * static_cast<size_t>(r);
       for (int64_t b = 0; b < blocks; ++b) {
         const size_t i = static_cast<size_t>(r * blocks + b);
@@ -257,14 +272,14 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
         }
       }
     }
-    const QdotFn grouped_kernel = q4_0 ? qdot_q4_0x8_avx2 : q8_0 ? qdot_q8_0x8_avx2 : qdot_q4_Kx8_avx2;
+    const QdotFn grouped_kernel = grouped_kernel_for(dt);
     share_chunks(pool, N, chunk, [&](int64_t n0, int64_t n1) {
       const int64_t g1 = std::min(n1, grouped);
       for (int64_t m0 = 0; n0 < g1 && m0 < M; m0 += kQTileRows) {
         QdotArgs a = args_for(w.quant_row(n0), n0, g1, m0, stream);
         if (q4_0) {
           a.act_sum8 = sum8.data() + static_cast<size_t>(m0 * blocks);
-        } else if (!q8_0) {
+        } else if (q4_k) {
           a.act_sub_sums = sub_sums.data() + static_cast<size_t>(m0 * blocks * 8);
         }
         grouped_kernel(a);
