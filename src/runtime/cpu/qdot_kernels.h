@@ -38,9 +38,10 @@ struct QdotArgs {
   const float* bias = nullptr;  // `outputs` values, or null
   // Weights stream from memory (small M): prefetch kStreamPrefetchBytes ahead.
   bool stream = false;
-  // qdot_q4_0x8_avx2 only: 8·Σ qs of each activation block, row r's at
-  // act_sum8 + r * blocks.
-  const int32_t* act_sum8 = nullptr;
+  // The Q4_0x8 kernels and qdot_q8_0x8_avx512 only: Σ qs of each activation block
+  // times the level offset the kernel takes off (Q4_0: 8, Q8_0 + 128: 128), row
+  // r's at act_offset_sums + r * blocks.
+  const int32_t* act_offset_sums = nullptr;
   // qdot_q4_Kx8_avx2 only: the 8 sub-block sums (32 qs each) of each activation
   // block, row r's at act_sub_sums + r * blocks * 8.
   const int16_t* act_sub_sums = nullptr;
@@ -89,9 +90,12 @@ void qdot_q4_Kx8_avx2(const QdotArgs& a);
 void qdot_q8_0x8_avx2(const QdotArgs& a);
 // Q6_K interleaved in groups of 8 rows (qlayout_q6_Kx8.h), likewise.
 void qdot_q6_Kx8_avx2(const QdotArgs& a);
-// The same over both runs of a pair per zmm, on CPUs with AVX512BW and AVX512-VNNI
-// (qdot_x8_avx512.h).
+// The x8 kernels over both runs of a pair per zmm, on CPUs with AVX512BW and
+// AVX512-VNNI (qdot_x8_avx512.h).
+void qdot_q4_0x8_avx512(const QdotArgs& a);
+void qdot_q4_Kx8_avx512(const QdotArgs& a);
 void qdot_q6_Kx8_avx512(const QdotArgs& a);
+void qdot_q8_0x8_avx512(const QdotArgs& a);
 void qdot_q8_0_avxvnni(const QdotArgs& a);
 void qdot_q4_0_avxvnni(const QdotArgs& a);
 void qdot_q4_K_avxvnni(const QdotArgs& a);

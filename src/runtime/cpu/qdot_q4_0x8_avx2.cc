@@ -38,7 +38,7 @@ LOOM_TARGET_AVX2 void q4_0x8_rows(const QdotArgs& a) {
   const int32_t* sum8[kRows];
   for (int r = 0; r < kRows; ++r) {
     x[r] = qdot_act_row<ActBlockQ8x32>(a, r);
-    sum8[r] = a.act_sum8 + static_cast<size_t>(r) * static_cast<size_t>(a.blocks);
+    sum8[r] = a.act_offset_sums + static_cast<size_t>(r) * static_cast<size_t>(a.blocks);
   }
   const char* ahead = reinterpret_cast<const char*>(a.w) + kPrefetchBytes;
   for (int64_t g = 0; g < a.outputs / kQ4_0GroupRows; ++g) {

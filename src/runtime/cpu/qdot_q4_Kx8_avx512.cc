@@ -1,0 +1,138 @@
+// Q4_K × int8 activations for up to kQTileRows rows (decode and small batches),
+// AVX-512 (BW, VNNI), over weights interleaved in groups of 8 rows
+// (qlayout_q4_Kx8.h): qdot_q4_Kx8_avx2.cc's steps with both runs of a pair in one
+// zmm (qdot_x8_avx512.h), and vpdpwssd applying a sub-block's scales and adding in
+// one step (non-saturating: the same exact int32 sums). The integers and the f32
+// steps are the row kernels' (qdot_kernels.h), so results are bitwise theirs.
+#include "runtime/cpu/matmul_kernels.h"
+#if defined(LOOM_MATMUL_X86)
+#include <immintrin.h>
+
+#include "runtime/cpu/qdot_kernels.h"
+#include "runtime/cpu/qdot_x8_avx512.h"
+#include "runtime/cpu/qlayout_q4_Kx8.h"
+
+namespace loom::cpu::detail {
+namespace {
+
+// How far ahead the group stream is prefetched: at batch 1 on 2 threads of a Zen 5
+// (2048->8192 and 8192->2048, a plain read 58-62 GB/s), Q4_K 44-65 GB/s at 4 KB,
+// 71-72 at 8 KB, 54-60 at 16 KB; Q6_K 62-68, 68-71, 69-70.
+constexpr size_t kPrefetchBytes = 8192;
+
+LOOM_TARGET_X8_AVX512 LOOM_INLINE __m256i bcast4_256(const void* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// A sub-block's scale bytes of rows 0..7, in every qword → each row's scale in its
+// four int16 lanes, rows 0, 1, 4, 5 in the low 256 bits and 2, 3, 6, 7 in the high.
+alignas(64) constexpr int8_t kSpreadScales[64] = {
+#define LOOM_ROW(r) r, -1, r, -1, r, -1, r, -1
+    LOOM_ROW(0), LOOM_ROW(1), LOOM_ROW(4), LOOM_ROW(5), LOOM_ROW(2), LOOM_ROW(3), LOOM_ROW(6), LOOM_ROW(7),
+#undef LOOM_ROW
+};
+// Rows' mins of sub-blocks j, j + 1 (bytes 8j + r, 8(j + 1) + r) side by side.
+alignas(32) constexpr int8_t kPairMins[32] = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,
+                                              0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};
+
+template <int kRows>
+LOOM_TARGET_X8_AVX512 void q4_Kx8_rows(const QdotArgs& a) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), low6 = _mm256_set1_epi8(0x3F), top2 = _mm256_set1_epi8(0x30);
+  const __m512i low4z = _mm512_set1_epi8(0x0F);
+  const __m512i spread = _mm512_load_si512(kSpreadScales);
+  const __m256i pair_mins = _mm256_load_si256(reinterpret_cast<const __m256i*>(kPairMins));
+  const size_t group_bytes = static_cast<size_t>(a.blocks) * kQ4_Kx8BlockBytes;
+  const ActBlockQ8K* x[kRows];
+  const int16_t* sub_sums[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    x[r] = qdot_act_row<ActBlockQ8K>(a, r);
+    sub_sums[r] = a.act_sub_sums + static_cast<size_t>(r) * static_cast<size_t>(a.blocks) * 8;
+  }
+  const char* ahead = reinterpret_cast<const char*>(a.w) + kPrefetchBytes;
+  for (int64_t g = 0; g < a.outputs / kQ4_KGroupRows; ++g) {
+    const uint8_t* w = a.w + group_bytes * static_cast<size_t>(g);
+    __m256 acc[kRows];
+    for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < a.blocks; ++b) {
+      const uint8_t* o = w + static_cast<size_t>(b) * kQ4_Kx8BlockBytes;
+      if (a.stream) prefetch_group_stream(ahead, o, kQ4_Kx8BlockBytes, kPrefetchBytes);
+      // Scales and mins of sub-blocks 0-3 and 4-7, byte 8j + r (unpack_scale_min_k4).
+      const __m256i s0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kQ4_Kx8ScalesOffset));
+      const __m256i s1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kQ4_Kx8ScalesOffset + 32));
+      const __m256i s2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kQ4_Kx8ScalesOffset + 64));
+      alignas(32) uint8_t scales[64];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(scales), _mm256_and_si256(s0, low6));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(scales + 32),
+                         _mm256_or_si256(_mm256_and_si256(s2, low4),
+                                         _mm256_and_si256(_mm256_srli_epi16(s0, 2), top2)));
+      const __m256i mins_lo = _mm256_shuffle_epi8(_mm256_and_si256(s1, low6), pair_mins);
+      const __m256i mins_hi = _mm256_shuffle_epi8(
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), low4),
+                          _mm256_and_si256(_mm256_srli_epi16(s1, 2), top2)),
+          pair_mins);
+      // int16 pairs (m_j, m_j+1) in row r's int32 lane, for j = 0, 2, 4, 6.
+      const __m256i m01 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(mins_lo));
+      const __m256i m23 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(mins_lo, 1));
+      const __m256i m45 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(mins_hi));
+      const __m256i m67 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(mins_hi, 1));
+
+      __m512i isum[kRows];
+      for (int r = 0; r < kRows; ++r) isum[r] = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        const uint8_t* run = o + kQ4_Kx8QsOffset + 256 * c;
+        __m512i lo[4], hi[4];
+        for (int h = 0; h < 4; ++h) {
+          const __m512i v = load512(run + 64 * h);
+          lo[h] = _mm512_and_si512(v, low4z);
+          hi[h] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4z);
+        }
+        const __m512i sc_lo = _mm512_shuffle_epi8(bcast8_512(scales + 16 * c), spread);
+        const __m512i sc_hi = _mm512_shuffle_epi8(bcast8_512(scales + 16 * c + 8), spread);
+        for (int r = 0; r < kRows; ++r) {
+          const int8_t* xq = x[r][b].qs + 64 * c;
+          const __m512i p_lo = _mm512_add_epi16(
+              _mm512_add_epi16(_mm512_maddubs_epi16(lo[0], bcast8_512(xq)), _mm512_maddubs_epi16(lo[1], bcast8_512(xq + 8))),
+              _mm512_add_epi16(_mm512_maddubs_epi16(lo[2], bcast8_512(xq + 16)),
+                               _mm512_maddubs_epi16(lo[3], bcast8_512(xq + 24))));
+          const __m512i p_hi = _mm512_add_epi16(
+              _mm512_add_epi16(_mm512_maddubs_epi16(hi[0], bcast8_512(xq + 32)),
+                               _mm512_maddubs_epi16(hi[1], bcast8_512(xq + 40))),
+              _mm512_add_epi16(_mm512_maddubs_epi16(hi[2], bcast8_512(xq + 48)),
+                               _mm512_maddubs_epi16(hi[3], bcast8_512(xq + 56))));
+          isum[r] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(isum[r], p_lo, sc_lo), p_hi, sc_hi);
+        }
+      }
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o)));
+      const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 16)));
+      for (int r = 0; r < kRows; ++r) {
+        const int16_t* xs = sub_sums[r] + 8 * b;
+        __m256i mins = _mm256_madd_epi16(m01, bcast4_256(xs));
+        mins = _mm256_dpwssd_epi32(mins, m23, bcast4_256(xs + 2));
+        mins = _mm256_dpwssd_epi32(mins, m45, bcast4_256(xs + 4));
+        mins = _mm256_dpwssd_epi32(mins, m67, bcast4_256(xs + 6));
+        const __m256 dx = _mm256_set1_ps(x[r][b].d);
+        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(row_sums_x8(isum[r])), acc[r]);
+        // −(dmin·dx) by flipping the sign bit, as the row kernels negate.
+        acc[r] = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(dmin, dx), _mm256_set1_ps(-0.0f)),
+                                 _mm256_cvtepi32_ps(mins), acc[r]);
+      }
+    }
+    write_group_outputs<kRows>(a, g, acc);
+  }
+}
+
+}  // namespace
+
+LOOM_TARGET_X8_AVX512 void qdot_q4_Kx8_avx512(const QdotArgs& a) {
+  switch (a.m) {
+    case 1: q4_Kx8_rows<1>(a); break;
+    case 2: q4_Kx8_rows<2>(a); break;
+    case 3: q4_Kx8_rows<3>(a); break;
+    default: q4_Kx8_rows<4>(a); break;
+  }
+}
+
+}  // namespace loom::cpu::detail
+#endif
