@@ -33,16 +33,11 @@ alignas(64) constexpr int8_t kSpreadScales[64] = {
     LOOM_ROW(0), LOOM_ROW(1), LOOM_ROW(4), LOOM_ROW(5), LOOM_ROW(2), LOOM_ROW(3), LOOM_ROW(6), LOOM_ROW(7),
 #undef LOOM_ROW
 };
-// Rows' mins of sub-blocks j, j + 1 (bytes 8j + r, 8(j + 1) + r) side by side.
-alignas(32) constexpr int8_t kPairMins[32] = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,
-                                              0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};
 
 template <int kRows>
 LOOM_TARGET_X8_AVX512 void q4_Kx8_rows(const QdotArgs& a) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F), low6 = _mm256_set1_epi8(0x3F), top2 = _mm256_set1_epi8(0x30);
   const __m512i low4z = _mm512_set1_epi8(0x0F);
   const __m512i spread = _mm512_load_si512(kSpreadScales);
-  const __m256i pair_mins = _mm256_load_si256(reinterpret_cast<const __m256i*>(kPairMins));
   const size_t group_bytes = static_cast<size_t>(a.blocks) * kQ4_Kx8BlockBytes;
   const ActBlockQ8K* x[kRows];
   const int16_t* sub_sums[kRows];
@@ -58,25 +53,9 @@ LOOM_TARGET_X8_AVX512 void q4_Kx8_rows(const QdotArgs& a) {
     for (int64_t b = 0; b < a.blocks; ++b) {
       const uint8_t* o = w + static_cast<size_t>(b) * kQ4_Kx8BlockBytes;
       if (a.stream) prefetch_group_stream(ahead, o, kQ4_Kx8BlockBytes, kPrefetchBytes);
-      // Scales and mins of sub-blocks 0-3 and 4-7, byte 8j + r (unpack_scale_min_k4).
-      const __m256i s0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kQ4_Kx8ScalesOffset));
-      const __m256i s1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kQ4_Kx8ScalesOffset + 32));
-      const __m256i s2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kQ4_Kx8ScalesOffset + 64));
       alignas(32) uint8_t scales[64];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(scales), _mm256_and_si256(s0, low6));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(scales + 32),
-                         _mm256_or_si256(_mm256_and_si256(s2, low4),
-                                         _mm256_and_si256(_mm256_srli_epi16(s0, 2), top2)));
-      const __m256i mins_lo = _mm256_shuffle_epi8(_mm256_and_si256(s1, low6), pair_mins);
-      const __m256i mins_hi = _mm256_shuffle_epi8(
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), low4),
-                          _mm256_and_si256(_mm256_srli_epi16(s1, 2), top2)),
-          pair_mins);
-      // int16 pairs (m_j, m_j+1) in row r's int32 lane, for j = 0, 2, 4, 6.
-      const __m256i m01 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(mins_lo));
-      const __m256i m23 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(mins_lo, 1));
-      const __m256i m45 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(mins_hi));
-      const __m256i m67 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(mins_hi, 1));
+      __m256i m[4];  // mins of sub-blocks (0, 1), (2, 3), (4, 5), (6, 7)
+      q4_Kx8_scales_mins(o, scales, m);
 
       __m512i isum[kRows];
       for (int r = 0; r < kRows; ++r) isum[r] = _mm512_setzero_si512();
@@ -108,10 +87,10 @@ LOOM_TARGET_X8_AVX512 void q4_Kx8_rows(const QdotArgs& a) {
       const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 16)));
       for (int r = 0; r < kRows; ++r) {
         const int16_t* xs = sub_sums[r] + 8 * b;
-        __m256i mins = _mm256_madd_epi16(m01, bcast4_256(xs));
-        mins = _mm256_dpwssd_epi32(mins, m23, bcast4_256(xs + 2));
-        mins = _mm256_dpwssd_epi32(mins, m45, bcast4_256(xs + 4));
-        mins = _mm256_dpwssd_epi32(mins, m67, bcast4_256(xs + 6));
+        __m256i mins = _mm256_madd_epi16(m[0], bcast4_256(xs));
+        mins = _mm256_dpwssd_epi32(mins, m[1], bcast4_256(xs + 2));
+        mins = _mm256_dpwssd_epi32(mins, m[2], bcast4_256(xs + 4));
+        mins = _mm256_dpwssd_epi32(mins, m[3], bcast4_256(xs + 6));
         const __m256 dx = _mm256_set1_ps(x[r][b].d);
         acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(row_sums_x8(isum[r])), acc[r]);
         // −(dmin·dx) by flipping the sign bit, as the row kernels negate.

@@ -1,5 +1,5 @@
 // What the AVX2 decode kernels over groups of 8 interleaved rows share
-// (qdot_q4_0x8_avx2.cc, qdot_q4_Kx8_avx2.cc, qdot_q8_0x8_avx2.cc): the
+// (qdot_<type>x8_avx2.cc; the AVX-512 ones include it too): the
 // activation broadcast, the prefetch of the group stream, and writing a
 // group's 8 outputs per activation row.
 #pragma once
@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "runtime/cpu/qdot_kernels.h"
+#include "runtime/cpu/qlayout_q4_Kx8.h"
 
 namespace loom::cpu::detail {
 namespace {
@@ -42,6 +43,31 @@ LOOM_TARGET_AVX2 LOOM_INLINE void write_group_outputs(const QdotArgs& a, int64_t
       a.y[r * a.ldy + n] = qdot_finish(out[i], a.bias, n);
     }
   }
+}
+
+// Q4_Kx8: the group block at o's scales (bytes 8j + r of `scales`: sub-block j's
+// six-bit scale of row r, unpack_scale_min_k4) and mins, as four vectors of int16
+// pairs (m_j, m_j+1) in row r's int32 lane for j = 0, 2, 4, 6.
+LOOM_TARGET_AVX2 LOOM_INLINE void q4_Kx8_scales_mins(const uint8_t* o, uint8_t* scales, __m256i* mins) {
+  // Rows' mins of sub-blocks j, j + 1 (bytes 8j + r, 8(j + 1) + r) side by side.
+  alignas(32) static constexpr int8_t kPairMins[32] = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,
+                                                       0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};
+  const __m256i low4 = _mm256_set1_epi8(0x0F), low6 = _mm256_set1_epi8(0x3F), top2 = _mm256_set1_epi8(0x30);
+  const __m256i pair_mins = _mm256_load_si256(reinterpret_cast<const __m256i*>(kPairMins));
+  const __m256i s0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kQ4_Kx8ScalesOffset));
+  const __m256i s1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kQ4_Kx8ScalesOffset + 32));
+  const __m256i s2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + kQ4_Kx8ScalesOffset + 64));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(scales), _mm256_and_si256(s0, low6));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(scales + 32),
+                      _mm256_or_si256(_mm256_and_si256(s2, low4), _mm256_and_si256(_mm256_srli_epi16(s0, 2), top2)));
+  const __m256i mins_lo = _mm256_shuffle_epi8(_mm256_and_si256(s1, low6), pair_mins);
+  const __m256i mins_hi = _mm256_shuffle_epi8(
+      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), low4), _mm256_and_si256(_mm256_srli_epi16(s1, 2), top2)),
+      pair_mins);
+  mins[0] = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(mins_lo));
+  mins[1] = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(mins_lo, 1));
+  mins[2] = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(mins_hi));
+  mins[3] = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(mins_hi, 1));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// What the interleaved groups of 8 rows share (Q4_0x8, Q4_Kx8, Q8_0x8): 8-byte
+// What the interleaved groups of 8 rows share (Q4_0x8, Q4_Kx8, Q6_Kx8, Q8_0x8): 8-byte
 // pieces of the rows laid out as 32-byte runs of four rows, rows 0, 1, 4, 5 in
 // the first run of a pair and 2, 3, 6, 7 in the second, so that one hadd of the
 // two runs' per-row sums gives rows 0..7 in order.

@@ -16,8 +16,8 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
 // has them, else the maddubs ones, SCALAR the reference).
 const char* quantized_kernels_name();
 
-// Whether this CPU's decode kernel reads dt faster interleaved (Q4_0, Q4_K and Q8_0
-// on every SIMD path: qdot_q4_0x8_avx2, qdot_q4_Kx8_avx2, qdot_q8_0x8_avx2), for
+// Whether this CPU's decode kernel reads dt faster interleaved (Q4_0, Q4_K, Q6_K and
+// Q8_0 on every SIMD path: qdot_<type>x8_avx2, or _avx512 with AVX512BW and VNNI), for
 // QuantLayout::kAuto.
 bool decode_prefers_interleaved(DType dt);
 // LOOM_QUANT_LAYOUT=rows|interleaved as a QuantLayout, kAuto when unset.

@@ -27,10 +27,10 @@
 namespace loom::cpu {
 
 // How PackedLinear::pack keeps quantized rows. kAuto: the layout this CPU's
-// decode kernels read fastest (Q4_0, Q4_K and Q8_0 of a file's mapping interleaved
+// decode kernels read fastest (Q4_0, Q4_K, Q6_K and Q8_0 of a file's mapping interleaved
 // in groups of 8 rows on every CPU with AVX2, else rows as stored;
 // LOOM_QUANT_LAYOUT=rows|interleaved overrides it for a process). kRows: as stored,
-// read in place. kInterleaved: Q4_0, Q4_K and Q8_0 in groups of 8 rows
+// read in place. kInterleaved: Q4_0, Q4_K, Q6_K and Q8_0 in groups of 8 rows
 // (runtime/cpu/qlayout.h), other types as stored. Every code path computes on
 // either layout, bitwise the same.
 enum class QuantLayout { kAuto, kRows, kInterleaved };
