@@ -78,12 +78,7 @@ LOOM_TARGET_AVX2 void q4_0x8_rows(const QdotArgs& a) {
 }  // namespace
 
 LOOM_TARGET_AVX2 void qdot_q4_0x8_avx2(const QdotArgs& a) {
-  switch (a.m) {
-    case 1: q4_0x8_rows<1>(a); break;
-    case 2: q4_0x8_rows<2>(a); break;
-    case 3: q4_0x8_rows<3>(a); break;
-    default: q4_0x8_rows<4>(a); break;
-  }
+  LOOM_QDOT_X8_BY_ROWS(q4_0x8_rows, a)
 }
 
 }  // namespace loom::cpu::detail

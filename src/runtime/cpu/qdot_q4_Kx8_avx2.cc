@@ -24,16 +24,6 @@ namespace {
 // 28 GB/s, 2 KB 29-31, 4 KB 34-35.
 constexpr size_t kPrefetchBytes = 4096;
 
-LOOM_TARGET_AVX2 LOOM_INLINE __m256i bcast4(const void* p) {
-  int32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
-LOOM_TARGET_AVX2 LOOM_INLINE __m256i load256(const uint8_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-
 // Per run set (rows 0, 1, 4, 5 or 2, 3, 6, 7): a sub-block's scale bytes of rows
 // 0..7, broadcast, → each row's scale in its four int16 lanes.
 alignas(32) constexpr int8_t kSpreadScales[2][32] = {
@@ -119,12 +109,7 @@ LOOM_TARGET_AVX2 void q4_Kx8_rows(const QdotArgs& a) {
 }  // namespace
 
 LOOM_TARGET_AVX2 void qdot_q4_Kx8_avx2(const QdotArgs& a) {
-  switch (a.m) {
-    case 1: q4_Kx8_rows<1>(a); break;
-    case 2: q4_Kx8_rows<2>(a); break;
-    case 3: q4_Kx8_rows<3>(a); break;
-    default: q4_Kx8_rows<4>(a); break;
-  }
+  LOOM_QDOT_X8_BY_ROWS(q4_Kx8_rows, a)
 }
 
 }  // namespace loom::cpu::detail

@@ -20,12 +20,6 @@ namespace {
 // 71-72 at 8 KB, 54-60 at 16 KB; Q6_K 62-68, 68-71, 69-70.
 constexpr size_t kPrefetchBytes = 8192;
 
-LOOM_TARGET_X8_AVX512 LOOM_INLINE __m256i bcast4_256(const void* p) {
-  int32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
 // A sub-block's scale bytes of rows 0..7, in every qword → each row's scale in its
 // four int16 lanes, rows 0, 1, 4, 5 in the low 256 bits and 2, 3, 6, 7 in the high.
 alignas(64) constexpr int8_t kSpreadScales[64] = {
@@ -87,10 +81,10 @@ LOOM_TARGET_X8_AVX512 void q4_Kx8_rows(const QdotArgs& a) {
       const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 16)));
       for (int r = 0; r < kRows; ++r) {
         const int16_t* xs = sub_sums[r] + 8 * b;
-        __m256i mins = _mm256_madd_epi16(m[0], bcast4_256(xs));
-        mins = _mm256_dpwssd_epi32(mins, m[1], bcast4_256(xs + 2));
-        mins = _mm256_dpwssd_epi32(mins, m[2], bcast4_256(xs + 4));
-        mins = _mm256_dpwssd_epi32(mins, m[3], bcast4_256(xs + 6));
+        __m256i mins = _mm256_madd_epi16(m[0], bcast4(xs));
+        mins = _mm256_dpwssd_epi32(mins, m[1], bcast4(xs + 2));
+        mins = _mm256_dpwssd_epi32(mins, m[2], bcast4(xs + 4));
+        mins = _mm256_dpwssd_epi32(mins, m[3], bcast4(xs + 6));
         const __m256 dx = _mm256_set1_ps(x[r][b].d);
         acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(row_sums_x8(isum[r])), acc[r]);
         // −(dmin·dx) by flipping the sign bit, as the row kernels negate.
@@ -105,12 +99,7 @@ LOOM_TARGET_X8_AVX512 void q4_Kx8_rows(const QdotArgs& a) {
 }  // namespace
 
 LOOM_TARGET_X8_AVX512 void qdot_q4_Kx8_avx512(const QdotArgs& a) {
-  switch (a.m) {
-    case 1: q4_Kx8_rows<1>(a); break;
-    case 2: q4_Kx8_rows<2>(a); break;
-    case 3: q4_Kx8_rows<3>(a); break;
-    default: q4_Kx8_rows<4>(a); break;
-  }
+  LOOM_QDOT_X8_BY_ROWS(q4_Kx8_rows, a)
 }
 
 }  // namespace loom::cpu::detail

@@ -24,16 +24,6 @@ namespace {
 // of the same order of size).
 constexpr size_t kPrefetchBytes = 4096;
 
-LOOM_TARGET_AVX2 LOOM_INLINE __m256i bcast4(const void* p) {
-  int32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
-LOOM_TARGET_AVX2 LOOM_INLINE __m256i load256(const uint8_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-
 // [t][set]: from a scale pair's 16 bytes (row r's sub-block 2j + t at 2r + t) in
 // both 128-bit lanes, each row of the run set (rows 0, 1, 4, 5 or 2, 3, 6, 7) gets
 // its scale in the high byte of its four int16 lanes (an arithmetic shift by 8
@@ -125,12 +115,7 @@ LOOM_TARGET_AVX2 void q6_Kx8_rows(const QdotArgs& a) {
 }  // namespace
 
 LOOM_TARGET_AVX2 void qdot_q6_Kx8_avx2(const QdotArgs& a) {
-  switch (a.m) {
-    case 1: q6_Kx8_rows<1>(a); break;
-    case 2: q6_Kx8_rows<2>(a); break;
-    case 3: q6_Kx8_rows<3>(a); break;
-    default: q6_Kx8_rows<4>(a); break;
-  }
+  LOOM_QDOT_X8_BY_ROWS(q6_Kx8_rows, a)
 }
 
 }  // namespace loom::cpu::detail

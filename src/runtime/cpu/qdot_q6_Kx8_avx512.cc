@@ -38,12 +38,6 @@ LOOM_TARGET_X8_AVX512 LOOM_INLINE __m512i level_of(__m512i low4, __m512i bits45,
   return _mm512_ternarylogic_epi32(_mm512_and_si512(nibble, low4), tops, bits45, 0xF8);
 }
 
-LOOM_TARGET_X8_AVX512 LOOM_INLINE __m256i bcast4_256(const void* p) {
-  int32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
 template <int kRows>
 LOOM_TARGET_X8_AVX512 void q6_Kx8_rows(const QdotArgs& a) {
   const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
@@ -98,7 +92,7 @@ LOOM_TARGET_X8_AVX512 void q6_Kx8_rows(const QdotArgs& a) {
         __m256i offset = _mm256_setzero_si256();  // Σ_s sc_s·bsum_s per row (lane r)
         for (int j = 0; j < 8; ++j) {
           const __m256i pair = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * j)));
-          offset = _mm256_dpwssd_epi32(offset, pair, bcast4_256(x[r][b].bsums + 2 * j));
+          offset = _mm256_dpwssd_epi32(offset, pair, bcast4(x[r][b].bsums + 2 * j));
         }
         const __m256i total = _mm256_sub_epi32(row_sums_x8(isum[r]), _mm256_slli_epi32(offset, 5));
         acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x[r][b].d)), _mm256_cvtepi32_ps(total), acc[r]);
@@ -111,12 +105,7 @@ LOOM_TARGET_X8_AVX512 void q6_Kx8_rows(const QdotArgs& a) {
 }  // namespace
 
 LOOM_TARGET_X8_AVX512 void qdot_q6_Kx8_avx512(const QdotArgs& a) {
-  switch (a.m) {
-    case 1: q6_Kx8_rows<1>(a); break;
-    case 2: q6_Kx8_rows<2>(a); break;
-    case 3: q6_Kx8_rows<3>(a); break;
-    default: q6_Kx8_rows<4>(a); break;
-  }
+  LOOM_QDOT_X8_BY_ROWS(q6_Kx8_rows, a)
 }
 
 }  // namespace loom::cpu::detail

@@ -1,7 +1,8 @@
 // What the AVX2 decode kernels over groups of 8 interleaved rows share
 // (qdot_<type>x8_avx2.cc; the AVX-512 ones include it too): the
-// activation broadcast, the prefetch of the group stream, and writing a
-// group's 8 outputs per activation row.
+// activation broadcast, the prefetch of the group stream, writing a group's 8
+// outputs per activation row, the entry points' dispatch on the row count, and
+// Q4_Kx8's scale unpacking.
 #pragma once
 
 #include <immintrin.h>
@@ -21,6 +22,16 @@ LOOM_TARGET_AVX2 LOOM_INLINE __m256i bcast8(const void* p) {
   int64_t v;
   __builtin_memcpy(&v, p, 8);
   return _mm256_set1_epi64x(v);
+}
+
+LOOM_TARGET_AVX2 LOOM_INLINE __m256i bcast4(const void* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+LOOM_TARGET_AVX2 LOOM_INLINE __m256i load256(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
 // Keeps `ahead` `distance` bytes past the end of the group block at o
@@ -44,6 +55,16 @@ LOOM_TARGET_AVX2 LOOM_INLINE void write_group_outputs(const QdotArgs& a, int64_t
     }
   }
 }
+
+// The body of a kernel entry point: kernel<kRows> for a.m activation rows (1..kQTileRows).
+#define LOOM_QDOT_X8_BY_ROWS(kernel, a) \
+  switch ((a).m) {                      \
+    case 1: kernel<1>(a); break;        \
+    case 2: kernel<2>(a); break;        \
+    case 3: kernel<3>(a); break;        \
+    default: kernel<4>(a); break;       \
+  }
+static_assert(kQTileRows == 4, "LOOM_QDOT_X8_BY_ROWS instantiates 1..4 rows");
 
 // Q4_Kx8: the group block at o's scales (bytes 8j + r of `scales`: sub-block j's
 // six-bit scale of row r, unpack_scale_min_k4) and mins, as four vectors of int16
