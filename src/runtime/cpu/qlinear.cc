@@ -134,9 +134,9 @@ QuantGemm gemm_for(int64_t M) {
 #if defined(LOOM_MATMUL_X86)
 // The decode kernels over groups of 8 interleaved rows run in AVX-512 where the
 // path is AVX-512 and the CPU has BW and VNNI, else in AVX2. On a Zen 5 (2 threads,
-// 2048->8192 and 8192->2048 from memory) the AVX-512 ones read Q6_K at batch 1 at
-// 62-68 GB/s against 49-53 for AVX2, Q4_K 44-65 against 45-52, and at M = 4
-// 1.5-2x faster.
+// 2048->8192 and 8192->2048 from memory, a plain read 57-62 GB/s) the AVX-512 ones
+// read at batch 1 Q4_0 at 67-68 GB/s against AVX2's 37-39, Q4_K 71-72 / 46-47,
+// Q6_K 68-71 / 48-52, Q8_0 62-67 / 37-57, and at M = 4 1.1-1.8x faster.
 bool grouped_avx512() { return avx512_path() && avx512_vnni_usable(); }
 
 QdotFn grouped_kernel_for(DType dt) {
