@@ -15,6 +15,7 @@
 #include "runtime/collective_kernels.h"
 #include "runtime/external_call_kernel.h"
 #include "runtime/moe_kernel.h"
+#include "runtime/shared_packs.h"
 
 namespace loom::runtime {
 namespace {
@@ -25,7 +26,7 @@ struct F32Weight : NodeState {
   std::vector<float> w;
 };
 struct PackedWeight : NodeState {
-  cpu::PackedLinear packed;
+  std::shared_ptr<const cpu::PackedLinear> packed;
 };
 struct RopeState : NodeState {
   cpu::RopeParams params;
@@ -48,24 +49,54 @@ Status require_step(const KernelArgs& a) {
 }
 
 // ── embedding ──
-Status run_embedding(KernelArgs& a) {
-  const Tensor& table = a.in[0];
-  const Tensor& ids = a.in[1];
-  const int64_t v = table.dim(0), h = table.dim(1), n = ids.dim(0);
-  const int32_t* id = ids.data_as<int32_t>();
-  for (int64_t i = 0; i < n; ++i)
-    if (id[i] < 0 || id[i] >= v)
-      return out_of_range("token id " + std::to_string(id[i]) + " at row " + std::to_string(i) +
-                          " is outside the embedding table [0, " + std::to_string(v) + ")");
-  float* out = a.out[0].data_as<float>();
-  // Rows of a quantized table are whole blocks, dequantized one row at a time.
-  const size_t row_bytes = dtype_bytes(table.dtype(), h);
-  a.pool.parallel_for(n, [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i)
-      convert_elements(static_cast<const char*>(table.data()) + static_cast<size_t>(id[i]) * row_bytes,
-                       table.dtype(), out + i * h, DType::kF32, static_cast<size_t>(h));
-  });
-  return Status::Ok();
+// A table that is also a linear's weight (tied LM head) is read from the linear's
+// packed copy: packing released the file pages under the table, and looking rows
+// up there would fault them back in (on a 1B Q4_0 file, 50-160 MB more resident).
+template <bool kRef>
+OpKernel embedding_kernel() {
+  OpKernel k;
+  if (!kRef) {
+    k.prepare = [](const graph::Graph& g, const Node& n) -> Result<std::unique_ptr<NodeState>> {
+      const Tensor& table = g.value(n.inputs[0]).tensor;
+      if (!table.defined() || table.rank() != 2) return std::unique_ptr<NodeState>();
+      for (const Node& other : g.nodes()) {
+        if (other.op != "linear" || other.inputs.size() < 2) continue;
+        const Tensor& w = g.value(other.inputs[1]).tensor;
+        if (w.data() != table.data() || w.dtype() != table.dtype() || w.shape() != table.shape()) continue;
+        const bool has_bias = other.inputs.size() > 2 && other.inputs[2] != graph::kNoValue;
+        auto s = std::make_unique<PackedWeight>();
+        LOOM_ASSIGN_OR_RETURN(s->packed, shared_packed_linear(w, has_bias ? &g.value(other.inputs[2]).tensor : nullptr));
+        return std::unique_ptr<NodeState>(std::move(s));
+      }
+      return std::unique_ptr<NodeState>();
+    };
+  }
+  k.run = [](KernelArgs& a) -> Status {
+    const Tensor& table = a.in[0];
+    const Tensor& ids = a.in[1];
+    const int64_t v = table.dim(0), h = table.dim(1), n = ids.dim(0);
+    const int32_t* id = ids.data_as<int32_t>();
+    for (int64_t i = 0; i < n; ++i)
+      if (id[i] < 0 || id[i] >= v)
+        return out_of_range("token id " + std::to_string(id[i]) + " at row " + std::to_string(i) +
+                            " is outside the embedding table [0, " + std::to_string(v) + ")");
+    float* out = a.out[0].data_as<float>();
+    const auto* tied = static_cast<PackedWeight*>(a.state);
+    // Rows of a quantized table are whole blocks, dequantized one row at a time.
+    const size_t row_bytes = dtype_bytes(table.dtype(), h);
+    a.pool.parallel_for(n, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) {
+        if (tied) {
+          tied->packed->weight_row(id[i], out + i * h);
+        } else {
+          convert_elements(static_cast<const char*>(table.data()) + static_cast<size_t>(id[i]) * row_bytes,
+                           table.dtype(), out + i * h, DType::kF32, static_cast<size_t>(h));
+        }
+      }
+    });
+    return Status::Ok();
+  };
+  return k;
 }
 
 // ── gather_rows ──
@@ -91,7 +122,7 @@ OpKernel linear_kernel() {
       const Tensor& w = g.value(n.inputs[1]).tensor;
       const bool has_bias = n.inputs.size() > 2 && n.inputs[2] != graph::kNoValue;
       const Tensor* b = has_bias ? &g.value(n.inputs[2]).tensor : nullptr;
-      LOOM_ASSIGN_OR_RETURN(s->packed, cpu::PackedLinear::pack(w, b));
+      LOOM_ASSIGN_OR_RETURN(s->packed, shared_packed_linear(w, b));
       return std::unique_ptr<NodeState>(std::move(s));
     };
   }
@@ -102,7 +133,7 @@ OpKernel linear_kernel() {
       const Tensor* bias = a.in.size() > 2 && a.in[2].defined() ? &a.in[2] : nullptr;
       cpu::linear_ref(x.data_as<float>(), m, kdim, a.in[1], bias, a.out[0].data_as<float>());
     } else {
-      const auto& p = static_cast<PackedWeight*>(a.state)->packed;
+      const cpu::PackedLinear& p = *static_cast<PackedWeight*>(a.state)->packed;
       cpu::linear(x.data_as<float>(), m, kdim, p, a.out[0].data_as<float>(), p.out_features(), a.pool);
     }
     return Status::Ok();
@@ -433,7 +464,7 @@ OpKernel attention_kernel() {
 template <bool kRef>
 Backend make_backend(const char* name) {
   Backend b(name);
-  b.add("embedding", OpKernel{nullptr, run_embedding});
+  b.add("embedding", embedding_kernel<kRef>());
   b.add("gather_rows", OpKernel{nullptr, run_gather_rows});
   b.add("linear", linear_kernel<kRef>());
   b.add("rms_norm", rms_norm_kernel<kRef>());

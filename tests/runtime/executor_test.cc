@@ -2,9 +2,17 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "core/file_pages.h"
 #include "loom/graph/builder.h"
+#include "runtime/cpu/qlinear.h"
+#include "runtime/shared_packs.h"
 
 namespace loom::runtime {
 namespace {
@@ -70,6 +78,91 @@ TEST(Executor, AttentionWithoutKvStoreIsAnError) {
   Status s = ex->run({{"q", Tensor::zeros(DType::kF32, {2, 8})}}, nullptr, &out);
   EXPECT_EQ(s.code(), ErrorCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("KV store"), std::string::npos) << s.message();
+}
+
+// A table mapped from a file, as a checkpoint's tensors are.
+struct MappedTensor {
+  void* map = nullptr;
+  size_t bytes = 0;
+  Tensor tensor;
+  explicit MappedTensor(const Tensor& t) : bytes(t.nbytes()) {
+    char path[] = "/tmp/loom_tied_XXXXXX";
+    const int fd = mkstemp(path);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(write(fd, t.data(), bytes), static_cast<ssize_t>(bytes));
+    map = mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    unlink(path);
+    EXPECT_NE(map, MAP_FAILED);
+    register_file_mapping(map, bytes);
+    tensor = Tensor::wrap(map, t.dtype(), t.shape());
+  }
+  ~MappedTensor() {
+    tensor = Tensor();
+    unregister_file_mapping(map);
+    munmap(map, bytes);
+  }
+  // Pages of the mapping in this process's page table (/proc/self/pagemap bit 63).
+  int64_t resident_pages() const {
+    const long page = sysconf(_SC_PAGESIZE);
+    FILE* f = std::fopen("/proc/self/pagemap", "rb");
+    if (!f) return -1;
+    int64_t present = 0;
+    const uintptr_t first = reinterpret_cast<uintptr_t>(map) / static_cast<uintptr_t>(page);
+    const uintptr_t count = (bytes + static_cast<size_t>(page) - 1) / static_cast<size_t>(page);
+    for (uintptr_t i = 0; i < count; ++i) {
+      uint64_t entry = 0;
+      if (std::fseek(f, static_cast<long>((first + i) * 8), SEEK_SET) != 0 || std::fread(&entry, 8, 1, f) != 1) {
+        present = -1;
+        break;
+      }
+      present += static_cast<int64_t>(entry >> 63);
+    }
+    std::fclose(f);
+    return present;
+  }
+};
+
+// A tied LM head and token embedding: the linear packs the table into its own
+// layout and releases the file pages; the embedding then reads its rows from that
+// copy (exactly the table's values) instead of faulting the pages back in.
+TEST(Executor, TiedEmbeddingReadsItsRowsFromTheLinearsPackedCopy) {
+  const int64_t vocab = 4096, hidden = 256;
+  std::vector<float> values(static_cast<size_t>(vocab * hidden));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = std::sin(static_cast<float>(i) * 0.37f);
+  for (DType dt : {DType::kBF16, DType::kQ8_0, DType::kQ6_K}) {
+    MappedTensor table(Tensor::from_f32(values, {vocab, hidden}).to(dt));
+    auto g = std::make_shared<graph::Graph>();
+    const int t = g->add_symbol("tokens");
+    const graph::ValueId ids = g->add_input("ids", DType::kI32, {Dim::sym(t)});
+    const graph::ValueId w = g->add_parameter("embed_tokens.weight", table.tensor);
+    const graph::ValueId h = g->add_node("embedding", {w, ids}, {}).at(0);
+    g->mark_output("h", h);
+    g->mark_output("logits", g->add_node("linear", {h, w}, {}).at(0));
+    auto ex = Executor::create(g, cpu_backend()).value();
+    std::vector<int32_t> id_values;
+    for (int32_t i = 0; i < 64; ++i) id_values.push_back((i * 977 + 13) % static_cast<int32_t>(vocab));
+    const Tensor id_tensor = Tensor::from_i32(id_values, {64});
+    std::vector<Tensor> out;
+    ASSERT_TRUE(ex->run({{"ids", id_tensor}}, nullptr, &out).ok());
+    // Packed into panels (BF16) or groups (the quantized types where decode prefers them).
+    const bool copied = dt == DType::kBF16 || cpu::detail::decode_prefers_interleaved(dt);
+    if (copied) EXPECT_EQ(table.resident_pages(), 0) << dtype_name(dt);
+    const std::vector<float> expected = table.tensor.to_f32_vector();
+    for (size_t i = 0; i < id_values.size(); ++i) {
+      ASSERT_EQ(std::memcmp(out[0].data_as<float>() + i * hidden, expected.data() + id_values[i] * hidden, hidden * 4), 0)
+          << dtype_name(dt) << " row " << i;
+    }
+    // The same tensor packs once, whoever asks; another shape of it is another weight.
+    const auto a = shared_packed_linear(table.tensor, nullptr).value();
+    EXPECT_EQ(a.get(), shared_packed_linear(table.tensor, nullptr).value().get());
+    EXPECT_NE(a.get(), shared_packed_linear(table.tensor.reshape({vocab / 2, 2 * hidden}), nullptr).value().get());
+    // And the reference backend, which reads the table as stored, agrees.
+    auto ref = Executor::create(g, reference_backend()).value();
+    std::vector<Tensor> ref_out;
+    ASSERT_TRUE(ref->run({{"ids", id_tensor}}, nullptr, &ref_out).ok());
+    EXPECT_EQ(std::memcmp(ref_out[0].data(), out[0].data(), out[0].nbytes()), 0) << dtype_name(dt);
+  }
 }
 
 }  // namespace

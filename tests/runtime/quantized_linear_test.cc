@@ -443,6 +443,29 @@ TEST(QuantizedLinear, InterleavedLayoutsGiveBackEveryRowsBlocks) {
   }
 }
 
+// weight_row gives back each row exactly as the source converts (a tied embedding
+// reads its rows there), whatever the layout: rows, groups of 8 with a tail, or
+// float panels with a partial last panel.
+TEST(PackedLinear, WeightRowEqualsTheSourceRowInEveryLayout) {
+  const int64_t N = 37;
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
+                   DType::kQ6_K}) {
+    const int64_t K = dtype_is_quantized(dt) ? 2 * dtype_block_elements(dt) : 67;  // an odd K splits a bf16 pair
+    const Tensor weight = quantized_weight(N, K, dt, 5);
+    const std::vector<float> expected = weight.to_f32_vector();
+    for (QuantLayout layout : {QuantLayout::kRows, QuantLayout::kInterleaved}) {
+      auto packed = PackedLinear::pack(weight, nullptr, layout);
+      ASSERT_TRUE(packed.ok()) << packed.status().message();
+      std::vector<float> row(static_cast<size_t>(K));
+      for (int64_t n = 0; n < N; ++n) {
+        packed->weight_row(n, row.data());
+        ASSERT_EQ(std::memcmp(row.data(), expected.data() + n * K, row.size() * sizeof(float)), 0)
+            << dtype_name(dt) << " row " << n << " group rows " << packed->quant_group_rows();
+      }
+    }
+  }
+}
+
 // kAuto interleaves only over a file's mapping (a copy of a tensor in memory
 // would hold the weights twice), and only where the decode kernel prefers it;
 // the mapped source still reads back after its pages are released.

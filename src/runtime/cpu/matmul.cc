@@ -482,6 +482,33 @@ Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias
   return out;
 }
 
+void PackedLinear::weight_row(int64_t n, float* out) const {
+  if (empty()) fail("PackedLinear::weight_row: the PackedLinear is empty (never packed)");
+  if (n < 0 || n >= n_) fail("PackedLinear::weight_row: row " + std::to_string(n) + " outside [0, " + std::to_string(n_) + ")");
+  if (dtype_is_quantized(dtype_)) {
+    // The row's blocks as stored (copied out of an interleaved group), dequantized.
+    const int64_t blocks = k_ / dtype_block_elements(dtype_);
+    std::vector<uint8_t> scratch(row_bytes_);
+    const uint8_t* row = detail::quant_row_blocks(*this, n, 0, blocks, scratch.data());
+    convert_elements(row, dtype_, out, DType::kF32, static_cast<size_t>(k_));
+    return;
+  }
+  // Panels hold row n's elements kNr apart (F32, F16) or in pairs 2·kNr apart (BF16).
+  const uint8_t* p = panel(n / kNr);
+  const int64_t j = n % kNr;
+  if (dtype_ == DType::kF32) {
+    const float* src = reinterpret_cast<const float*>(p);
+    for (int64_t k = 0; k < k_; ++k) out[k] = src[k * kNr + j];
+    return;
+  }
+  std::vector<uint16_t> bits(static_cast<size_t>(k_));
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(p);
+  for (int64_t k = 0; k < k_; ++k) {
+    bits[static_cast<size_t>(k)] = dtype_ == DType::kF16 ? src[k * kNr + j] : src[((k / 2) * kNr + j) * 2 + k % 2];
+  }
+  convert_elements(bits.data(), dtype_, out, DType::kF32, static_cast<size_t>(k_));
+}
+
 void linear(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, float* y, int64_t y_stride,
             ThreadPool& pool) {
   if (M < 0) fail("linear: negative row count M=" + std::to_string(M));

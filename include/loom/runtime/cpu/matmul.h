@@ -83,6 +83,10 @@ class PackedLinear {
   // num_panels() * kPanel floats, zero past N; null without bias.
   const float* bias() const { return static_cast<const float*>(bias_.get()); }
 
+  // Weight row n (0 ≤ n < N) as f32, exactly the source row widened or dequantized:
+  // a tied embedding looks its rows up here once the source pages are released.
+  void weight_row(int64_t n, float* out) const;
+
  private:
   int64_t n_ = 0;
   int64_t k_ = 0;
