@@ -8,6 +8,7 @@
 
 #include "loom/core/logging.h"
 #include "loom/models/architecture.h"
+#include "weights/quantized_cache.h"
 
 namespace loom::models {
 
@@ -191,6 +192,7 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   });
   if (!stats.ok()) return stats.status().with_context(ckpt.source() + ": loading " + what);
   if (options.quantize) {
+    std::vector<QuantizeJob> jobs;
     for (auto& [name, t] : m->params_) {
       // A shard is quantized as the whole tensor would be: every rank then
       // holds exactly the blocks a single process would.
@@ -203,12 +205,12 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
         return invalid_argument("tensor parallelism: " + name + " is quantized to " + std::string(dtype_name(*want)) +
                                 " in blocks of " + std::to_string(dtype_block_elements(*want)) + ", but each rank holds " +
                                 std::to_string(t.dim(1)) + " of its columns; use fewer ranks or another --quantize");
-      try {
-        t = t.to(*want);
-      } catch (const Error& e) {
-        return e.status().with_context(ckpt.source() + ": quantizing '" + name + "' to " + std::string(dtype_name(*want)));
-      }
+      jobs.push_back({name, *want});
     }
+    QuantizeCacheKey key{dir, options.quantize->name, "rank " + std::to_string(tp.rank) + " of " + std::to_string(tp.size)};
+    // A kernel config's layouts may change a tensor's values under the same name and shape.
+    key.cacheable = options.kernel_config.empty();
+    LOOM_RETURN_IF_ERROR(quantize_parameters(key, jobs, &m->params_).with_context(ckpt.source()));
   }
 
   const auto& params = m->params_;

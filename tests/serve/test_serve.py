@@ -450,7 +450,9 @@ class Lifecycle(unittest.TestCase):
         self.assertEqual(events[-2]["choices"][0]["finish_reason"], "length")
 
     def test_sigterm_timeout_fails_the_rest(self):
-        server = Server("--shutdown-timeout", "0.3")
+        # A timeout far shorter than the 480 tokens take: the bundled model decodes them
+        # in about 0.3 s on a fast CPU, so a 0.3 s timeout sometimes let the request finish.
+        server = Server("--shutdown-timeout", "0.02")
         result = {}
         t = threading.Thread(target=lambda: result.setdefault("s", server.stream(
             "/v1/completions", {"prompt": PROMPT, "max_tokens": 480, "temperature": 0.8, "seed": 4, "stream": True})))

@@ -1,0 +1,171 @@
+#include "weights/quantized_cache.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <system_error>
+
+#define XXH_INLINE_ALL  // header-only: no link dependency on libxxhash
+#include <xxhash.h>
+
+#include "core/file_pages.h"
+#include "loom/core/logging.h"
+#include "loom/core/thread_pool.h"
+#include "loom/io/gguf.h"
+#include "loom/io/gguf_writer.h"
+
+namespace loom {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kKeyField = "loom.quantized_cache.key";
+constexpr const char* kFormat = "loom quantized-weights cache 1";
+
+// Size and modification time (ns) of the checkpoint file or of every file in its folder.
+void stamp_files(const std::string& path, std::string* out) {
+  std::error_code ec;
+  std::vector<std::string> files;
+  if (fs::is_directory(path, ec)) {
+    for (const auto& e : fs::directory_iterator(path, ec))
+      if (e.is_regular_file(ec)) files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(path);
+  }
+  for (const std::string& f : files) {
+    struct stat st {};
+    if (::stat(f.c_str(), &st) != 0) continue;
+    *out += fs::path(f).filename().string() + " " + std::to_string(st.st_size) + " " +
+            std::to_string(static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec) + "\n";
+  }
+}
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string cache_key(const QuantizeCacheKey& key, const std::vector<QuantizeJob>& jobs,
+                      const std::map<std::string, Tensor>& params) {
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(key.checkpoint, ec);
+  std::string text = std::string(kFormat) + "\n" + (ec ? key.checkpoint : absolute.lexically_normal().string()) + "\n";
+  stamp_files(key.checkpoint, &text);
+  text += key.recipe + "\n" + key.extra + "\n";
+  for (const QuantizeJob& j : jobs) {
+    const Tensor& t = params.at(j.name);
+    text += j.name + " " + std::string(dtype_name(t.dtype())) + shape_to_string(t.shape()) + " -> " + std::string(dtype_name(j.to)) + "\n";
+  }
+  return hex64(XXH64(text.data(), text.size(), 0));
+}
+
+// Rows quantized on every thread: blocks never cross a row.
+Tensor quantize(const Tensor& t, DType to) {
+  Tensor out = Tensor::empty(to, t.shape());
+  const int64_t rows = t.rank() >= 2 ? t.numel() / t.dim(-1) : 1, cols = t.numel() / std::max<int64_t>(rows, 1);
+  const size_t src_row = dtype_bytes(t.dtype(), cols), dst_row = dtype_bytes(to, cols);
+  ThreadPool::global().parallel_for(rows, [&](int64_t r0, int64_t r1, int) {
+    convert_elements(static_cast<const char*>(t.data()) + src_row * static_cast<size_t>(r0), t.dtype(),
+                     static_cast<char*>(out.data()) + dst_row * static_cast<size_t>(r0), to,
+                     static_cast<size_t>((r1 - r0) * cols));
+  }, 16);
+  return out;
+}
+
+// The cached file's tensors if it is this key's and holds every job as expected; else why not.
+Result<std::shared_ptr<io::GgufFile>> open_cached(const std::string& path, const std::string& key,
+                                                  const std::vector<QuantizeJob>& jobs,
+                                                  const std::map<std::string, Tensor>& params) {
+  LOOM_ASSIGN_OR_RETURN(std::shared_ptr<io::GgufFile> file, io::GgufFile::open(path));
+  const io::GgufValue* stored = file->find_value(kKeyField);
+  auto stored_key = stored ? stored->as_string(kKeyField) : Result<std::string>(std::string());
+  if (!stored_key.ok() || *stored_key != key) return failed_precondition(path + ": written for another checkpoint or recipe");
+  for (const QuantizeJob& j : jobs) {
+    const io::GgufTensorInfo* info = file->find(j.name);
+    const Tensor& source = params.at(j.name);
+    if (!info) return failed_precondition(path + ": no tensor '" + j.name + "'");
+    LOOM_ASSIGN_OR_RETURN(Tensor t, file->get(j.name));
+    if (t.dtype() != j.to || t.shape() != source.shape())
+      return failed_precondition(path + ": '" + j.name + "' is " + t.describe() + ", expected " + std::string(dtype_name(j.to)) +
+                       shape_to_string(source.shape()));
+  }
+  return file;
+}
+
+}  // namespace
+
+std::string quantized_cache_dir() {
+  if (const char* env = std::getenv("LOOM_CACHE_DIR"); env && *env) {
+    return std::string(env) == "off" ? std::string() : std::string(env);
+  }
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return (fs::path(xdg) / "loom").string();
+  if (const char* home = std::getenv("HOME"); home && *home) return (fs::path(home) / ".cache" / "loom").string();
+  return std::string();
+}
+
+Status quantize_parameters(const QuantizeCacheKey& key, const std::vector<QuantizeJob>& jobs,
+                           std::map<std::string, Tensor>* params) {
+  if (jobs.empty()) return Status::Ok();
+  const std::string dir = key.cacheable ? quantized_cache_dir() : std::string();
+  const std::string hash = cache_key(key, jobs, *params);
+  const std::string path = dir.empty() ? std::string() : (fs::path(dir) / ("quantized-" + key.recipe + "-" + hash + ".gguf")).string();
+  auto use = [&](const io::GgufFile& file) {
+    for (const QuantizeJob& j : jobs) (*params)[j.name] = file.get(j.name).value();
+  };
+  std::error_code ec;
+  if (!path.empty() && fs::exists(path, ec)) {
+    auto cached = open_cached(path, hash, jobs, *params);
+    if (cached.ok()) {
+      use(**cached);
+      log_info(key.checkpoint + ": weights quantized to " + key.recipe + " mapped from " + path);
+      return Status::Ok();
+    }
+    log_warn("ignoring the quantized-weights cache " + cached.status().message() + "; quantizing again");
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  log_info(key.checkpoint + ": quantizing " + std::to_string(jobs.size()) + " weights to " + key.recipe +
+           (path.empty() ? std::string(" (kept in memory)") : " (cached in " + path + ")"));
+  io::GgufTensors quantized;
+  for (const QuantizeJob& j : jobs) {
+    Tensor& t = params->at(j.name);
+    Tensor q;
+    try {
+      q = quantize(t, j.to);
+    } catch (const Error& e) {
+      return e.status().with_context("quantizing '" + j.name + "' to " + std::string(dtype_name(j.to)));
+    }
+    // The source is read once: its file pages need not stay beside the quantized copy.
+    release_file_pages(t.data(), t.nbytes());
+    t = q;
+    quantized.emplace_back(j.name, std::move(q));
+  }
+  log_info(key.checkpoint + ": quantized in " +
+           std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) + " s");
+  if (path.empty()) return Status::Ok();
+
+  fs::create_directories(dir, ec);
+  Status written = ec ? io_error("cannot create the cache directory " + dir + ": " + ec.message())
+                      : io::write_gguf(path, {{kKeyField, io::GgufValue::string(hash)},
+                                              {"loom.quantized_cache.checkpoint", io::GgufValue::string(key.checkpoint)},
+                                              {"loom.quantized_cache.recipe", io::GgufValue::string(key.recipe)}},
+                                       quantized);
+  quantized.clear();
+  if (written.ok()) {
+    auto cached = open_cached(path, hash, jobs, *params);
+    written = cached.ok() ? Status::Ok() : cached.status();
+    if (cached.ok()) use(**cached);  // the heap copies go with their last reference
+  }
+  if (!written.ok()) {
+    log_warn("the weights quantized to " + key.recipe + " stay in memory (not resident once, and quantized again " +
+             "on the next load): " + written.message() + " (LOOM_CACHE_DIR chooses the cache directory)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace loom

@@ -1,0 +1,126 @@
+// Weights quantized at load go through a GGUF file in the cache directory: the
+// first load writes it, later loads map it (and the runtime can then copy them
+// into its layouts with the pages handed back), with the same logits bit for bit
+// as quantizing in memory. A changed checkpoint gets a new file; a broken or
+// unwritable cache only costs the caching.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/file_pages.h"
+#include "loom/io/gguf.h"
+#include "loom/models/model.h"
+#include "loom/weights/quantization_recipe.h"
+#include "models/model_run_util.h"
+
+namespace loom::models_test {
+namespace {
+
+namespace fs = std::filesystem;
+
+class QuantizedCache : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("loom_quantized_cache_test_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    // A copy of the fixture, whose files the test may touch.
+    checkpoint_ = root_ / "checkpoint";
+    fs::copy(existing_fixture("llama_mha_untied-f32"), checkpoint_, fs::copy_options::recursive);
+    cache_ = root_ / "cache";
+    if (const char* old = std::getenv("LOOM_CACHE_DIR")) saved_ = old;
+    setenv("LOOM_CACHE_DIR", cache_.c_str(), 1);
+  }
+  void TearDown() override {
+    if (saved_.empty()) unsetenv("LOOM_CACHE_DIR");
+    else setenv("LOOM_CACHE_DIR", saved_.c_str(), 1);
+    fs::remove_all(root_);
+  }
+  std::shared_ptr<models::Model> load() {
+    models::LoadOptions lo;
+    lo.quantize = quantization_recipe("q4_k_m").value();
+    return models::Model::load(checkpoint_.string(), lo).value();
+  }
+  std::vector<fs::path> cache_files() const {
+    std::vector<fs::path> out;
+    if (fs::exists(cache_))
+      for (const auto& e : fs::directory_iterator(cache_)) out.push_back(e.path());
+    return out;
+  }
+  // Quantized parameters, and how many of them lie in a file mapping.
+  static std::pair<int, int> quantized_and_mapped(const models::Model& m) {
+    int quantized = 0, mapped = 0;
+    for (const auto& [name, t] : m.parameters()) {
+      if (!dtype_is_quantized(t.dtype())) continue;
+      ++quantized;
+      mapped += in_file_mapping(t.data(), t.nbytes()) ? 1 : 0;
+    }
+    return {quantized, mapped};
+  }
+  fs::path root_, checkpoint_, cache_;
+  std::string saved_;
+};
+
+TEST_F(QuantizedCache, FirstLoadWritesTheFileLaterLoadsMapItWithTheSameLogits) {
+  const std::vector<int32_t> prompt = prompt_of("llama_mha_untied-f32");
+  auto first = load();
+  ASSERT_EQ(cache_files().size(), 1u);
+  const auto [quantized, mapped] = quantized_and_mapped(*first);
+  EXPECT_GE(quantized, 7) << "q/k/v/o/gate/up/down of a layer at least";
+  EXPECT_EQ(mapped, quantized) << "the first load also reads its weights from the file it wrote";
+  const std::vector<float> expected = logits_of(first, prompt);
+
+  const fs::file_time_type written = fs::last_write_time(cache_files()[0]);
+  auto again = load();
+  EXPECT_EQ(quantized_and_mapped(*again).second, quantized);
+  EXPECT_EQ(fs::last_write_time(cache_files()[0]), written) << "a later load maps the file, it does not rewrite it";
+  EXPECT_EQ(logits_diff(logits_of(again, prompt), expected).max_abs, 0.0);
+
+  setenv("LOOM_CACHE_DIR", "off", 1);
+  auto in_memory = load();
+  EXPECT_EQ(quantized_and_mapped(*in_memory), std::make_pair(quantized, 0));
+  EXPECT_EQ(logits_diff(logits_of(in_memory, prompt), expected).max_abs, 0.0) << "quantized in memory, read as rows";
+  EXPECT_EQ(cache_files().size(), 1u);
+}
+
+TEST_F(QuantizedCache, AChangedCheckpointGetsANewFileAndABrokenOneIsReplaced) {
+  const std::vector<int32_t> prompt = prompt_of("llama_mha_untied-f32");
+  const std::vector<float> expected = logits_of(load(), prompt);
+  ASSERT_EQ(cache_files().size(), 1u);
+  const fs::path weights = checkpoint_ / "model.safetensors";
+  ASSERT_TRUE(fs::exists(weights));
+  fs::last_write_time(weights, fs::last_write_time(weights) + std::chrono::seconds(5));
+  EXPECT_EQ(logits_diff(logits_of(load(), prompt), expected).max_abs, 0.0);
+  ASSERT_EQ(cache_files().size(), 2u) << "the checkpoint's new time is a new key";
+
+  // Cut every cache file short: the next load quantizes again and rewrites it.
+  for (const fs::path& f : cache_files()) fs::resize_file(f, fs::file_size(f) / 2);
+  auto reloaded = load();
+  EXPECT_EQ(logits_diff(logits_of(reloaded, prompt), expected).max_abs, 0.0);
+  const auto [quantized, mapped] = quantized_and_mapped(*reloaded);
+  EXPECT_EQ(mapped, quantized);
+  int whole = 0;
+  for (const fs::path& f : cache_files()) whole += io::GgufFile::open(f.string()).ok() ? 1 : 0;
+  EXPECT_EQ(whole, 1) << "the file of the current key is whole again";
+}
+
+TEST_F(QuantizedCache, AnUnwritableCacheDirectoryKeepsTheWeightsInMemory) {
+  const fs::path blocker = root_ / "not-a-directory";
+  std::ofstream(blocker) << "x";
+  setenv("LOOM_CACHE_DIR", (blocker / "cache").c_str(), 1);
+  const std::vector<int32_t> prompt = prompt_of("llama_mha_untied-f32");
+  auto m = load();
+  const auto [quantized, mapped] = quantized_and_mapped(*m);
+  EXPECT_GT(quantized, 0);
+  EXPECT_EQ(mapped, 0);
+  setenv("LOOM_CACHE_DIR", cache_.c_str(), 1);
+  EXPECT_EQ(logits_diff(logits_of(m, prompt), logits_of(load(), prompt)).max_abs, 0.0);
+}
+
+}  // namespace
+}  // namespace loom::models_test
