@@ -8,7 +8,7 @@
 
 #include "loom/core/logging.h"
 #include "loom/models/architecture.h"
-#include "weights/quantized_cache.h"
+#include "weights/weights_cache.h"
 
 namespace loom::models {
 
@@ -191,27 +191,31 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     return Status::Ok();
   });
   if (!stats.ok()) return stats.status().with_context(ckpt.source() + ": loading " + what);
-  if (options.quantize) {
-    std::vector<QuantizeJob> jobs;
-    for (auto& [name, t] : m->params_) {
+  // Weights made in memory (quantized now, or by a conversion rule) go through the
+  // cache file, so that they are file pages the runtime can hand back.
+  std::vector<CachedWeight> made;
+  for (auto& [name, t] : m->params_) {
+    std::optional<DType> want;
+    if (options.quantize) {
       // A shard is quantized as the whole tensor would be: every rank then
       // holds exactly the blocks a single process would.
       const auto full = full_shapes.find(name);
       const Shape& shape = full == full_shapes.end() ? t.shape() : full->second;
-      const std::optional<DType> want =
-          options.quantize->type_for(name, shape, m->config_.num_hidden_layers, m->config_.tie_word_embeddings);
-      if (!want || *want == t.dtype() || dtype_is_quantized(t.dtype())) continue;
-      if (t.rank() == 2 && t.dim(1) % dtype_block_elements(*want) != 0)
-        return invalid_argument("tensor parallelism: " + name + " is quantized to " + std::string(dtype_name(*want)) +
-                                " in blocks of " + std::to_string(dtype_block_elements(*want)) + ", but each rank holds " +
-                                std::to_string(t.dim(1)) + " of its columns; use fewer ranks or another --quantize");
-      jobs.push_back({name, *want});
+      want = options.quantize->type_for(name, shape, m->config_.num_hidden_layers, m->config_.tie_word_embeddings);
+      if (want && (*want == t.dtype() || dtype_is_quantized(t.dtype()))) want.reset();
     }
-    QuantizeCacheKey key{dir, options.quantize->name, "rank " + std::to_string(tp.rank) + " of " + std::to_string(tp.size)};
-    // A kernel config's layouts may change a tensor's values under the same name and shape.
-    key.cacheable = options.kernel_config.empty();
-    LOOM_RETURN_IF_ERROR(quantize_parameters(key, jobs, &m->params_).with_context(ckpt.source()));
+    if (want && t.rank() == 2 && t.dim(1) % dtype_block_elements(*want) != 0)
+      return invalid_argument("tensor parallelism: " + name + " is quantized to " + std::string(dtype_name(*want)) +
+                              " in blocks of " + std::to_string(dtype_block_elements(*want)) + ", but each rank holds " +
+                              std::to_string(t.dim(1)) + " of its columns; use fewer ranks or another --quantize");
+    if (want) made.push_back({name, *want});
+    else if (made_in_memory(t)) made.push_back({name, t.dtype()});
   }
+  WeightsCacheKey key{dir, options.quantize ? options.quantize->name : std::string(),
+                      "rank " + std::to_string(tp.rank) + " of " + std::to_string(tp.size)};
+  // A kernel config's layouts may change a tensor's values under the same name and shape.
+  key.cacheable = options.kernel_config.empty();
+  LOOM_RETURN_IF_ERROR(map_weights_through_cache(key, made, &m->params_).with_context(ckpt.source()));
 
   const auto& params = m->params_;
   // Views the graph reads besides the loaded parameters: a tied vocab-parallel

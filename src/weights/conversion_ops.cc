@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "core/file_pages.h"
 #include "loom/weights/tensor_moves.h"
 
 namespace loom {
@@ -261,12 +262,16 @@ TensorBundle apply_op(const ConversionOp& op, const TensorBundle& in, uint64_t* 
       if (inside(t, *s)) return;
     if (materialized) *materialized += t.nbytes();
   };
+  // A source copied into a new tensor is read once: its checkpoint pages need not
+  // stay resident beside the copy (they fault back in from the page cache if read).
+  const auto copied_from = [](const Tensor& source) { release_file_pages(source.data(), source.nbytes()); };
   switch (op.kind) {
     case ConversionOpKind::kConcatenate: {
       std::vector<Tensor> parts;
       for (const auto& slot : in) parts.push_back(slot.at(0));
       out.push_back({concatenate(parts, op.dim)});
       count(out[0][0], {});
+      for (const Tensor& p : parts) copied_from(p);
       break;
     }
     case ConversionOpKind::kChunk: {
@@ -281,6 +286,7 @@ TensorBundle apply_op(const ConversionOp& op, const TensorBundle& in, uint64_t* 
       for (const auto& slot : in) {
         out.push_back({stack(slot, op.dim)});
         count(out.back()[0], {});
+        for (const Tensor& t : slot) copied_from(t);
       }
       break;
     case ConversionOpKind::kSplitModulelist:
@@ -296,9 +302,11 @@ TensorBundle apply_op(const ConversionOp& op, const TensorBundle& in, uint64_t* 
       for (size_t i = 0; i < out.size(); ++i) {
         if (!op.applies_to(static_cast<int>(i))) continue;
         for (Tensor& t : out[i]) {
+          const Tensor source = t;
           t = op.kind == ConversionOpKind::kTranspose ? transpose(t, op.dim, op.dim1)
                                                       : permute_for_rope(t, op.n_heads, op.head_dim, op.inverse);
           count(t, {});
+          copied_from(source);
         }
       }
       break;
@@ -311,6 +319,7 @@ TensorBundle apply_op(const ConversionOp& op, const TensorBundle& in, uint64_t* 
           const float add = static_cast<float>(op.scalar);
           for (float& x : v) x += add;
           Tensor sum = Tensor::from_f32(v, t.shape());
+          copied_from(t);
           t = t.dtype() == DType::kF32 ? sum : sum.to(t.dtype());
           count(t, {});
         }

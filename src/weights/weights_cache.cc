@@ -1,4 +1,4 @@
-#include "weights/quantized_cache.h"
+#include "weights/weights_cache.h"
 
 #include <sys/stat.h>
 
@@ -22,8 +22,9 @@ namespace loom {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kKeyField = "loom.quantized_cache.key";
-constexpr const char* kFormat = "loom quantized-weights cache 1";
+constexpr const char* kKeyField = "loom.weights_cache.key";
+constexpr const char* kFormat = "loom weights cache 1";
+constexpr size_t kMinCachedBytes = size_t{64} << 10;  // above a large model's norm weights
 
 // Size and modification time (ns) of the checkpoint file or of every file in its folder.
 void stamp_files(const std::string& path, std::string* out) {
@@ -50,14 +51,14 @@ std::string hex64(uint64_t v) {
   return buf;
 }
 
-std::string cache_key(const QuantizeCacheKey& key, const std::vector<QuantizeJob>& jobs,
+std::string cache_key(const WeightsCacheKey& key, const std::vector<CachedWeight>& jobs,
                       const std::map<std::string, Tensor>& params) {
   std::error_code ec;
   const fs::path absolute = fs::absolute(key.checkpoint, ec);
-  std::string text = std::string(kFormat) + "\n" + (ec ? key.checkpoint : absolute.lexically_normal().string()) + "\n";
+  std::string text = std::string(kFormat) + " loom " + LOOM_VERSION + "\n" + (ec ? key.checkpoint : absolute.lexically_normal().string()) + "\n";
   stamp_files(key.checkpoint, &text);
   text += key.recipe + "\n" + key.extra + "\n";
-  for (const QuantizeJob& j : jobs) {
+  for (const CachedWeight& j : jobs) {
     const Tensor& t = params.at(j.name);
     text += j.name + " " + std::string(dtype_name(t.dtype())) + shape_to_string(t.shape()) + " -> " + std::string(dtype_name(j.to)) + "\n";
   }
@@ -79,13 +80,13 @@ Tensor quantize(const Tensor& t, DType to) {
 
 // The cached file's tensors if it is this key's and holds every job as expected; else why not.
 Result<std::shared_ptr<io::GgufFile>> open_cached(const std::string& path, const std::string& key,
-                                                  const std::vector<QuantizeJob>& jobs,
+                                                  const std::vector<CachedWeight>& jobs,
                                                   const std::map<std::string, Tensor>& params) {
   LOOM_ASSIGN_OR_RETURN(std::shared_ptr<io::GgufFile> file, io::GgufFile::open(path));
   const io::GgufValue* stored = file->find_value(kKeyField);
   auto stored_key = stored ? stored->as_string(kKeyField) : Result<std::string>(std::string());
   if (!stored_key.ok() || *stored_key != key) return failed_precondition(path + ": written for another checkpoint or recipe");
-  for (const QuantizeJob& j : jobs) {
+  for (const CachedWeight& j : jobs) {
     const io::GgufTensorInfo* info = file->find(j.name);
     const Tensor& source = params.at(j.name);
     if (!info) return failed_precondition(path + ": no tensor '" + j.name + "'");
@@ -99,7 +100,7 @@ Result<std::shared_ptr<io::GgufFile>> open_cached(const std::string& path, const
 
 }  // namespace
 
-std::string quantized_cache_dir() {
+std::string weights_cache_dir() {
   if (const char* env = std::getenv("LOOM_CACHE_DIR"); env && *env) {
     return std::string(env) == "off" ? std::string() : std::string(env);
   }
@@ -108,62 +109,71 @@ std::string quantized_cache_dir() {
   return std::string();
 }
 
-Status quantize_parameters(const QuantizeCacheKey& key, const std::vector<QuantizeJob>& jobs,
-                           std::map<std::string, Tensor>* params) {
-  if (jobs.empty()) return Status::Ok();
-  const std::string dir = key.cacheable ? quantized_cache_dir() : std::string();
+bool made_in_memory(const Tensor& t) { return t.nbytes() >= kMinCachedBytes && !in_file_mapping(t.data(), t.nbytes()); }
+
+Status map_weights_through_cache(const WeightsCacheKey& key, const std::vector<CachedWeight>& jobs,
+                                 std::map<std::string, Tensor>* params) {
+  const std::string dir = key.cacheable ? weights_cache_dir() : std::string();
+  size_t to_quantize = 0;
+  for (const CachedWeight& j : jobs) to_quantize += params->at(j.name).dtype() != j.to ? 1 : 0;
+  if (jobs.empty() || (dir.empty() && to_quantize == 0)) return Status::Ok();
+  const std::string what = key.recipe.empty() ? "converted" : "quantized-" + key.recipe;
   const std::string hash = cache_key(key, jobs, *params);
-  const std::string path = dir.empty() ? std::string() : (fs::path(dir) / ("quantized-" + key.recipe + "-" + hash + ".gguf")).string();
+  const std::string path = dir.empty() ? std::string() : (fs::path(dir) / (what + "-" + hash + ".gguf")).string();
   auto use = [&](const io::GgufFile& file) {
-    for (const QuantizeJob& j : jobs) (*params)[j.name] = file.get(j.name).value();
+    for (const CachedWeight& j : jobs) (*params)[j.name] = file.get(j.name).value();
   };
   std::error_code ec;
   if (!path.empty() && fs::exists(path, ec)) {
     auto cached = open_cached(path, hash, jobs, *params);
     if (cached.ok()) {
       use(**cached);
-      log_info(key.checkpoint + ": weights quantized to " + key.recipe + " mapped from " + path);
+      log_info(key.checkpoint + ": " + std::to_string(jobs.size()) + " weights mapped from " + path);
       return Status::Ok();
     }
-    log_warn("ignoring the quantized-weights cache " + cached.status().message() + "; quantizing again");
+    log_warn("ignoring the weights cache " + cached.status().message() + "; writing it again");
   }
 
-  const auto start = std::chrono::steady_clock::now();
-  log_info(key.checkpoint + ": quantizing " + std::to_string(jobs.size()) + " weights to " + key.recipe +
-           (path.empty() ? std::string(" (kept in memory)") : " (cached in " + path + ")"));
-  io::GgufTensors quantized;
-  for (const QuantizeJob& j : jobs) {
-    Tensor& t = params->at(j.name);
-    Tensor q;
-    try {
-      q = quantize(t, j.to);
-    } catch (const Error& e) {
-      return e.status().with_context("quantizing '" + j.name + "' to " + std::string(dtype_name(j.to)));
+  if (to_quantize > 0) {
+    const auto start = std::chrono::steady_clock::now();
+    log_info(key.checkpoint + ": quantizing " + std::to_string(to_quantize) + " weights to " + key.recipe);
+    for (const CachedWeight& j : jobs) {
+      Tensor& t = params->at(j.name);
+      if (t.dtype() == j.to) continue;
+      Tensor q;
+      try {
+        q = quantize(t, j.to);
+      } catch (const Error& e) {
+        return e.status().with_context("quantizing '" + j.name + "' to " + std::string(dtype_name(j.to)));
+      }
+      // The source is read once: its file pages need not stay beside the quantized copy.
+      release_file_pages(t.data(), t.nbytes());
+      t = q;
     }
-    // The source is read once: its file pages need not stay beside the quantized copy.
-    release_file_pages(t.data(), t.nbytes());
-    t = q;
-    quantized.emplace_back(j.name, std::move(q));
+    log_info(key.checkpoint + ": quantized in " +
+             std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) + " s");
   }
-  log_info(key.checkpoint + ": quantized in " +
-           std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) + " s");
   if (path.empty()) return Status::Ok();
 
+  log_info(key.checkpoint + ": writing " + std::to_string(jobs.size()) + " weights made at load to " + path);
   fs::create_directories(dir, ec);
-  Status written = ec ? io_error("cannot create the cache directory " + dir + ": " + ec.message())
-                      : io::write_gguf(path, {{kKeyField, io::GgufValue::string(hash)},
-                                              {"loom.quantized_cache.checkpoint", io::GgufValue::string(key.checkpoint)},
-                                              {"loom.quantized_cache.recipe", io::GgufValue::string(key.recipe)}},
-                                       quantized);
-  quantized.clear();
+  Status written = ec ? io_error("cannot create the cache directory " + dir + ": " + ec.message()) : Status::Ok();
+  if (written.ok()) {
+    io::GgufTensors tensors;
+    for (const CachedWeight& j : jobs) tensors.emplace_back(j.name, params->at(j.name));
+    written = io::write_gguf(path, {{kKeyField, io::GgufValue::string(hash)},
+                                    {"loom.weights_cache.checkpoint", io::GgufValue::string(key.checkpoint)},
+                                    {"loom.weights_cache.recipe", io::GgufValue::string(key.recipe)}},
+                             tensors);
+  }
   if (written.ok()) {
     auto cached = open_cached(path, hash, jobs, *params);
     written = cached.ok() ? Status::Ok() : cached.status();
-    if (cached.ok()) use(**cached);  // the heap copies go with their last reference
+    if (cached.ok()) use(**cached);  // the copies in memory go with their last reference
   }
   if (!written.ok()) {
-    log_warn("the weights quantized to " + key.recipe + " stay in memory (not resident once, and quantized again " +
-             "on the next load): " + written.message() + " (LOOM_CACHE_DIR chooses the cache directory)");
+    log_warn("weights made at load (" + what + ") stay in memory, beside the runtime's copies, and are made again " +
+             "on the next load: " + written.message() + " (LOOM_CACHE_DIR chooses the cache directory)");
   }
   return Status::Ok();
 }

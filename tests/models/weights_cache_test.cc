@@ -1,8 +1,8 @@
-// Weights quantized at load go through a GGUF file in the cache directory: the
-// first load writes it, later loads map it (and the runtime can then copy them
-// into its layouts with the pages handed back), with the same logits bit for bit
-// as quantizing in memory. A changed checkpoint gets a new file; a broken or
-// unwritable cache only costs the caching.
+// Weights made at load (quantized, or put back in order from llama.cpp's rows) go
+// through a GGUF file in the cache directory: the first load writes it, later loads
+// map it (and the runtime can then copy them into its layouts with the pages handed
+// back), with the same logits bit for bit as keeping them in memory. A changed
+// checkpoint gets a new file; a broken or unwritable cache only costs the caching.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -15,6 +15,7 @@
 #include "core/file_pages.h"
 #include "loom/io/gguf.h"
 #include "loom/models/model.h"
+#include "loom/models/save_gguf.h"
 #include "loom/weights/quantization_recipe.h"
 #include "models/model_run_util.h"
 
@@ -23,7 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class QuantizedCache : public ::testing::Test {
+class WeightsCache : public ::testing::Test {
  protected:
   void SetUp() override {
     root_ = fs::temp_directory_path() / ("loom_quantized_cache_test_" + std::to_string(::getpid()));
@@ -66,7 +67,7 @@ class QuantizedCache : public ::testing::Test {
   std::string saved_;
 };
 
-TEST_F(QuantizedCache, FirstLoadWritesTheFileLaterLoadsMapItWithTheSameLogits) {
+TEST_F(WeightsCache, FirstLoadWritesTheFileLaterLoadsMapItWithTheSameLogits) {
   const std::vector<int32_t> prompt = prompt_of("llama_mha_untied-f32");
   auto first = load();
   ASSERT_EQ(cache_files().size(), 1u);
@@ -88,7 +89,7 @@ TEST_F(QuantizedCache, FirstLoadWritesTheFileLaterLoadsMapItWithTheSameLogits) {
   EXPECT_EQ(cache_files().size(), 1u);
 }
 
-TEST_F(QuantizedCache, AChangedCheckpointGetsANewFileAndABrokenOneIsReplaced) {
+TEST_F(WeightsCache, AChangedCheckpointGetsANewFileAndABrokenOneIsReplaced) {
   const std::vector<int32_t> prompt = prompt_of("llama_mha_untied-f32");
   const std::vector<float> expected = logits_of(load(), prompt);
   ASSERT_EQ(cache_files().size(), 1u);
@@ -109,7 +110,33 @@ TEST_F(QuantizedCache, AChangedCheckpointGetsANewFileAndABrokenOneIsReplaced) {
   EXPECT_EQ(whole, 1) << "the file of the current key is whole again";
 }
 
-TEST_F(QuantizedCache, AnUnwritableCacheDirectoryKeepsTheWeightsInMemory) {
+// A Llama GGUF stores q/k rows in llama.cpp's rotary order; the rows put back are
+// made in memory, so they go through the cache too (no --quantize).
+TEST_F(WeightsCache, LlamaCppQueryAndKeyRowsPutBackAreCachedAndMapped) {
+  auto st = models::Model::load(std::string(LOOM_SOURCE_DIR) + "/models/loom-kjv-tiny").value();
+  const fs::path gguf = root_ / "kjv.gguf";
+  ASSERT_TRUE(models::save_gguf(*st, gguf.string()).ok());
+  const std::vector<int32_t> prompt = {4090, 1130, 258, 2081, 386, 3355, 258, 733, 267, 258, 616, 46};
+  auto mapped = models::Model::load(gguf.string()).value();
+  ASSERT_EQ(cache_files().size(), 1u);
+  EXPECT_EQ(cache_files()[0].filename().string().rfind("converted-", 0), 0u) << cache_files()[0];
+  int rows_put_back = 0;
+  for (const auto& [name, t] : mapped->parameters()) {
+    const bool qk = name.find("q_proj.weight") != std::string::npos || name.find("k_proj.weight") != std::string::npos;
+    if (!qk) continue;
+    ++rows_put_back;
+    EXPECT_TRUE(in_file_mapping(t.data(), t.nbytes())) << name;
+  }
+  EXPECT_EQ(rows_put_back, 2 * st->config().num_hidden_layers);
+  setenv("LOOM_CACHE_DIR", "off", 1);
+  auto in_memory = models::Model::load(gguf.string()).value();
+  EXPECT_FALSE(in_file_mapping(in_memory->parameters().at("model.layers.0.self_attn.q_proj.weight").data(), 1));
+  const std::vector<float> expected = logits_of(st, prompt);
+  EXPECT_EQ(logits_diff(logits_of(mapped, prompt), expected).max_abs, 0.0);
+  EXPECT_EQ(logits_diff(logits_of(in_memory, prompt), expected).max_abs, 0.0);
+}
+
+TEST_F(WeightsCache, AnUnwritableCacheDirectoryKeepsTheWeightsInMemory) {
   const fs::path blocker = root_ / "not-a-directory";
   std::ofstream(blocker) << "x";
   setenv("LOOM_CACHE_DIR", (blocker / "cache").c_str(), 1);

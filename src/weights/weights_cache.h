@@ -1,0 +1,54 @@
+// Weights made in memory at load, resident once. Quantizing at load (--quantize)
+// makes a second copy of every matrix, and some conversion rules make one of a
+// tensor (llama.cpp's permuted q/k rows put back, GPT-2's transposed Conv1D
+// weights). Held by the model, such a copy cannot be handed back once the runtime
+// has copied it into its own layout, so the weights were resident twice. Written
+// once to a GGUF file in the cache directory and mapped from there, they are file
+// pages like a checkpoint's: the runtime copies them into its layouts and hands the
+// pages back, and later loads of the same checkpoint map the file instead of
+// quantizing again.
+//
+// The cache directory is LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else
+// $HOME/.cache/loom; LOOM_CACHE_DIR=off keeps those weights in memory. A file is
+// named by a hash of loom's version, the checkpoint's path, the size and
+// modification time of its files, the recipe, the tensor-parallel rank and each
+// cached tensor's name, dtypes and shape: a changed checkpoint gets a new file.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "loom/core/status.h"
+#include "loom/core/tensor.h"
+
+namespace loom {
+
+struct CachedWeight {
+  std::string name;
+  DType to;  // the parameter's own dtype: kept as it is; another one: quantized to it
+};
+
+struct WeightsCacheKey {
+  std::string checkpoint;  // the --model path
+  std::string recipe;      // "q4_k_m", or "" without --quantize
+  std::string extra;       // anything else the loaded tensors depend on (the tensor-parallel rank)
+  bool cacheable = true;   // false: keep them in memory whatever the cache directory
+};
+
+// "" when caching is off.
+std::string weights_cache_dir();
+
+// Whether a parameter is worth a place in the cache: made in memory (not a view of a
+// file mapping) and large enough that holding it twice matters.
+bool made_in_memory(const Tensor& t);
+
+// Sets every params[w.name] to its cached version (quantized to w.to where that is
+// another dtype), read from the cache file's mapping when there is a cache
+// directory. A cache that cannot be read or written is a warning (the weights then
+// stay in memory), never an error; a quantized tensor's source file pages are
+// handed back as it is quantized.
+Status map_weights_through_cache(const WeightsCacheKey& key, const std::vector<CachedWeight>& weights,
+                                 std::map<std::string, Tensor>* params);
+
+}  // namespace loom
