@@ -448,9 +448,11 @@ TEST(QuantizedLinear, InterleavedLayoutsGiveBackEveryRowsBlocks) {
 // float panels with a partial last panel.
 TEST(PackedLinear, WeightRowEqualsTheSourceRowInEveryLayout) {
   const int64_t N = 37;
-  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
-                   DType::kQ6_K}) {
-    const int64_t K = dtype_is_quantized(dt) ? 2 * dtype_block_elements(dt) : 67;  // an odd K splits a bf16 pair
+  // BF16 twice: an odd K splits a pair, an even one packs full panels word by word.
+  const std::pair<DType, int64_t> cases[] = {{DType::kF32, 67},  {DType::kF16, 67},  {DType::kBF16, 67},
+                                             {DType::kBF16, 66}, {DType::kQ8_0, 64}, {DType::kQ4_0, 64},
+                                             {DType::kQ4_K, 512}, {DType::kQ5_K, 512}, {DType::kQ6_K, 512}};
+  for (const auto& [dt, K] : cases) {
     const Tensor weight = quantized_weight(N, K, dt, 5);
     const std::vector<float> expected = weight.to_f32_vector();
     for (QuantLayout layout : {QuantLayout::kRows, QuantLayout::kInterleaved}) {

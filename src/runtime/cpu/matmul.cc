@@ -345,6 +345,38 @@ Result<MatmulPrecision> matmul_precision_from_name(std::string_view name) {
 
 bool bf16_dot_products_active() { return matmul_isa() == Isa::kAvx512Bf16; }
 
+namespace {
+// Panel p (rows of it, < kNr in the last one) of a float weight in the kernels' order:
+// F32 and F16 element k of row j at k·kNr + j, BF16 pairs (k = 2kp + s) at
+// (kp·kNr + j)·2 + s; zeros past N and K.
+void pack_panel_any(const Tensor& weight, DType dt, int64_t p, int64_t rows, int64_t K, int64_t k_pairs, uint8_t* dst) {
+  if (dt == DType::kF32) {
+    const float* src = weight.data_as<const float>() + p * kNr * K;
+    float* d = reinterpret_cast<float*>(dst);
+    for (int64_t k = 0; k < K; ++k) {
+      for (int64_t j = 0; j < kNr; ++j) d[k * kNr + j] = j < rows ? src[j * K + k] : 0.0f;
+    }
+  } else if (dt == DType::kF16) {
+    const uint16_t* src = weight.data_as<const uint16_t>() + p * kNr * K;
+    uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+    for (int64_t k = 0; k < K; ++k) {
+      for (int64_t j = 0; j < kNr; ++j) d[k * kNr + j] = j < rows ? src[j * K + k] : 0;
+    }
+  } else {
+    const uint16_t* src = weight.data_as<const uint16_t>() + p * kNr * K;
+    uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+    for (int64_t kp = 0; kp < k_pairs; ++kp) {
+      for (int64_t j = 0; j < kNr; ++j) {
+        for (int64_t s = 0; s < 2; ++s) {
+          const int64_t k = 2 * kp + s;
+          d[(kp * kNr + j) * 2 + s] = (j < rows && k < K) ? src[j * K + k] : 0;
+        }
+      }
+    }
+  }
+}
+}  // namespace
+
 Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias, QuantLayout layout) {
   if (!weight.defined()) return invalid_argument("PackedLinear::pack: weight tensor is undefined");
   if (weight.rank() != 2) {
@@ -434,38 +466,33 @@ Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias
     // on all threads.
     const size_t elt = dtype_size(dt);
     ThreadPool::global().parallel_for(panels, [&](int64_t p0, int64_t p1, int) {
-      for (int64_t p = p0; p < p1; ++p) {
-        uint8_t* dst = static_cast<uint8_t*>(out.data_.get()) + out.panel_bytes_ * p;
-        const int64_t rows = std::min<int64_t>(kNr, N - p * kNr);
-        if (dt == DType::kF32) {
-          const float* src = weight.data_as<const float>() + p * kNr * K;
-          float* d = reinterpret_cast<float*>(dst);
-          for (int64_t k = 0; k < K; ++k) {
-            for (int64_t j = 0; j < kNr; ++j) d[k * kNr + j] = j < rows ? src[j * K + k] : 0.0f;
-          }
-        } else if (dt == DType::kF16) {
-          const uint16_t* src = weight.data_as<const uint16_t>() + p * kNr * K;
-          uint16_t* d = reinterpret_cast<uint16_t*>(dst);
-          for (int64_t k = 0; k < K; ++k) {
-            for (int64_t j = 0; j < kNr; ++j) d[k * kNr + j] = j < rows ? src[j * K + k] : 0;
-          }
-        } else {
-          const uint16_t* src = weight.data_as<const uint16_t>() + p * kNr * K;
-          uint16_t* d = reinterpret_cast<uint16_t*>(dst);
-          for (int64_t kp = 0; kp < k_pairs; ++kp) {
+      // The packed copy replaces the source: a checkpoint's mapped pages need not stay
+      // resident beside it (weights resident once), nor pile up while a large tensor
+      // (the LM head) is packed. Released a run of panels at a time: each madvise
+      // flushes the TLB of every thread (per panel it was a fifth of loading the 1B
+      // bf16 file).
+      constexpr int64_t kReleasePanels = 16;
+      for (int64_t r0 = p0; r0 < p1; r0 += kReleasePanels) {
+        const int64_t r1 = std::min(p1, r0 + kReleasePanels);
+        for (int64_t p = r0; p < r1; ++p) {
+          uint8_t* dst = static_cast<uint8_t*>(out.data_.get()) + out.panel_bytes_ * p;
+          const int64_t rows = std::min<int64_t>(kNr, N - p * kNr);
+          if (dt == DType::kF32 || dt == DType::kF16 || K % 2 != 0 || rows < kNr) {
+            pack_panel_any(weight, dt, p, rows, K, k_pairs, dst);
+          } else {
+            // BF16 pairs are one 32-bit word of a row: a transposition of words, row by
+            // row (sequential reads; the panel's 128-byte lines stay in L2).
+            const uint32_t* src = reinterpret_cast<const uint32_t*>(weight.data_as<const uint16_t>() + p * kNr * K);
+            uint32_t* d = reinterpret_cast<uint32_t*>(dst);
             for (int64_t j = 0; j < kNr; ++j) {
-              for (int64_t s = 0; s < 2; ++s) {
-                const int64_t k = 2 * kp + s;
-                d[(kp * kNr + j) * 2 + s] = (j < rows && k < K) ? src[j * K + k] : 0;
-              }
+              const uint32_t* row = src + j * k_pairs;
+              for (int64_t kp = 0; kp < k_pairs; ++kp) d[kp * kNr + j] = row[kp];
             }
           }
         }
-        // The packed copy replaces the source: a checkpoint's mapped pages need
-        // not stay resident beside it (weights resident once), nor pile up while
-        // a large tensor (the LM head) is packed.
-        release_file_pages(static_cast<const uint8_t*>(weight.data()) + static_cast<size_t>(p * kNr * K) * elt,
-                           static_cast<size_t>(rows * K) * elt);
+        const int64_t end_row = std::min<int64_t>(N, r1 * kNr);
+        release_file_pages(static_cast<const uint8_t*>(weight.data()) + static_cast<size_t>(r0 * kNr * K) * elt,
+                           static_cast<size_t>((end_row - r0 * kNr) * K) * elt);
       }
     });
     release_file_pages(weight.data(), weight.nbytes());  // the pages panels shared
