@@ -151,7 +151,8 @@ TEST_P(QuantizedLinearIsaTest, InterleavedEqualsRowsBitwise) {
           ASSERT_TRUE(rows.ok() && grouped.ok());
           ASSERT_EQ(rows->quant_group_rows(), 1);
           ASSERT_EQ(grouped->quant_group_rows(), 8);
-          for (int64_t M : {1, 2, 5, 9, 17, 33}) {
+          // Past 128 rows even Q4_Kx8 runs on the tiles (grouped_tile_min_rows).
+          for (int64_t M : {1, 2, 5, 9, 17, 33, 130}) {
             const std::vector<float> x = random_floats(static_cast<size_t>(M * K), seed + static_cast<uint32_t>(M));
             ASSERT_EQ(run(x, M, *grouped, pool), run(x, M, *rows, pool))
                 << dtype_name(dt) << " M=" << M << " K=" << K << " N=" << N << (with_bias ? " bias" : "");

@@ -139,6 +139,20 @@ QuantGemm gemm_for(int64_t M) {
 // Q6_K 68-71 / 48-52, Q8_0 62-67 / 37-57, and at M = 4 1.1-1.8x faster.
 bool grouped_avx512() { return avx512_path() && avx512_vnni_usable(); }
 
+// The tiles unpack interleaved groups on every call, for however few rows; the group
+// kernels pass over a chunk's weights once per 4 rows, the later passes from L1/L2.
+// On a Zen 5 (2 threads, 2048->8192 and 8192->2048, ms per call, tiles / group
+// kernels) on AVX-512: M = 8 Q4_K 1.70 / 0.52, Q4_0 0.95 / 0.49, Q8_0 1.46 / 0.93,
+// Q6_K 1.84 / 1.21; M = 16 Q4_K 1.45-1.68 / 0.86-1.03, Q6_K 1.85-1.91 / 1.69-1.74,
+// Q4_0 and Q8_0 even (each shape wins once); M = 32 Q4_K 2.17-2.30 / 1.37-1.62, the
+// others 5-40% faster on the tiles; M = 64 Q4_K 3.3 / 2.6-2.9; M = 512 even. On AVX2
+// (same CPU) the group kernels win for Q4_0, Q4_K and Q8_0 at M = 8 and 16 and are
+// even at 32; Q6_K's tiles win from 8.
+int64_t grouped_tile_min_rows(DType dt) {
+  if (grouped_avx512()) return dt == DType::kQ4_K ? 128 : dt == DType::kQ6_K ? 32 : 16;
+  return dt == DType::kQ6_K ? kAvx2MinRows : 32;
+}
+
 QdotFn grouped_kernel_for(DType dt) {
   const bool zmm = grouped_avx512();
   switch (dt) {
@@ -208,7 +222,14 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
     quantize_rows(0, M);
   }
 
-  switch (gemm_for(M)) {
+  QuantGemm path = gemm_for(M);
+#if defined(LOOM_MATMUL_X86)
+  if ((path == QuantGemm::kVnni || path == QuantGemm::kAvx2) && w.quant_group_rows() > 1 &&
+      M < grouped_tile_min_rows(dt)) {
+    path = QuantGemm::kRows;
+  }
+#endif
+  switch (path) {
     case QuantGemm::kAmx: linear_quantized_amx(act_data, act_row_bytes, M, w, y, y_stride, pool); return;
     case QuantGemm::kVnni: linear_quantized_avx512vnni(act_data, act_row_bytes, M, w, y, y_stride, pool); return;
     case QuantGemm::kAvx2: linear_quantized_avx2(act_data, act_row_bytes, M, w, y, y_stride, pool); return;
