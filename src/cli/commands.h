@@ -18,5 +18,6 @@ void add_convert_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_kernels_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_cache_command(CLI::App& app);  // list + clear
 
 }  // namespace loom::cli

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   loom::cli::add_export_command(app);
   loom::cli::add_kernels_command(app);
   loom::cli::add_serve_command(app);
+  loom::cli::add_cache_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

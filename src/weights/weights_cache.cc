@@ -51,11 +51,15 @@ std::string hex64(uint64_t v) {
   return buf;
 }
 
+std::string absolute_path(const std::string& path) {
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(path, ec);
+  return ec ? path : absolute.lexically_normal().string();
+}
+
 std::string cache_key(const WeightsCacheKey& key, const std::vector<CachedWeight>& jobs,
                       const std::map<std::string, Tensor>& params) {
-  std::error_code ec;
-  const fs::path absolute = fs::absolute(key.checkpoint, ec);
-  std::string text = std::string(kFormat) + " loom " + LOOM_VERSION + "\n" + (ec ? key.checkpoint : absolute.lexically_normal().string()) + "\n";
+  std::string text = std::string(kFormat) + " loom " + LOOM_VERSION + "\n" + absolute_path(key.checkpoint) + "\n";
   stamp_files(key.checkpoint, &text);
   text += key.recipe + "\n" + key.extra + "\n";
   for (const CachedWeight& j : jobs) {
@@ -109,6 +113,36 @@ std::string weights_cache_dir() {
   return std::string();
 }
 
+std::vector<WeightsCacheFile> list_weights_cache(const std::string& dir) {
+  std::vector<WeightsCacheFile> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_regular_file(ec) || (name.rfind("converted-", 0) != 0 && name.rfind("quantized-", 0) != 0)) continue;
+    WeightsCacheFile f;
+    f.path = e.path().string();
+    f.bytes = e.file_size(ec);
+    if (name.find(".gguf.tmp.") != std::string::npos) {
+      f.problem = "an interrupted write";
+    } else if (auto file = io::GgufFile::open(f.path); !file.ok()) {
+      f.problem = file.status().message();
+    } else {
+      auto text = [&](const char* key) {
+        const io::GgufValue* v = (*file)->find_value(key);
+        auto s = v ? v->as_string(key) : Result<std::string>(std::string());
+        return s.ok() ? *s : std::string();
+      };
+      f.checkpoint = text("loom.weights_cache.checkpoint");
+      f.recipe = text("loom.weights_cache.recipe");
+      f.extra = text("loom.weights_cache.extra");
+      if (!(*file)->find_value(kKeyField)) f.problem = "not written by loom's weights cache";
+    }
+    out.push_back(std::move(f));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+  return out;
+}
+
 bool made_in_memory(const Tensor& t) { return t.nbytes() >= kMinCachedBytes && !in_file_mapping(t.data(), t.nbytes()); }
 
 Status map_weights_through_cache(const WeightsCacheKey& key, const std::vector<CachedWeight>& jobs,
@@ -119,6 +153,7 @@ Status map_weights_through_cache(const WeightsCacheKey& key, const std::vector<C
   if (jobs.empty() || (dir.empty() && to_quantize == 0)) return Status::Ok();
   const std::string what = key.recipe.empty() ? "converted" : "quantized-" + key.recipe;
   const std::string hash = cache_key(key, jobs, *params);
+  const std::string checkpoint = absolute_path(key.checkpoint);
   const std::string path = dir.empty() ? std::string() : (fs::path(dir) / (what + "-" + hash + ".gguf")).string();
   auto use = [&](const io::GgufFile& file) {
     for (const CachedWeight& j : jobs) (*params)[j.name] = file.get(j.name).value();
@@ -162,14 +197,25 @@ Status map_weights_through_cache(const WeightsCacheKey& key, const std::vector<C
     io::GgufTensors tensors;
     for (const CachedWeight& j : jobs) tensors.emplace_back(j.name, params->at(j.name));
     written = io::write_gguf(path, {{kKeyField, io::GgufValue::string(hash)},
-                                    {"loom.weights_cache.checkpoint", io::GgufValue::string(key.checkpoint)},
-                                    {"loom.weights_cache.recipe", io::GgufValue::string(key.recipe)}},
+                                    {"loom.weights_cache.checkpoint", io::GgufValue::string(checkpoint)},
+                                    {"loom.weights_cache.recipe", io::GgufValue::string(key.recipe)},
+                                    {"loom.weights_cache.extra", io::GgufValue::string(key.extra)}},
                              tensors);
   }
   if (written.ok()) {
     auto cached = open_cached(path, hash, jobs, *params);
     written = cached.ok() ? Status::Ok() : cached.status();
     if (cached.ok()) use(**cached);  // the copies in memory go with their last reference
+  }
+  if (written.ok()) {
+    // The file this one replaces (the checkpoint changed, or loom did) would only take space.
+    for (const WeightsCacheFile& old : list_weights_cache(dir)) {
+      if (old.path != path && old.problem.empty() && old.checkpoint == checkpoint && old.recipe == key.recipe &&
+          old.extra == key.extra) {
+        fs::remove(old.path, ec);
+        log_info("removed " + old.path + ", replaced by " + path);
+      }
+    }
   }
   if (!written.ok()) {
     log_warn("weights made at load (" + what + ") stay in memory, beside the runtime's copies, and are made again " +

@@ -12,7 +12,8 @@
 // $HOME/.cache/loom; LOOM_CACHE_DIR=off keeps those weights in memory. A file is
 // named by a hash of loom's version, the checkpoint's path, the size and
 // modification time of its files, the recipe, the tensor-parallel rank and each
-// cached tensor's name, dtypes and shape: a changed checkpoint gets a new file.
+// cached tensor's name, dtypes and shape: a changed checkpoint gets a new file, and
+// writing it removes the file of the same checkpoint, recipe and rank it replaces.
 #pragma once
 
 #include <map>
@@ -38,6 +39,19 @@ struct WeightsCacheKey {
 
 // "" when caching is off.
 std::string weights_cache_dir();
+
+// A file of the cache directory, as `loom cache` lists it.
+struct WeightsCacheFile {
+  std::string path;
+  uint64_t bytes = 0;
+  std::string checkpoint;  // what it was made from ("" when unreadable)
+  std::string recipe;      // "q4_k_m", "" for weights converted at load
+  std::string extra;       // WeightsCacheKey::extra (the tensor-parallel rank)
+  std::string problem;     // why it cannot be read ("" when it can), e.g. a write cut short
+};
+// loom's files in dir (converted-*.gguf, quantized-*.gguf, and temporaries left by an
+// interrupted write), sorted by name; none when dir does not exist.
+std::vector<WeightsCacheFile> list_weights_cache(const std::string& dir);
 
 // Whether a parameter is worth a place in the cache: made in memory (not a view of a
 // file mapping) and large enough that holding it twice matters.

@@ -23,8 +23,9 @@ struct CommandResult {
   std::string out;  // stdout and stderr together
 };
 
-CommandResult loom(const std::string& args) {
-  const std::string cmd = std::string(LOOM_BINARY_DIR) + "/loom " + args + " 2>&1";
+// env: assignments put before the command ("LOOM_CACHE_DIR=/tmp/x ").
+CommandResult loom(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + std::string(LOOM_BINARY_DIR) + "/loom " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return {-1, "popen failed"};
   std::string out;
@@ -154,6 +155,37 @@ TEST(Cli, InspectGgufPrintsMetadataTensorsAndTotals) {
   CommandResult e = loom("inspect " + bad);
   EXPECT_EQ(e.exit_code, 2) << e.out;
   EXPECT_NE(e.out.find("bad.gguf: GGUF version 9 is not supported"), std::string::npos) << e.out;
+  fs::remove_all(dir);
+}
+
+// `loom cache` lists what --quantize left in LOOM_CACHE_DIR, and `clear --missing`
+// removes only what no checkpoint needs any more.
+TEST(Cli, CacheListsAndClearsWeightsMadeAtLoad) {
+  const fs::path dir = fs::temp_directory_path() / ("loom-cli-cache-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const fs::path checkpoint = dir / "checkpoint";
+  fs::create_directories(dir);
+  fs::copy(fixture("llama_mha_untied-f32"), checkpoint, fs::copy_options::recursive);
+  const std::string env = "LOOM_CACHE_DIR=" + (dir / "cache").string() + " ";
+  auto run = [&](const std::string& args) { return loom(args, env); };
+  CommandResult empty = run("cache");
+  ASSERT_EQ(empty.exit_code, 0) << empty.out;
+  EXPECT_NE(empty.out.find("no cached weights"), std::string::npos) << empty.out;
+
+  ASSERT_EQ(run("generate -m " + checkpoint.string() + " --prompt-ids 1,2,3 -n 2 --quantize q8_0").exit_code, 0);
+  CommandResult listed = run("cache list");
+  ASSERT_EQ(listed.exit_code, 0) << listed.out;
+  for (const char* s : {"quantized-q8_0-", "quantized to q8_0", "1 file(s)"})
+    EXPECT_NE(listed.out.find(s), std::string::npos) << s << "\n" << listed.out;
+  EXPECT_NE(listed.out.find(checkpoint.string()), std::string::npos) << listed.out;
+
+  CommandResult kept = run("cache clear --missing");
+  EXPECT_NE(kept.out.find("removed 0 file(s)"), std::string::npos) << kept.out;
+  fs::rename(checkpoint, dir / "moved");
+  EXPECT_NE(run("cache").out.find("(gone)"), std::string::npos);
+  CommandResult cleared = run("cache clear --missing");
+  EXPECT_NE(cleared.out.find("removed 1 file(s)"), std::string::npos) << cleared.out;
+  EXPECT_NE(run("cache").out.find("no cached weights"), std::string::npos);
   fs::remove_all(dir);
 }
 

@@ -18,6 +18,7 @@
 #include "loom/models/save_gguf.h"
 #include "loom/weights/quantization_recipe.h"
 #include "models/model_run_util.h"
+#include "weights/weights_cache.h"
 
 namespace loom::models_test {
 namespace {
@@ -93,11 +94,25 @@ TEST_F(WeightsCache, AChangedCheckpointGetsANewFileAndABrokenOneIsReplaced) {
   const std::vector<int32_t> prompt = prompt_of("llama_mha_untied-f32");
   const std::vector<float> expected = logits_of(load(), prompt);
   ASSERT_EQ(cache_files().size(), 1u);
+  const fs::path first = cache_files()[0];
   const fs::path weights = checkpoint_ / "model.safetensors";
   ASSERT_TRUE(fs::exists(weights));
   fs::last_write_time(weights, fs::last_write_time(weights) + std::chrono::seconds(5));
   EXPECT_EQ(logits_diff(logits_of(load(), prompt), expected).max_abs, 0.0);
-  ASSERT_EQ(cache_files().size(), 2u) << "the checkpoint's new time is a new key";
+  ASSERT_EQ(cache_files().size(), 1u) << "the new file replaces the old one";
+  EXPECT_NE(cache_files()[0], first) << "the checkpoint's new time is a new key";
+  // Another recipe of the same checkpoint is another file, kept beside it.
+  models::LoadOptions q8;
+  q8.quantize = quantization_recipe("q8_0").value();
+  models::Model::load(checkpoint_.string(), q8).value();
+  ASSERT_EQ(cache_files().size(), 2u);
+  const std::vector<WeightsCacheFile> listed = list_weights_cache(cache_.string());
+  ASSERT_EQ(listed.size(), 2u);
+  for (const WeightsCacheFile& f : listed) {
+    EXPECT_EQ(f.checkpoint, checkpoint_.string());
+    EXPECT_TRUE(f.recipe == "q4_k_m" || f.recipe == "q8_0") << f.recipe;
+    EXPECT_EQ(f.problem, "");
+  }
 
   // Cut every cache file short: the next load quantizes again and rewrites it.
   for (const fs::path& f : cache_files()) fs::resize_file(f, fs::file_size(f) / 2);
@@ -107,7 +122,10 @@ TEST_F(WeightsCache, AChangedCheckpointGetsANewFileAndABrokenOneIsReplaced) {
   EXPECT_EQ(mapped, quantized);
   int whole = 0;
   for (const fs::path& f : cache_files()) whole += io::GgufFile::open(f.string()).ok() ? 1 : 0;
-  EXPECT_EQ(whole, 1) << "the file of the current key is whole again";
+  EXPECT_EQ(whole, 1) << "the q4_k_m file is whole again";
+  int unreadable = 0;
+  for (const WeightsCacheFile& f : list_weights_cache(cache_.string())) unreadable += f.problem.empty() ? 0 : 1;
+  EXPECT_EQ(unreadable, 1) << "the q8_0 file, cut short, is listed as unreadable";
 }
 
 // A Llama GGUF stores q/k rows in llama.cpp's rotary order; the rows put back are
