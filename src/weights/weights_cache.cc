@@ -14,7 +14,6 @@
 
 #include "core/file_pages.h"
 #include "loom/core/logging.h"
-#include "loom/core/thread_pool.h"
 #include "loom/io/gguf.h"
 #include "loom/io/gguf_writer.h"
 
@@ -67,19 +66,6 @@ std::string cache_key(const WeightsCacheKey& key, const std::vector<CachedWeight
     text += j.name + " " + std::string(dtype_name(t.dtype())) + shape_to_string(t.shape()) + " -> " + std::string(dtype_name(j.to)) + "\n";
   }
   return hex64(XXH64(text.data(), text.size(), 0));
-}
-
-// Rows quantized on every thread: blocks never cross a row.
-Tensor quantize(const Tensor& t, DType to) {
-  Tensor out = Tensor::empty(to, t.shape());
-  const int64_t rows = t.rank() >= 2 ? t.numel() / t.dim(-1) : 1, cols = t.numel() / std::max<int64_t>(rows, 1);
-  const size_t src_row = dtype_bytes(t.dtype(), cols), dst_row = dtype_bytes(to, cols);
-  ThreadPool::global().parallel_for(rows, [&](int64_t r0, int64_t r1, int) {
-    convert_elements(static_cast<const char*>(t.data()) + src_row * static_cast<size_t>(r0), t.dtype(),
-                     static_cast<char*>(out.data()) + dst_row * static_cast<size_t>(r0), to,
-                     static_cast<size_t>((r1 - r0) * cols));
-  }, 16);
-  return out;
 }
 
 // The cached file's tensors if it is this key's and holds every job as expected; else why not.
@@ -177,7 +163,7 @@ Status map_weights_through_cache(const WeightsCacheKey& key, const std::vector<C
       if (t.dtype() == j.to) continue;
       Tensor q;
       try {
-        q = quantize(t, j.to);
+        q = t.to(j.to);
       } catch (const Error& e) {
         return e.status().with_context("quantizing '" + j.name + "' to " + std::string(dtype_name(j.to)));
       }

@@ -55,5 +55,20 @@ TEST(QuantizeTensor, Bf16ThroughF32AndRefusals) {
   }
 }
 
+// Large tensors convert on every thread, row by row: the bytes are those of one
+// convert_elements over the whole tensor, for each block type and for floats.
+TEST(QuantizeTensor, ParallelConversionOfLargeTensorsEqualsOneSerialPass) {
+  const int64_t rows = 300, cols = 1024;  // 307200 elements: past the parallel threshold
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(static_cast<float>(i) * 0.013f) * (1.0f + static_cast<float>(i % 97));
+  const Tensor src = Tensor::from_f32(v, {rows, cols});
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kBF16, DType::kF16}) {
+    const Tensor got = src.to(dt);
+    std::vector<uint8_t> serial(got.nbytes());
+    convert_elements(src.data(), DType::kF32, serial.data(), dt, v.size());
+    EXPECT_EQ(std::memcmp(got.data(), serial.data(), serial.size()), 0) << dtype_name(dt);
+  }
+}
+
 }  // namespace
 }  // namespace loom

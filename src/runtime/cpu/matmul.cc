@@ -515,7 +515,8 @@ void PackedLinear::weight_row(int64_t n, float* out) const {
   if (dtype_is_quantized(dtype_)) {
     // The row's blocks as stored (copied out of an interleaved group), dequantized.
     const int64_t blocks = k_ / dtype_block_elements(dtype_);
-    std::vector<uint8_t> scratch(row_bytes_);
+    thread_local std::vector<uint8_t> scratch;  // a lookup per token: no allocation each time
+    scratch.resize(row_bytes_);
     const uint8_t* row = detail::quant_row_blocks(*this, n, 0, blocks, scratch.data());
     convert_elements(row, dtype_, out, DType::kF32, static_cast<size_t>(k_));
     return;
@@ -528,7 +529,8 @@ void PackedLinear::weight_row(int64_t n, float* out) const {
     for (int64_t k = 0; k < k_; ++k) out[k] = src[k * kNr + j];
     return;
   }
-  std::vector<uint16_t> bits(static_cast<size_t>(k_));
+  thread_local std::vector<uint16_t> bits;
+  bits.resize(static_cast<size_t>(k_));
   const uint16_t* src = reinterpret_cast<const uint16_t*>(p);
   for (int64_t k = 0; k < k_; ++k) {
     bits[static_cast<size_t>(k)] = dtype_ == DType::kF16 ? src[k * kNr + j] : src[((k / 2) * kNr + j) * 2 + k % 2];

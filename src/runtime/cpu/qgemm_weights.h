@@ -76,29 +76,6 @@ LOOM_QGEMM_TARGET LOOM_INLINE __m128i load8(const uint8_t* p) {
   return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
 }
 
-// Row r's blocks [b0, b0 + nb) of the Q4_0x8 or Q8_0x8 group at `group`, unpacked
-// straight from the interleaved runs: a copy out as BlockQ4_0/BlockQ8_0 first
-// (quant_row_blocks) is read back by wider loads than wrote it, which the store
-// buffer cannot forward.
-template <DType dt>
-LOOM_QGEMM_TARGET void pack_row_of_group(const uint8_t* group, int r, int64_t b0, int64_t nb, int8_t* lv, size_t at,
-                                         __m256i offset, WeightChunk& c) {
-  for (int64_t i = 0; i < nb; ++i, at += kTile, lv += kATile) {
-    if constexpr (dt == DType::kQ4_0) {
-      const uint8_t* in = group + static_cast<size_t>(b0 + i) * kQ4_0x8BlockBytes;
-      std::memcpy(&c.d16[at], in + 2 * r, 2);
-      unpack_q4_0_qs(_mm_unpacklo_epi64(load8(in + q4_0x8_qs_offset(r, 0)), load8(in + q4_0x8_qs_offset(r, 1))), lv,
-                     offset);
-    } else {
-      const uint8_t* in = group + static_cast<size_t>(b0 + i) * kQ8_0x8BlockBytes;
-      std::memcpy(&c.d16[at], in + 2 * r, 2);
-      const __m128i lo = _mm_unpacklo_epi64(load8(in + q8_0x8_qs_offset(r, 0)), load8(in + q8_0x8_qs_offset(r, 1)));
-      const __m128i hi = _mm_unpacklo_epi64(load8(in + q8_0x8_qs_offset(r, 2)), load8(in + q8_0x8_qs_offset(r, 3)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lv), _mm256_add_epi8(_mm256_set_m128i(hi, lo), offset));
-    }
-  }
-}
-
 // Sub-block j (32 levels) to dst + j·step.
 LOOM_QGEMM_TARGET LOOM_INLINE void unpack_q4_K(const uint8_t* qs, const uint8_t* qh, int8_t* dst, size_t step,
                                                __m256i offset) {
@@ -148,19 +125,36 @@ LOOM_QGEMM_TARGET LOOM_INLINE __m256i load_pieces4(const uint8_t* in, int r, int
                           _mm_unpacklo_epi64(load8(in + o(r, p0)), load8(in + o(r, p0 + 1))));
 }
 
-// Row r's blocks [b0, b0 + nb) of the Q6_Kx8 group at `group`, unpacked straight from
-// the runs as pack_row_of_group does for Q4_0x8 and Q8_0x8: through a copy out as
-// BlockQ6_K (quant_row_blocks), the tiles at M = 32 on a Zen 5 ran 20-35% slower than
-// over stored rows.
-LOOM_QGEMM_TARGET void pack_q6_K_row_of_group(const uint8_t* group, int r, int64_t b0, int64_t nb, int8_t* lv,
-                                              size_t at, __m256i offset, WeightChunk& c) {
+// Row r's blocks [b0, b0 + nb) of the Q4_0x8, Q8_0x8 or Q6_Kx8 group at `group`, unpacked
+// straight from the interleaved runs: a copy out as blocks first (quant_row_blocks) is
+// read back by wider loads than wrote it, which the store buffer cannot forward, and
+// for Q6_K it is a scalar copy per piece (the tiles at M = 32 on a Zen 5 then ran
+// 20-35% slower than over stored rows, now 3-10%).
+template <DType dt>
+LOOM_QGEMM_TARGET void pack_row_of_group(const uint8_t* group, int r, int64_t b0, int64_t nb, int8_t* lv, size_t at,
+                                         __m256i offset, WeightChunk& c) {
   for (int64_t i = 0; i < nb; ++i, at += kTile) {
-    const uint8_t* in = group + static_cast<size_t>(b0 + i) * kQ6_Kx8BlockBytes;
-    std::memcpy(&c.d16[at], in + 2 * r, 2);
-    for (int s = 0; s < 16; ++s) c.sc6[at * 16 + s] = static_cast<int8_t>(in[q6_Kx8_scale_offset(r, s)]);
-    for (int h = 0; h < 2; ++h) {
-      unpack_q6_K_half(load_pieces4<q6_Kx8_ql_offset>(in, r, 8 * h), load_pieces4<q6_Kx8_ql_offset>(in, r, 8 * h + 4),
-                       load_pieces4<q6_Kx8_qh_offset>(in, r, 4 * h), h, lv + 8 * kATile * i, kATile, offset);
+    if constexpr (dt == DType::kQ4_0) {
+      const uint8_t* in = group + static_cast<size_t>(b0 + i) * kQ4_0x8BlockBytes;
+      std::memcpy(&c.d16[at], in + 2 * r, 2);
+      unpack_q4_0_qs(_mm_unpacklo_epi64(load8(in + q4_0x8_qs_offset(r, 0)), load8(in + q4_0x8_qs_offset(r, 1))),
+                     lv + kATile * i, offset);
+    } else if constexpr (dt == DType::kQ8_0) {
+      const uint8_t* in = group + static_cast<size_t>(b0 + i) * kQ8_0x8BlockBytes;
+      std::memcpy(&c.d16[at], in + 2 * r, 2);
+      const __m128i lo = _mm_unpacklo_epi64(load8(in + q8_0x8_qs_offset(r, 0)), load8(in + q8_0x8_qs_offset(r, 1)));
+      const __m128i hi = _mm_unpacklo_epi64(load8(in + q8_0x8_qs_offset(r, 2)), load8(in + q8_0x8_qs_offset(r, 3)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lv + kATile * i), _mm256_add_epi8(_mm256_set_m128i(hi, lo), offset));
+    } else {
+      static_assert(dt == DType::kQ6_K);
+      const uint8_t* in = group + static_cast<size_t>(b0 + i) * kQ6_Kx8BlockBytes;
+      std::memcpy(&c.d16[at], in + 2 * r, 2);
+      for (int s = 0; s < 16; ++s) c.sc6[at * 16 + s] = static_cast<int8_t>(in[q6_Kx8_scale_offset(r, s)]);
+      for (int h = 0; h < 2; ++h) {
+        unpack_q6_K_half(load_pieces4<q6_Kx8_ql_offset>(in, r, 8 * h),
+                         load_pieces4<q6_Kx8_ql_offset>(in, r, 8 * h + 4),
+                         load_pieces4<q6_Kx8_qh_offset>(in, r, 4 * h), h, lv + 8 * kATile * i, kATile, offset);
+      }
     }
   }
 }
@@ -266,35 +260,20 @@ LOOM_QGEMM_TARGET void pack_chunk_of(const PackedLinear& w, int64_t n0, int64_t 
       const int64_t nb = std::min(step, blocks - b0);
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t n = n0 + g * kTile + r;
-        if constexpr (dt == DType::kQ4_0 || dt == DType::kQ8_0) {
+        const size_t lv_at = 32 * static_cast<size_t>(r) + static_cast<size_t>(b0) * kATile * (step == 1 ? 8 : 1);
+        const size_t at = static_cast<size_t>(g) * per_group + static_cast<size_t>(b0) * kTile + static_cast<size_t>(r);
+        if constexpr (dt == DType::kQ4_0 || dt == DType::kQ8_0 || dt == DType::kQ6_K) {
           const int64_t group_rows = w.quant_group_rows();
           if (group_rows > 1 && n < w.out_features() / group_rows * group_rows) {
             pack_row_of_group<dt>(w.quant_row(n / group_rows * group_rows), static_cast<int>(n % group_rows), b0, nb,
-                                  base + 32 * static_cast<size_t>(r) + static_cast<size_t>(b0) * kATile,
-                                  static_cast<size_t>(g) * per_group + static_cast<size_t>(b0) * kTile +
-                                      static_cast<size_t>(r),
-                                  offset, c);
-            continue;
-          }
-        }
-        if constexpr (dt == DType::kQ6_K) {
-          const int64_t group_rows = w.quant_group_rows();
-          if (group_rows > 1 && n < w.out_features() / group_rows * group_rows) {
-            pack_q6_K_row_of_group(w.quant_row(n / group_rows * group_rows), static_cast<int>(n % group_rows), b0, nb,
-                                   base + 32 * static_cast<size_t>(r) + static_cast<size_t>(b0) * kATile * 8,
-                                   static_cast<size_t>(g) * per_group + static_cast<size_t>(b0) * kTile +
-                                       static_cast<size_t>(r),
-                                   offset, c);
+                                  base + lv_at, at, offset, c);
             continue;
           }
         }
         const uint8_t* row = w.quant_group_rows() == 1
                                  ? w.quant_row(n) + static_cast<size_t>(b0) * pack_block_bytes<dt>()
                                  : quant_row_blocks(w, n, b0, nb, copied);
-        pack_row<dt>(row, nb,
-                     base + 32 * static_cast<size_t>(r) + static_cast<size_t>(b0) * kATile * (step == 1 ? 8 : 1),
-                     static_cast<size_t>(g) * per_group + static_cast<size_t>(b0) * kTile + static_cast<size_t>(r),
-                     offset, c);
+        pack_row<dt>(row, nb, base + lv_at, at, offset, c);
       }
     }
   }
