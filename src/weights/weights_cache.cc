@@ -63,7 +63,8 @@ std::string cache_key(const WeightsCacheKey& key, const std::vector<CachedWeight
   text += key.recipe + "\n" + key.extra + "\n";
   for (const CachedWeight& j : jobs) {
     const Tensor& t = params.at(j.name);
-    text += j.name + " " + std::string(dtype_name(t.dtype())) + shape_to_string(t.shape()) + " -> " + std::string(dtype_name(j.to)) + "\n";
+    text += j.name + " " + std::string(dtype_name(t.dtype())) + shape_to_string(t.shape()) + " -> " +
+            std::string(dtype_name(j.to)) + "\n";
   }
   return hex64(XXH64(text.data(), text.size(), 0));
 }
@@ -75,15 +76,17 @@ Result<std::shared_ptr<io::GgufFile>> open_cached(const std::string& path, const
   LOOM_ASSIGN_OR_RETURN(std::shared_ptr<io::GgufFile> file, io::GgufFile::open(path));
   const io::GgufValue* stored = file->find_value(kKeyField);
   auto stored_key = stored ? stored->as_string(kKeyField) : Result<std::string>(std::string());
-  if (!stored_key.ok() || *stored_key != key) return failed_precondition(path + ": written for another checkpoint or recipe");
+  if (!stored_key.ok() || *stored_key != key) {
+    return failed_precondition(path + ": written for another checkpoint or recipe");
+  }
   for (const CachedWeight& j : jobs) {
     const io::GgufTensorInfo* info = file->find(j.name);
     const Tensor& source = params.at(j.name);
     if (!info) return failed_precondition(path + ": no tensor '" + j.name + "'");
     LOOM_ASSIGN_OR_RETURN(Tensor t, file->get(j.name));
     if (t.dtype() != j.to || t.shape() != source.shape())
-      return failed_precondition(path + ": '" + j.name + "' is " + t.describe() + ", expected " + std::string(dtype_name(j.to)) +
-                       shape_to_string(source.shape()));
+      return failed_precondition(path + ": '" + j.name + "' is " + t.describe() + ", expected " +
+                                 std::string(dtype_name(j.to)) + shape_to_string(source.shape()));
   }
   return file;
 }
