@@ -69,6 +69,22 @@ size_t release_file_pages(const void* p, size_t bytes) {
   return last - first;
 }
 
+void prefault_file_pages(const void* p, size_t bytes) {
+#if defined(__linux__)
+  constexpr int kPopulateRead = 22;  // MADV_POPULATE_READ, not in every libc's headers
+  if (!p || bytes == 0) return;
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
+  {
+    Mappings& m = mappings();
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (mapping_of(m, lo, hi) == m.ranges.end()) return;
+  }
+  // Outside the lock: a caller reading [p, p + bytes) holds the mapping open.
+  (void)madvise(reinterpret_cast<void*>(lo / page * page), hi - lo / page * page, kPopulateRead);
+#endif
+}
+
 bool in_file_mapping(const void* p, size_t bytes) {
   if (!p) return false;
   const auto lo = reinterpret_cast<uintptr_t>(p);

@@ -18,6 +18,12 @@ void unregister_file_mapping(const void* begin);
 // turns it off.
 size_t release_file_pages(const void* p, size_t bytes);
 
+// Maps the pages of [p, p + bytes) in one call (MADV_POPULATE_READ) when it lies in a
+// registered mapping, before a copy reads them all: a fault per page cost ~2 µs in
+// a VM (1 s over a 2.3 GB file), populating them ~0.05 s. Best effort: a kernel
+// without it (before 5.14) leaves the pages to fault in as they are read.
+void prefault_file_pages(const void* p, size_t bytes);
+
 // Whether [p, p + bytes) lies in a registered mapping: a copy of it can be the
 // only resident one.
 bool in_file_mapping(const void* p, size_t bytes);

@@ -15,6 +15,7 @@
 #include "runtime/matmul_test_util.h"
 #include "runtime/cpu/matmul_baselines.h"
 #include "runtime/cpu/matmul_kernels.h"
+#include "runtime/cpu/pack_panel_words.h"
 
 namespace loom::cpu {
 namespace {
@@ -570,6 +571,26 @@ TEST(LinearRef, ComputesXTimesWTransposedPlusBias) {
   std::vector<float> y(4);
   linear_ref(x.data(), 2, 3, w, &b, y.data());
   EXPECT_EQ(y, (std::vector<float>{6.5f, 1.0f, -0.5f, -8.0f}));
+}
+
+// The AVX-512 transposition that packs bf16 panels against the scalar one: word
+// counts below, at and past whole 16-word blocks, rows at an odd stride.
+TEST(PackPanelWords, Avx512EqualsScalar) {
+#if defined(LOOM_MATMUL_X86)
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512";
+  std::mt19937 rng(77);
+  for (int64_t words : {1, 15, 16, 17, 32, 47, 1024 + 5}) {
+    std::vector<uint32_t> src(static_cast<size_t>(words * detail::kNr));
+    for (uint32_t& v : src) v = rng();
+    std::vector<uint32_t> want(src.size(), 0), got(src.size(), 1);
+    detail::transpose_panel_words_scalar(src.data(), words, want.data());
+    detail::transpose_panel_words_avx512(src.data(), words, got.data());
+    ASSERT_EQ(want, got) << words << " words";
+    EXPECT_EQ(want[(words - 1) * detail::kNr + 2], src[2 * words + words - 1]);  // the reference transposes
+  }
+#else
+  GTEST_SKIP() << "x86 only";
+#endif
 }
 
 }  // namespace

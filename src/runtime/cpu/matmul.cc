@@ -20,6 +20,7 @@
 #include <string>
 
 #include "core/file_pages.h"
+#include "runtime/cpu/pack_panel_words.h"
 #include "loom/core/logging.h"
 #include "loom/runtime/cpu/cpu_features.h"
 #include "runtime/cpu/matmul_kernels.h"
@@ -437,6 +438,7 @@ Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias
         constexpr int64_t kReleaseGroups = 64;
         for (int64_t r0 = g0; r0 < g1; r0 += kReleaseGroups) {
           const int64_t r1 = std::min(g1, r0 + kReleaseGroups);
+          prefault_file_pages(src + group_bytes * r0, group_bytes * (r1 - r0));
           for (int64_t g = r0; g < r1; ++g) {
             detail::interleave_group(dt, src + group_bytes * g, out.row_bytes_, blocks, dst + group_bytes * g);
           }
@@ -465,6 +467,10 @@ Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias
     // Transposes 32-row blocks; panels are independent, so loading a model packs
     // on all threads.
     const size_t elt = dtype_size(dt);
+    auto* transpose_words = detail::transpose_panel_words_scalar;
+#if defined(LOOM_MATMUL_X86)
+    if (matmul_isa() == Isa::kAvx512 || matmul_isa() == Isa::kAvx512Bf16) transpose_words = detail::transpose_panel_words_avx512;
+#endif
     ThreadPool::global().parallel_for(panels, [&](int64_t p0, int64_t p1, int) {
       // The packed copy replaces the source: a checkpoint's mapped pages need not stay
       // resident beside it (weights resident once), nor pile up while a large tensor
@@ -474,25 +480,22 @@ Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias
       constexpr int64_t kReleasePanels = 16;
       for (int64_t r0 = p0; r0 < p1; r0 += kReleasePanels) {
         const int64_t r1 = std::min(p1, r0 + kReleasePanels);
+        const int64_t end_row = std::min<int64_t>(N, r1 * kNr);
+        const auto* run = static_cast<const uint8_t*>(weight.data()) + static_cast<size_t>(r0 * kNr * K) * elt;
+        const size_t run_bytes = static_cast<size_t>((end_row - r0 * kNr) * K) * elt;
+        prefault_file_pages(run, run_bytes);
         for (int64_t p = r0; p < r1; ++p) {
           uint8_t* dst = static_cast<uint8_t*>(out.data_.get()) + out.panel_bytes_ * p;
           const int64_t rows = std::min<int64_t>(kNr, N - p * kNr);
           if (dt == DType::kF32 || dt == DType::kF16 || K % 2 != 0 || rows < kNr) {
             pack_panel_any(weight, dt, p, rows, K, k_pairs, dst);
           } else {
-            // BF16 pairs are one 32-bit word of a row: a transposition of words, row by
-            // row (sequential reads; the panel's 128-byte lines stay in L2).
-            const uint32_t* src = reinterpret_cast<const uint32_t*>(weight.data_as<const uint16_t>() + p * kNr * K);
-            uint32_t* d = reinterpret_cast<uint32_t*>(dst);
-            for (int64_t j = 0; j < kNr; ++j) {
-              const uint32_t* row = src + j * k_pairs;
-              for (int64_t kp = 0; kp < k_pairs; ++kp) d[kp * kNr + j] = row[kp];
-            }
+            // BF16 pairs are one 32-bit word of a row: a transposition of words.
+            transpose_words(reinterpret_cast<const uint32_t*>(weight.data_as<const uint16_t>() + p * kNr * K),
+                            k_pairs, reinterpret_cast<uint32_t*>(dst));
           }
         }
-        const int64_t end_row = std::min<int64_t>(N, r1 * kNr);
-        release_file_pages(static_cast<const uint8_t*>(weight.data()) + static_cast<size_t>(r0 * kNr * K) * elt,
-                           static_cast<size_t>((end_row - r0 * kNr) * K) * elt);
+        release_file_pages(run, run_bytes);
       }
     });
     release_file_pages(weight.data(), weight.nbytes());  // the pages panels shared
