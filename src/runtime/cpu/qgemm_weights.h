@@ -159,6 +159,42 @@ LOOM_QGEMM_TARGET void pack_row_of_group(const uint8_t* group, int r, int64_t b0
   }
 }
 
+// All 8 rows of a Q4_0x8 or Q8_0x8 group block at `in` into rows 0..7 of an A tile
+// (row r at lv + 32·r), their scales to d16[0..7]. A row of either is four 8-byte
+// pieces, one from each of four 32-byte vectors (Q8_0: its qs runs; Q4_0: the low
+// and high nibbles of its two runs), four rows a vector: one 4×4 transposition of
+// 8-byte pieces per run pair. Row by row (pack_row_of_group) it took two to four
+// 8-byte loads, a shuffle and a scalar scale copy per row and block.
+template <DType dt>
+LOOM_QGEMM_TARGET LOOM_INLINE void pack_group_block(const uint8_t* in, int8_t* lv, uint16_t* d16, __m256i offset) {
+  static_assert(dt == DType::kQ4_0 || dt == DType::kQ8_0);
+  std::memcpy(d16, in, 16);  // d of rows 0..7, first in either layout
+  const __m256i add = dt == DType::kQ4_0 ? _mm256_add_epi8(offset, _mm256_set1_epi8(-8)) : offset;
+  for (int run = 0; run < 2; ++run) {  // rows 0, 1, 4, 5, then rows 2, 3, 6, 7
+    __m256i p[4];
+    if constexpr (dt == DType::kQ4_0) {
+      const __m256i low4 = _mm256_set1_epi8(0x0F);
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + q4_0x8_qs_offset(0, 0) + 32 * run));
+      const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + q4_0x8_qs_offset(0, 1) + 32 * run));
+      p[0] = _mm256_and_si256(x, low4);  // elements 0-7
+      p[1] = _mm256_and_si256(y, low4);  // 8-15
+      p[2] = _mm256_and_si256(_mm256_srli_epi16(x, 4), low4);  // 16-23
+      p[3] = _mm256_and_si256(_mm256_srli_epi16(y, 4), low4);  // 24-31
+    } else {
+      for (int h = 0; h < 4; ++h)
+        p[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + q8_0x8_qs_offset(0, h) + 32 * run));
+    }
+    const __m256i a = _mm256_unpacklo_epi64(p[0], p[1]), b = _mm256_unpacklo_epi64(p[2], p[3]);
+    const __m256i c = _mm256_unpackhi_epi64(p[0], p[1]), d = _mm256_unpackhi_epi64(p[2], p[3]);
+    const __m256i slot[4] = {_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(c, d, 0x20),
+                             _mm256_permute2x128_si256(a, b, 0x31), _mm256_permute2x128_si256(c, d, 0x31)};
+    for (int s = 0; s < 4; ++s) {
+      const int r = (s & 1) | (run << 1) | ((s >> 1) << 2);  // the row in run `run`, slot s (qlayout_x8.h)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lv + 32 * r), _mm256_add_epi8(slot[s], add));
+    }
+  }
+}
+
 template <DType dt>
 constexpr size_t pack_block_bytes() {
   return dt == DType::kQ8_0   ? sizeof(BlockQ8_0)
@@ -256,6 +292,25 @@ LOOM_QGEMM_TARGET void pack_chunk_of(const PackedLinear& w, int64_t n0, int64_t 
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t rows = std::min<int64_t>(kTile, n1 - n0 - g * kTile);
     int8_t* base = c.levels.data() + static_cast<size_t>(g) * group_bytes;
+    if constexpr (dt == DType::kQ4_0 || dt == DType::kQ8_0) {
+      // A tile of two whole interleaved groups: a group block at a time.
+      constexpr int x8 = 8;
+      const int64_t first = n0 + g * kTile;
+      if (w.quant_group_rows() == x8 && rows == kTile && first % x8 == 0 &&
+          first + kTile <= w.out_features() / x8 * x8) {
+        constexpr size_t block_bytes = dt == DType::kQ4_0 ? kQ4_0x8BlockBytes : kQ8_0x8BlockBytes;
+        for (int half = 0; half < 2; ++half) {
+          const uint8_t* group = w.quant_row(first + x8 * half);
+          for (int64_t b = 0; b < blocks; ++b) {
+            pack_group_block<dt>(group + static_cast<size_t>(b) * block_bytes,
+                                 base + static_cast<size_t>(b) * kATile + 32 * x8 * half,
+                                 &c.d16[static_cast<size_t>(g) * per_group + static_cast<size_t>(b) * kTile + x8 * half],
+                                 offset);
+          }
+        }
+        continue;
+      }
+    }
     for (int64_t b0 = 0; b0 < blocks; b0 += step) {
       const int64_t nb = std::min(step, blocks - b0);
       for (int64_t r = 0; r < rows; ++r) {
