@@ -165,6 +165,20 @@ LOOM_QGEMM_TARGET void pack_row_of_group(const uint8_t* group, int r, int64_t b0
 // and high nibbles of its two runs), four rows a vector: one 4×4 transposition of
 // 8-byte pieces per run pair. Row by row (pack_row_of_group) it took two to four
 // 8-byte loads, a shuffle and a scalar scale copy per row and block.
+// Four vectors of four rows' 8-byte pieces (p[i] = piece i of the rows in slots
+// 0..3 of a run) → per slot the row's four pieces in order.
+LOOM_QGEMM_TARGET LOOM_INLINE void transpose_pieces4(const __m256i* p, __m256i* slot) {
+  const __m256i a = _mm256_unpacklo_epi64(p[0], p[1]), b = _mm256_unpacklo_epi64(p[2], p[3]);
+  const __m256i c = _mm256_unpackhi_epi64(p[0], p[1]), d = _mm256_unpackhi_epi64(p[2], p[3]);
+  slot[0] = _mm256_permute2x128_si256(a, b, 0x20);
+  slot[1] = _mm256_permute2x128_si256(c, d, 0x20);
+  slot[2] = _mm256_permute2x128_si256(a, b, 0x31);
+  slot[3] = _mm256_permute2x128_si256(c, d, 0x31);
+}
+
+// The row in slot s of run `run` of an x8 group (the inverse of x8_run_slot_offset).
+constexpr int x8_row_of(int run, int s) { return (s & 1) | (run << 1) | ((s >> 1) << 2); }
+
 template <DType dt>
 LOOM_QGEMM_TARGET LOOM_INLINE void pack_group_block(const uint8_t* in, int8_t* lv, uint16_t* d16, __m256i offset) {
   static_assert(dt == DType::kQ4_0 || dt == DType::kQ8_0);
@@ -184,13 +198,51 @@ LOOM_QGEMM_TARGET LOOM_INLINE void pack_group_block(const uint8_t* in, int8_t* l
       for (int h = 0; h < 4; ++h)
         p[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + q8_0x8_qs_offset(0, h) + 32 * run));
     }
-    const __m256i a = _mm256_unpacklo_epi64(p[0], p[1]), b = _mm256_unpacklo_epi64(p[2], p[3]);
-    const __m256i c = _mm256_unpackhi_epi64(p[0], p[1]), d = _mm256_unpackhi_epi64(p[2], p[3]);
-    const __m256i slot[4] = {_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(c, d, 0x20),
-                             _mm256_permute2x128_si256(a, b, 0x31), _mm256_permute2x128_si256(c, d, 0x31)};
+    __m256i slot[4];
+    transpose_pieces4(p, slot);
     for (int s = 0; s < 4; ++s) {
-      const int r = (s & 1) | (run << 1) | ((s >> 1) << 2);  // the row in run `run`, slot s (qlayout_x8.h)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lv + 32 * r), _mm256_add_epi8(slot[s], add));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lv + 32 * x8_row_of(run, s)), _mm256_add_epi8(slot[s], add));
+    }
+  }
+}
+
+// The same for a Q6_Kx8 group block: rows 0..7's levels into their 8 A tiles (row r of
+// tile j at lv + j·kATile + 32·r), d to d16[0..7], the 16 sub-block scales of row r
+// to sc6[16·r..16·r + 15]. The scales are an 8×8 transposition of 16-bit pairs.
+LOOM_QGEMM_TARGET LOOM_INLINE void pack_group_block_q6_K(const uint8_t* in, int8_t* lv, uint16_t* d16, int32_t* sc6,
+                                                         __m256i offset) {
+  std::memcpy(d16, in, 16);
+  __m128i v[8], t[8];
+  for (int j = 0; j < 8; ++j) v[j] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + q6_Kx8_scale_offset(0, 2 * j)));
+  for (int j = 0; j < 4; ++j) {
+    t[2 * j] = _mm_unpacklo_epi16(v[2 * j], v[2 * j + 1]);
+    t[2 * j + 1] = _mm_unpackhi_epi16(v[2 * j], v[2 * j + 1]);
+  }
+  for (int j = 0; j < 2; ++j) {
+    v[4 * j + 0] = _mm_unpacklo_epi32(t[4 * j + 0], t[4 * j + 2]);
+    v[4 * j + 1] = _mm_unpackhi_epi32(t[4 * j + 0], t[4 * j + 2]);
+    v[4 * j + 2] = _mm_unpacklo_epi32(t[4 * j + 1], t[4 * j + 3]);
+    v[4 * j + 3] = _mm_unpackhi_epi32(t[4 * j + 1], t[4 * j + 3]);
+  }
+  for (int q = 0; q < 4; ++q) {  // rows 2q, 2q + 1
+    const __m128i lo = _mm_unpacklo_epi64(v[q], v[4 + q]), hi = _mm_unpackhi_epi64(v[q], v[4 + q]);
+    const __m128i rows[2] = {lo, hi};
+    for (int i = 0; i < 2; ++i) {
+      int32_t* dst = sc6 + 16 * (2 * q + i);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_cvtepi8_epi32(rows[i]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 8), _mm256_cvtepi8_epi32(_mm_srli_si128(rows[i], 8)));
+    }
+  }
+  for (int run = 0; run < 2; ++run) {
+    for (int h = 0; h < 2; ++h) {
+      __m256i p[4], l0[4], l1[4], qh[4];
+      for (int i = 0; i < 4; ++i) p[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + q6_Kx8_ql_offset(0, 8 * h + i) + 32 * run));
+      transpose_pieces4(p, l0);
+      for (int i = 0; i < 4; ++i) p[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + q6_Kx8_ql_offset(0, 8 * h + 4 + i) + 32 * run));
+      transpose_pieces4(p, l1);
+      for (int i = 0; i < 4; ++i) p[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + q6_Kx8_qh_offset(0, 4 * h + i) + 32 * run));
+      transpose_pieces4(p, qh);
+      for (int s = 0; s < 4; ++s) unpack_q6_K_half(l0[s], l1[s], qh[s], h, lv + 32 * x8_row_of(run, s), kATile, offset);
     }
   }
 }
@@ -292,20 +344,27 @@ LOOM_QGEMM_TARGET void pack_chunk_of(const PackedLinear& w, int64_t n0, int64_t 
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t rows = std::min<int64_t>(kTile, n1 - n0 - g * kTile);
     int8_t* base = c.levels.data() + static_cast<size_t>(g) * group_bytes;
-    if constexpr (dt == DType::kQ4_0 || dt == DType::kQ8_0) {
+    if constexpr (dt == DType::kQ4_0 || dt == DType::kQ8_0 || dt == DType::kQ6_K) {
       // A tile of two whole interleaved groups: a group block at a time.
       constexpr int x8 = 8;
       const int64_t first = n0 + g * kTile;
       if (w.quant_group_rows() == x8 && rows == kTile && first % x8 == 0 &&
           first + kTile <= w.out_features() / x8 * x8) {
-        constexpr size_t block_bytes = dt == DType::kQ4_0 ? kQ4_0x8BlockBytes : kQ8_0x8BlockBytes;
+        constexpr size_t block_bytes = dt == DType::kQ4_0   ? kQ4_0x8BlockBytes
+                                       : dt == DType::kQ8_0 ? kQ8_0x8BlockBytes
+                                                            : kQ6_Kx8BlockBytes;
+        constexpr size_t tiles_per_block = dt == DType::kQ6_K ? 8 : 1;
         for (int half = 0; half < 2; ++half) {
           const uint8_t* group = w.quant_row(first + x8 * half);
           for (int64_t b = 0; b < blocks; ++b) {
-            pack_group_block<dt>(group + static_cast<size_t>(b) * block_bytes,
-                                 base + static_cast<size_t>(b) * kATile + 32 * x8 * half,
-                                 &c.d16[static_cast<size_t>(g) * per_group + static_cast<size_t>(b) * kTile + x8 * half],
-                                 offset);
+            const uint8_t* in = group + static_cast<size_t>(b) * block_bytes;
+            int8_t* lv = base + static_cast<size_t>(b) * tiles_per_block * kATile + 32 * x8 * half;
+            const size_t at = static_cast<size_t>(g) * per_group + static_cast<size_t>(b) * kTile + x8 * half;
+            if constexpr (dt == DType::kQ6_K) {
+              pack_group_block_q6_K(in, lv, &c.d16[at], &c.sc6[at * 16], offset);
+            } else {
+              pack_group_block<dt>(in, lv, &c.d16[at], offset);
+            }
           }
         }
         continue;
