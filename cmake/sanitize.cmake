@@ -18,4 +18,12 @@ if(LOOM_SANITIZE)
   # Highway kernels for the baseline target only: compiling every ISA under the
   # sanitizers took ~10 min for attention.cc alone on CI's two cores.
   add_compile_definitions(HWY_COMPILE_ONLY_STATIC=1)
+  # On x86-64 that baseline is SSE4 (x86-64-v2, plus the AES and PCLMUL that Highway's
+  # SSE4 target asks for), any x86 CPU since 2010. Without it the baseline is EMU128,
+  # vectors emulated one lane at a time, which no x86 user runs and which ran the
+  # batching group's paged attention ~100x slower than Release: 186 s of the group's
+  # 300 s went to one 64-request determinism test.
+  if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+    add_compile_options(-march=x86-64-v2 -maes -mpclmul)
+  endif()
 endif()
