@@ -70,15 +70,19 @@ void run_perplexity(const PerplexityFlags& f) {
     std::vector<batching::SequenceChunk> chunks;
     for (size_t i = g; i < std::min(starts.size(), g + static_cast<size_t>(f.batch)); ++i) {
       const int64_t b = starts[i], e = std::min<int64_t>(b + piece, static_cast<int64_t>(ids.size()));
-      std::vector<int32_t> x, y(ids.begin() + b, ids.begin() + e);
+      if (e <= b) continue;
+      const std::vector<int32_t> window(ids.begin() + b, ids.begin() + e);
+      // Inputs predict the window's tokens: after BOS all of them, else all but the first.
+      std::vector<int32_t> x, y;
       if (bos) {
         x.push_back(*bos);
-        x.insert(x.end(), y.begin(), y.end() - 1);
+        x.insert(x.end(), window.begin(), window.end() - 1);
+        y = window;
       } else {
-        x = y;
-        y.erase(y.begin());
+        x = window;
+        y.assign(window.begin() + 1, window.end());
       }
-      if (x.empty() || (!bos && y.empty())) continue;
+      if (y.empty()) continue;
       inputs.push_back(std::move(x));
       targets.push_back(std::move(y));
     }
