@@ -20,10 +20,10 @@
 #include <string>
 
 #include "core/file_pages.h"
-#include "runtime/cpu/pack_panel_words.h"
 #include "loom/core/logging.h"
 #include "loom/runtime/cpu/cpu_features.h"
 #include "runtime/cpu/matmul_kernels.h"
+#include "runtime/cpu/pack_panel_words.h"
 #include "runtime/cpu/qlayout.h"
 #include "runtime/cpu/qlinear.h"
 #include "runtime/cpu/share_chunks.h"

@@ -159,12 +159,6 @@ LOOM_QGEMM_TARGET void pack_row_of_group(const uint8_t* group, int r, int64_t b0
   }
 }
 
-// All 8 rows of a Q4_0x8 or Q8_0x8 group block at `in` into rows 0..7 of an A tile
-// (row r at lv + 32·r), their scales to d16[0..7]. A row of either is four 8-byte
-// pieces, one from each of four 32-byte vectors (Q8_0: its qs runs; Q4_0: the low
-// and high nibbles of its two runs), four rows a vector: one 4×4 transposition of
-// 8-byte pieces per run pair. Row by row (pack_row_of_group) it took two to four
-// 8-byte loads, a shuffle and a scalar scale copy per row and block.
 // Four vectors of four rows' 8-byte pieces (p[i] = piece i of the rows in slots
 // 0..3 of a run) → per slot the row's four pieces in order.
 LOOM_QGEMM_TARGET LOOM_INLINE void transpose_pieces4(const __m256i* p, __m256i* slot) {
@@ -179,27 +173,40 @@ LOOM_QGEMM_TARGET LOOM_INLINE void transpose_pieces4(const __m256i* p, __m256i* 
 // The row in slot s of run `run` of an x8 group (the inverse of x8_run_slot_offset).
 constexpr int x8_row_of(int run, int s) { return (s & 1) | (run << 1) | ((s >> 1) << 2); }
 
+// Pieces p0..p0+3 (layout o) of the four rows of run `run`, one row a vector (slot
+// order): what load_pieces4 gives for one row, for four rows at once.
+template <size_t (*o)(int, int)>
+LOOM_QGEMM_TARGET LOOM_INLINE void load_run_rows4(const uint8_t* in, int run, int p0, __m256i* rows) {
+  __m256i p[4];
+  for (int i = 0; i < 4; ++i) p[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + o(x8_row_of(run, 0), p0 + i)));
+  transpose_pieces4(p, rows);
+}
+
+// All 8 rows of a Q4_0x8 or Q8_0x8 group block at `in` into rows 0..7 of an A tile
+// (row r at lv + 32·r), their scales to d16[0..7]. A row of either is four 8-byte
+// pieces, one from each of four 32-byte vectors (Q8_0: its qs runs; Q4_0: the low
+// and high nibbles of its two runs), four rows a vector: one 4×4 transposition of
+// 8-byte pieces per run pair. Row by row (pack_row_of_group) it took two to four
+// 8-byte loads, a shuffle and a scalar scale copy per row and block.
 template <DType dt>
 LOOM_QGEMM_TARGET LOOM_INLINE void pack_group_block(const uint8_t* in, int8_t* lv, uint16_t* d16, __m256i offset) {
   static_assert(dt == DType::kQ4_0 || dt == DType::kQ8_0);
   std::memcpy(d16, in, 16);  // d of rows 0..7, first in either layout
   const __m256i add = dt == DType::kQ4_0 ? _mm256_add_epi8(offset, _mm256_set1_epi8(-8)) : offset;
   for (int run = 0; run < 2; ++run) {  // rows 0, 1, 4, 5, then rows 2, 3, 6, 7
-    __m256i p[4];
+    __m256i slot[4];
     if constexpr (dt == DType::kQ4_0) {
       const __m256i low4 = _mm256_set1_epi8(0x0F);
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + q4_0x8_qs_offset(0, 0) + 32 * run));
-      const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + q4_0x8_qs_offset(0, 1) + 32 * run));
-      p[0] = _mm256_and_si256(x, low4);  // elements 0-7
-      p[1] = _mm256_and_si256(y, low4);  // 8-15
-      p[2] = _mm256_and_si256(_mm256_srli_epi16(x, 4), low4);  // 16-23
-      p[3] = _mm256_and_si256(_mm256_srli_epi16(y, 4), low4);  // 24-31
+      const int r0 = x8_row_of(run, 0);
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + q4_0x8_qs_offset(r0, 0)));
+      const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + q4_0x8_qs_offset(r0, 1)));
+      const __m256i p[4] = {_mm256_and_si256(x, low4), _mm256_and_si256(y, low4),  // elements 0-7, 8-15
+                            _mm256_and_si256(_mm256_srli_epi16(x, 4), low4),      // 16-23
+                            _mm256_and_si256(_mm256_srli_epi16(y, 4), low4)};     // 24-31
+      transpose_pieces4(p, slot);
     } else {
-      for (int h = 0; h < 4; ++h)
-        p[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + q8_0x8_qs_offset(0, h) + 32 * run));
+      load_run_rows4<q8_0x8_qs_offset>(in, run, 0, slot);
     }
-    __m256i slot[4];
-    transpose_pieces4(p, slot);
     for (int s = 0; s < 4; ++s) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(lv + 32 * x8_row_of(run, s)), _mm256_add_epi8(slot[s], add));
     }
@@ -235,13 +242,10 @@ LOOM_QGEMM_TARGET LOOM_INLINE void pack_group_block_q6_K(const uint8_t* in, int8
   }
   for (int run = 0; run < 2; ++run) {
     for (int h = 0; h < 2; ++h) {
-      __m256i p[4], l0[4], l1[4], qh[4];
-      for (int i = 0; i < 4; ++i) p[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + q6_Kx8_ql_offset(0, 8 * h + i) + 32 * run));
-      transpose_pieces4(p, l0);
-      for (int i = 0; i < 4; ++i) p[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + q6_Kx8_ql_offset(0, 8 * h + 4 + i) + 32 * run));
-      transpose_pieces4(p, l1);
-      for (int i = 0; i < 4; ++i) p[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + q6_Kx8_qh_offset(0, 4 * h + i) + 32 * run));
-      transpose_pieces4(p, qh);
+      __m256i l0[4], l1[4], qh[4];
+      load_run_rows4<q6_Kx8_ql_offset>(in, run, 8 * h, l0);
+      load_run_rows4<q6_Kx8_ql_offset>(in, run, 8 * h + 4, l1);
+      load_run_rows4<q6_Kx8_qh_offset>(in, run, 4 * h, qh);
       for (int s = 0; s < 4; ++s) unpack_q6_K_half(l0[s], l1[s], qh[s], h, lv + 32 * x8_row_of(run, s), kATile, offset);
     }
   }
