@@ -107,7 +107,8 @@ class Decoder {
 // Factories (json may be null → nullptr for the optional stages).
 Result<std::unique_ptr<Normalizer>> make_normalizer(const json& j, const std::string& path);
 Result<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const json& j, const std::string& path);
-Result<std::unique_ptr<Model>> make_model(const json& j, const std::string& path);
+// tables: model.vocab and model.merges when parse_json_like_serde read them there.
+Result<std::unique_ptr<Model>> make_model(const json& j, const std::string& path, ModelTables* tables = nullptr);
 // `token_id` resolves special-token strings the processors name.
 Result<std::unique_ptr<PostProcessor>> make_post_processor(const json& j, const std::string& path);
 Result<std::unique_ptr<Decoder>> make_decoder(const json& j, const std::string& path);

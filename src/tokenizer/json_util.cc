@@ -1,5 +1,6 @@
 #include "tokenizer/json_util.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tokenizer/unicode.h"
@@ -79,24 +80,189 @@ double serde_f64(std::string_view s) {
 
 namespace {
 
-// nlohmann's DOM builder with floats re-read from their source text.
-struct SerdeFloatSax : nlohmann::detail::json_sax_dom_parser<json> {
+// nlohmann's DOM builder with floats re-read from their source text, and (with
+// tables) model.vocab and model.merges read into them instead of the DOM.
+class SerdeFloatSax : public nlohmann::detail::json_sax_dom_parser<json> {
+ public:
   using Base = nlohmann::detail::json_sax_dom_parser<json>;
-  using Base::Base;
-  bool number_float(json::number_float_t, const json::string_t& s) { return Base::number_float(serde_f64(s), s); }
+  SerdeFloatSax(json& j, ModelTables* tables) : Base(j, true), tables_(tables) {}
+
+  bool null() { return mode_ == Mode::kDom ? Base::null() : other_value(); }
+  bool boolean(bool v) { return mode_ == Mode::kDom ? Base::boolean(v) : other_value(); }
+  bool number_integer(json::number_integer_t v) {
+    if (mode_ == Mode::kDom) return Base::number_integer(v);
+    return integer_value(v >= 0 && v <= INT32_MAX ? v : -1);
+  }
+  bool number_unsigned(json::number_unsigned_t v) {
+    if (mode_ == Mode::kDom) return Base::number_unsigned(v);
+    return integer_value(v <= INT32_MAX ? static_cast<int64_t>(v) : -1);
+  }
+  bool number_float(json::number_float_t, const json::string_t& s) {
+    return mode_ == Mode::kDom ? Base::number_float(serde_f64(s), s) : other_value();
+  }
+  bool binary(json::binary_t& v) { return mode_ == Mode::kDom ? Base::binary(v) : other_value(); }
+  bool string(json::string_t& v) {
+    if (mode_ == Mode::kDom) return Base::string(v);
+    if (skip_ > 0) return true;
+    if (mode_ == Mode::kVocab) return other_value();
+    if (in_pair_) {
+      pair_.push_back(std::move(v));
+    } else {
+      tables_->merges.push_back({ModelTables::Merge::kString, std::move(v), {}});
+    }
+    return true;
+  }
+  bool key(json::string_t& k) {
+    if (mode_ == Mode::kDom) {
+      if (depth_ == 1) keys_[2].clear();  // model's last key, once past model
+      if (depth_ <= 2) keys_[depth_] = k;
+      return Base::key(k);
+    }
+    if (skip_ == 0 && mode_ == Mode::kVocab) pending_key_ = std::move(k);
+    return true;
+  }
+  bool start_object(std::size_t n) {
+    if (mode_ == Mode::kDom) {
+      if (streams("vocab")) {
+        mode_ = Mode::kVocab;
+        tables_->has_vocab = true;
+        tables_->vocab.clear();  // a later "vocab" key replaces an earlier one, as in a DOM
+        return Base::start_object(0) && Base::end_object();
+      }
+      ++depth_;
+      return Base::start_object(n);
+    }
+    return open_nested();
+  }
+  bool end_object() {
+    if (mode_ == Mode::kDom) {
+      --depth_;
+      return Base::end_object();
+    }
+    if (skip_ > 0) --skip_;
+    else mode_ = Mode::kDom;  // the vocab object's end
+    return true;
+  }
+  bool start_array(std::size_t n) {
+    if (mode_ == Mode::kDom) {
+      if (streams("merges")) {
+        mode_ = Mode::kMerges;
+        tables_->has_merges = true;
+        tables_->merges.clear();
+        return Base::start_array(0) && Base::end_array();
+      }
+      ++depth_;
+      return Base::start_array(n);
+    }
+    if (mode_ == Mode::kMerges && skip_ == 0 && !in_pair_) {
+      in_pair_ = true;
+      pair_.clear();
+      pair_bad_ = false;
+      return true;
+    }
+    return open_nested();
+  }
+  bool end_array() {
+    if (mode_ == Mode::kDom) {
+      --depth_;
+      return Base::end_array();
+    }
+    if (skip_ > 0) {
+      --skip_;
+    } else if (in_pair_) {
+      in_pair_ = false;
+      if (!pair_bad_ && pair_.size() == 2) {
+        tables_->merges.push_back({ModelTables::Merge::kPair, std::move(pair_[0]), std::move(pair_[1])});
+      } else {
+        tables_->merges.push_back({ModelTables::Merge::kOther, {}, {}});
+      }
+    } else {
+      mode_ = Mode::kDom;  // the merges array's end
+    }
+    return true;
+  }
+
+ private:
+  enum class Mode { kDom, kVocab, kMerges };
+
+  // Whether the container opening now is model.<name> of the top-level object.
+  bool streams(const char* name) const {
+    return tables_ && depth_ == 2 && keys_[1] == "model" && keys_[2] == name;
+  }
+  // A value that is not what the table holds there: a bad entry, named later.
+  bool other_value() {
+    if (skip_ > 0) return true;
+    if (mode_ == Mode::kVocab) tables_->vocab.emplace_back(std::move(pending_key_), -1);
+    else if (in_pair_) pair_bad_ = true;
+    else tables_->merges.push_back({ModelTables::Merge::kOther, {}, {}});
+    return true;
+  }
+  bool integer_value(int64_t id) {
+    if (skip_ > 0) return true;
+    if (mode_ == Mode::kVocab) {
+      tables_->vocab.emplace_back(std::move(pending_key_), id);
+      return true;
+    }
+    return other_value();
+  }
+  // A container where the table holds a token or a merge: a bad entry, skipped.
+  bool open_nested() {
+    if (skip_ == 0) other_value();
+    ++skip_;
+    return true;
+  }
+
+  ModelTables* tables_;
+  Mode mode_ = Mode::kDom;
+  int depth_ = 0;          // open containers in the DOM
+  std::string keys_[3];    // the last key at depths 1 and 2 (the top-level object, model)
+  int skip_ = 0;           // containers open inside a bad entry
+  std::string pending_key_;
+  bool in_pair_ = false, pair_bad_ = false;
+  std::vector<std::string> pair_;
 };
 
 }  // namespace
 
-Result<json> parse_json_like_serde(std::string_view text, const std::string& name) {
+Result<json> parse_json_like_serde(std::string_view text, const std::string& name, ModelTables* tables) {
   json j;
   try {
-    SerdeFloatSax sax(j, true);
+    SerdeFloatSax sax(j, tables);
     if (!json::sax_parse(text, &sax)) return parse_error(name + ": invalid JSON");
   } catch (const json::exception& e) {
     return parse_error(name + ": invalid JSON: " + e.what());
   }
   return j;
+}
+
+Result<std::vector<std::pair<std::string, int32_t>>> read_vocab_entries(const json& model, const std::string& path,
+                                                                        ModelTables* tables) {
+  std::vector<std::pair<std::string, int32_t>> out;
+  auto bad = [&](const std::string& token) {
+    return field_error(field_path(path, "vocab") + "[\"" + token + "\"]", "expected a non-negative id");
+  };
+  if (tables && tables->has_vocab) {
+    auto& v = tables->vocab;
+    // A DOM object's order: by token, the last of equal tokens kept.
+    std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    out.reserve(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i + 1 < v.size() && v[i + 1].first == v[i].first) continue;
+      if (v[i].second < 0) return bad(v[i].first);
+      out.emplace_back(std::move(v[i].first), static_cast<int32_t>(v[i].second));
+    }
+    v.clear();
+    return out;
+  }
+  auto vit = model.find("vocab");
+  if (vit == model.end() || !vit->is_object()) return field_error(field_path(path, "vocab"), "expected an object of token: id");
+  out.reserve(vit->size());
+  for (auto it = vit->begin(); it != vit->end(); ++it) {
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > INT32_MAX)
+      return bad(it.key());
+    out.emplace_back(it.key(), static_cast<int32_t>(it.value().get<int64_t>()));
+  }
+  return out;
 }
 
 Result<bool> read_bool(const json& j, const std::string& path, const char* key, bool fallback) {

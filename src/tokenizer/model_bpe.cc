@@ -254,16 +254,11 @@ class Bpe final : public Model {
 
 }  // namespace
 
-Result<std::unique_ptr<Model>> make_bpe(const json& j, const std::string& path) {
+Result<std::unique_ptr<Model>> make_bpe(const json& j, const std::string& path, ModelTables* tables) {
   auto m = std::make_unique<Bpe>();
-  auto vit = j.find("vocab");
-  if (vit == j.end() || !vit->is_object()) return field_error(field_path(path, "vocab"), "expected an object of token: id");
-  m->vocab.reserve(vit->size());
-  for (auto it = vit->begin(); it != vit->end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > INT32_MAX)
-      return field_error(field_path(path, "vocab") + "[\"" + it.key() + "\"]", "expected a non-negative id");
-    m->vocab.add(it.key(), static_cast<int32_t>(it.value().get<int64_t>()));
-  }
+  LOOM_ASSIGN_OR_RETURN(auto entries, read_vocab_entries(j, path, tables));
+  m->vocab.reserve(entries.size());
+  for (auto& [token, id] : entries) m->vocab.add(std::move(token), id);
   LOOM_ASSIGN_OR_RETURN(m->unk_token, read_opt_string(j, path, "unk_token"));
   LOOM_ASSIGN_OR_RETURN(m->prefix, read_opt_string(j, path, "continuing_subword_prefix"));
   LOOM_ASSIGN_OR_RETURN(m->suffix, read_opt_string(j, path, "end_of_word_suffix"));
@@ -285,37 +280,53 @@ Result<std::unique_ptr<Model>> make_bpe(const json& j, const std::string& path) 
     m->byte_ids[b] = id ? *id : -1;
   }
 
-  auto mit = j.find("merges");
-  if (mit != j.end() && !mit->is_null()) {
+  const size_t prefix_len = m->prefix ? m->prefix->size() : 0;
+  std::string merged;
+  // Merge i of left + right; its errors name it (built only for an error: 515k merges).
+  auto add_merge = [&](size_t i, std::string_view a, std::string_view b) -> Status {
+    auto where = [&] { return field_path(path, "merges") + "[" + std::to_string(i) + "]"; };
+    auto ia = m->vocab.find(a);
+    if (!ia) return field_error(where(), "token \"" + std::string(a) + "\" is not in the vocabulary");
+    auto ib = m->vocab.find(b);
+    if (!ib) return field_error(where(), "token \"" + std::string(b) + "\" is not in the vocabulary");
+    if (b.size() < prefix_len)
+      return field_error(where(), "token \"" + std::string(b) + "\" is shorter than continuing_subword_prefix");
+    merged.assign(a).append(b.substr(prefix_len));
+    auto in = m->vocab.find(merged);
+    if (!in) return field_error(where(), "merged token \"" + merged + "\" is not in the vocabulary");
+    m->merges.set((uint64_t(static_cast<uint32_t>(*ia)) << 32) | static_cast<uint32_t>(*ib), {static_cast<uint32_t>(i), *in});
+    return Status::Ok();
+  };
+  auto add_string_merge = [&](size_t i, const std::string& s) -> Status {
+    const size_t sp = s.find(' ');
+    if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+      return field_error(field_path(path, "merges") + "[" + std::to_string(i) + "]", "expected \"left right\", got \"" + s + "\"");
+    return add_merge(i, std::string_view(s).substr(0, sp), std::string_view(s).substr(sp + 1));
+  };
+  auto other_merge = [&](size_t i) {
+    return field_error(field_path(path, "merges") + "[" + std::to_string(i) + "]", "expected \"left right\" or [left, right]");
+  };
+  if (tables && tables->has_merges) {
+    m->merges.reserve(tables->merges.size());
+    for (size_t i = 0; i < tables->merges.size(); ++i) {
+      const ModelTables::Merge& e = tables->merges[i];
+      if (e.kind == ModelTables::Merge::kString) LOOM_RETURN_IF_ERROR(add_string_merge(i, e.left));
+      else if (e.kind == ModelTables::Merge::kPair) LOOM_RETURN_IF_ERROR(add_merge(i, e.left, e.right));
+      else return other_merge(i);
+    }
+    tables->merges.clear();
+  } else if (auto mit = j.find("merges"); mit != j.end() && !mit->is_null()) {
     if (!mit->is_array()) return field_error(field_path(path, "merges"), "expected an array");
-    size_t prefix_len = m->prefix ? m->prefix->size() : 0;
     m->merges.reserve(mit->size());
-    std::string a, b, merged;
     for (size_t i = 0; i < mit->size(); ++i) {
       const json& e = (*mit)[i];
-      std::string where = field_path(path, "merges") + "[" + std::to_string(i) + "]";
       if (e.is_string()) {
-        const std::string& s = e.get_ref<const std::string&>();
-        size_t sp = s.find(' ');
-        if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
-          return field_error(where, "expected \"left right\", got \"" + s + "\"");
-        a = s.substr(0, sp);
-        b = s.substr(sp + 1);
+        LOOM_RETURN_IF_ERROR(add_string_merge(i, e.get_ref<const std::string&>()));
       } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-        a = e[0].get<std::string>();
-        b = e[1].get<std::string>();
+        LOOM_RETURN_IF_ERROR(add_merge(i, e[0].get_ref<const std::string&>(), e[1].get_ref<const std::string&>()));
       } else {
-        return field_error(where, "expected \"left right\" or [left, right]");
+        return other_merge(i);
       }
-      auto ia = m->vocab.find(a);
-      if (!ia) return field_error(where, "token \"" + a + "\" is not in the vocabulary");
-      auto ib = m->vocab.find(b);
-      if (!ib) return field_error(where, "token \"" + b + "\" is not in the vocabulary");
-      if (b.size() < prefix_len) return field_error(where, "token \"" + b + "\" is shorter than continuing_subword_prefix");
-      merged = a + b.substr(prefix_len);
-      auto in = m->vocab.find(merged);
-      if (!in) return field_error(where, "merged token \"" + merged + "\" is not in the vocabulary");
-      m->merges.set((uint64_t(static_cast<uint32_t>(*ia)) << 32) | static_cast<uint32_t>(*ib), {static_cast<uint32_t>(i), *in});
     }
   }
   return std::unique_ptr<Model>(std::move(m));

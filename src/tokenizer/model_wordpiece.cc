@@ -7,15 +7,10 @@
 namespace loom::tok {
 namespace {
 
-Status read_vocab_object(const json& j, const std::string& path, Vocab& vocab) {
-  auto vit = j.find("vocab");
-  if (vit == j.end() || !vit->is_object()) return field_error(field_path(path, "vocab"), "expected an object of token: id");
-  vocab.reserve(vit->size());
-  for (auto it = vit->begin(); it != vit->end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > INT32_MAX)
-      return field_error(field_path(path, "vocab") + "[\"" + it.key() + "\"]", "expected a non-negative id");
-    vocab.add(it.key(), static_cast<int32_t>(it.value().get<int64_t>()));
-  }
+Status read_vocab_object(const json& j, const std::string& path, ModelTables* tables, Vocab& vocab) {
+  LOOM_ASSIGN_OR_RETURN(auto entries, read_vocab_entries(j, path, tables));
+  vocab.reserve(entries.size());
+  for (auto& [token, id] : entries) vocab.add(std::move(token), id);
   return Status::Ok();
 }
 
@@ -95,9 +90,9 @@ class WordLevel final : public Model {
 
 }  // namespace
 
-Result<std::unique_ptr<Model>> make_wordpiece(const json& j, const std::string& path) {
+Result<std::unique_ptr<Model>> make_wordpiece(const json& j, const std::string& path, ModelTables* tables) {
   auto m = std::make_unique<WordPiece>();
-  LOOM_RETURN_IF_ERROR(read_vocab_object(j, path, m->vocab));
+  LOOM_RETURN_IF_ERROR(read_vocab_object(j, path, tables, m->vocab));
   LOOM_ASSIGN_OR_RETURN(auto unk, read_opt_string(j, path, "unk_token"));
   if (unk) m->unk_token = *unk;
   LOOM_ASSIGN_OR_RETURN(auto prefix, read_opt_string(j, path, "continuing_subword_prefix"));
@@ -108,15 +103,15 @@ Result<std::unique_ptr<Model>> make_wordpiece(const json& j, const std::string& 
   return std::unique_ptr<Model>(std::move(m));
 }
 
-Result<std::unique_ptr<Model>> make_wordlevel(const json& j, const std::string& path) {
+Result<std::unique_ptr<Model>> make_wordlevel(const json& j, const std::string& path, ModelTables* tables) {
   auto m = std::make_unique<WordLevel>();
-  LOOM_RETURN_IF_ERROR(read_vocab_object(j, path, m->vocab));
+  LOOM_RETURN_IF_ERROR(read_vocab_object(j, path, tables, m->vocab));
   LOOM_ASSIGN_OR_RETURN(auto unk, read_opt_string(j, path, "unk_token"));
   if (unk) m->unk_token = *unk;
   return std::unique_ptr<Model>(std::move(m));
 }
 
-Result<std::unique_ptr<Model>> make_model(const json& j, const std::string& path) {
+Result<std::unique_ptr<Model>> make_model(const json& j, const std::string& path, ModelTables* tables) {
   if (!j.is_object()) return field_error(path, "expected an object");
   std::string type;
   auto it = j.find("type");
@@ -127,10 +122,10 @@ Result<std::unique_ptr<Model>> make_model(const json& j, const std::string& path
   } else {
     return field_error(field_path(path, "type"), "missing");
   }
-  if (type == "BPE") return make_bpe(j, path);
+  if (type == "BPE") return make_bpe(j, path, tables);
   if (type == "Unigram") return make_unigram(j, path);
-  if (type == "WordPiece") return make_wordpiece(j, path);
-  if (type == "WordLevel") return make_wordlevel(j, path);
+  if (type == "WordPiece") return make_wordpiece(j, path, tables);
+  if (type == "WordLevel") return make_wordlevel(j, path, tables);
   return unsupported(path + ": unknown type \"" + type + "\"");
 }
 

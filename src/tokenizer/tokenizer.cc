@@ -286,7 +286,8 @@ Status TokenizerImpl::decode_tokens(std::vector<std::string>& tokens, std::strin
 }
 
 Result<std::unique_ptr<TokenizerImpl>> parse_tokenizer_json(std::string_view text, const std::string& name) {
-  LOOM_ASSIGN_OR_RETURN(json j, parse_json_like_serde(text, name));
+  ModelTables tables;
+  LOOM_ASSIGN_OR_RETURN(json j, parse_json_like_serde(text, name, &tables));
   auto ctx = [&](const Status& s) { return Status(s.code(), name + ": " + s.message()); };
   if (!j.is_object()) return parse_error(name + ": expected a JSON object");
   auto impl = std::make_unique<TokenizerImpl>();
@@ -296,7 +297,7 @@ Result<std::unique_ptr<TokenizerImpl>> parse_tokenizer_json(std::string_view tex
     return it == j.end() ? null_json : *it;
   };
   if (!j.contains("model")) return parse_error(name + ": model: missing");
-  auto model = make_model(j["model"], "model");
+  auto model = make_model(j["model"], "model", &tables);
   if (!model.ok()) return ctx(model.status());
   impl->model = std::move(model).value();
   auto norm = make_normalizer(get("normalizer"), "normalizer");

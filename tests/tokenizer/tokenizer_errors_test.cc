@@ -61,6 +61,46 @@ TEST(TokenizerErrors, UnknownComponentTypeNamesThePath) {
   EXPECT_NE(m.find("model: unknown type \"Bigram\""), std::string::npos) << m;
 }
 
+// model.vocab and model.merges are read straight from the text, not through a DOM
+// (json_util.h's ModelTables): written out by hand here, with what a DOM would make
+// of them (the last of duplicate keys, merges after the vocab, either merge form) and
+// bad entries of every shape named by their field.
+TEST(TokenizerErrors, StreamedVocabAndMergesMeanWhatTheDomMeant) {
+  const std::string head = R"({"pre_tokenizer": {"type": "WhitespaceSplit"}, "normalizer": {"type": "Sequence", "normalizers": [],
+                              "vocab": {"ignored": "not the model's"}},
+                              "model": {"type": "BPE", "unk_token": "<unk>", )";
+  auto with = [&](const std::string& model_fields) { return head + model_fields + "}}"; };
+  // Merges before the vocab; "b" twice (the later id counts); a pair and a string merge.
+  auto t = Tokenizer::from_json_string(with(R"("merges": [["a", "b"], "ab c"],
+      "vocab": {"a": 0, "b": 9, "ab": 2, "c": 3, "abc": 4, "<unk>": 5, "b": 1})"));
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ((*t)->encode("abc ab b", false)->ids, (std::vector<int32_t>{4, 2, 1}));
+  EXPECT_EQ((*t)->token_to_id("b"), 1);
+
+  const std::string vocab = R"("vocab": {"a": 0, "b": 1, "ab": 2, "<unk>": 3})";
+  const std::pair<std::string, std::string> bad[] = {
+      {R"("vocab": {"a": 0, "b": {"id": 1}})", "model.vocab[\"b\"]: expected a non-negative id"},
+      {R"("vocab": {"a": [0], "b": 1})", "model.vocab[\"a\"]: expected a non-negative id"},
+      {R"("vocab": {"a": -1})", "model.vocab[\"a\"]: expected a non-negative id"},
+      {R"("vocab": {"a": 4294967296})", "model.vocab[\"a\"]: expected a non-negative id"},
+      {R"("vocab": {"a": 0.5})", "model.vocab[\"a\"]: expected a non-negative id"},
+      {vocab + R"(, "merges": ["a b", ["a", 1]])", "model.merges[1]: expected \"left right\" or [left, right]"},
+      {vocab + R"(, "merges": [["a", "b", "c"]])", "model.merges[0]: expected \"left right\" or [left, right]"},
+      {vocab + R"(, "merges": ["a b", {"a": "b"}])", "model.merges[1]: expected \"left right\" or [left, right]"},
+      {vocab + R"(, "merges": ["a b", [["a"], "b"], "a b"])", "model.merges[1]: expected \"left right\" or [left, right]"},
+      {vocab + R"(, "merges": [null])", "model.merges[0]: expected \"left right\" or [left, right]"},
+      {vocab + R"(, "merges": ["a  b"])", "model.merges[0]: expected \"left right\", got \"a  b\""},
+      {vocab + R"(, "merges": [["a", "zz"]])", "model.merges[0]: token \"zz\" is not in the vocabulary"},
+      {vocab + R"(, "merges": {"a": "b"})", "model.merges: expected an array"},
+      {R"("vocab": ["a", "b"])", "model.vocab: expected an object of token: id"},
+  };
+  for (const auto& [fields, want] : bad) {
+    auto r = Tokenizer::from_json_string(with(fields), "tok.json");
+    ASSERT_FALSE(r.ok()) << fields;
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << fields << "\n" << r.status().message();
+  }
+}
+
 TEST(TokenizerErrors, BadFieldsNameTheField) {
   auto j = tiny();
   j["normalizer"] = {{"type", "BertNormalizer"}, {"lowercase", "yes"}};
