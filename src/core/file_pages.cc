@@ -15,6 +15,7 @@ namespace {
 struct Mappings {
   std::mutex mu;
   std::map<uintptr_t, uintptr_t> ranges;  // begin → end
+  std::map<uintptr_t, MappedFileIdentity> files;  // begin → the file, where known
 };
 
 Mappings& mappings() {
@@ -40,18 +41,21 @@ std::map<uintptr_t, uintptr_t>::const_iterator mapping_of(const Mappings& m, uin
 
 }  // namespace
 
-void register_file_mapping(const void* begin, size_t bytes) {
+void register_file_mapping(const void* begin, size_t bytes, MappedFileIdentity file) {
   if (!begin || bytes == 0) return;
   Mappings& m = mappings();
   std::lock_guard<std::mutex> lock(m.mu);
   const auto b = reinterpret_cast<uintptr_t>(begin);
   m.ranges[b] = b + bytes;
+  if (!file.path.empty()) m.files[b] = std::move(file);
+  else m.files.erase(b);
 }
 
 void unregister_file_mapping(const void* begin) {
   Mappings& m = mappings();
   std::lock_guard<std::mutex> lock(m.mu);
   m.ranges.erase(reinterpret_cast<uintptr_t>(begin));
+  m.files.erase(reinterpret_cast<uintptr_t>(begin));
 }
 
 size_t release_file_pages(const void* p, size_t bytes) {
@@ -91,6 +95,18 @@ bool in_file_mapping(const void* p, size_t bytes) {
   Mappings& m = mappings();
   std::lock_guard<std::mutex> lock(m.mu);
   return mapping_of(m, lo, lo + bytes) != m.ranges.end();
+}
+
+std::optional<FileSpan> file_span(const void* p, size_t bytes) {
+  if (!p) return std::nullopt;
+  const auto lo = reinterpret_cast<uintptr_t>(p);
+  Mappings& m = mappings();
+  std::lock_guard<std::mutex> lock(m.mu);
+  const auto it = mapping_of(m, lo, lo + bytes);
+  if (it == m.ranges.end()) return std::nullopt;
+  const auto file = m.files.find(it->first);
+  if (file == m.files.end()) return std::nullopt;
+  return FileSpan{file->second, lo - it->first};
 }
 
 }  // namespace loom

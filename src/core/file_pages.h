@@ -7,10 +7,21 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
 
 namespace loom {
 
-void register_file_mapping(const void* begin, size_t bytes);
+// Which file a mapping shows, as it was when mapped: a copy made from its bytes
+// can be cached under this name (runtime/packed_weights_cache.h).
+struct MappedFileIdentity {
+  std::string path;  // absolute; "" when unknown
+  uint64_t device = 0, inode = 0, size = 0;
+  int64_t mtime_ns = 0;
+};
+
+void register_file_mapping(const void* begin, size_t bytes, MappedFileIdentity file = {});
 void unregister_file_mapping(const void* begin);
 
 // Drops the whole pages inside [p, p + bytes) when they lie in a registered
@@ -27,5 +38,13 @@ void prefault_file_pages(const void* p, size_t bytes);
 // Whether [p, p + bytes) lies in a registered mapping: a copy of it can be the
 // only resident one.
 bool in_file_mapping(const void* p, size_t bytes);
+
+// The file and byte offset [p, p + bytes) was mapped from, when it lies in a
+// registered mapping whose file is known.
+struct FileSpan {
+  MappedFileIdentity file;
+  uint64_t offset = 0;
+};
+std::optional<FileSpan> file_span(const void* p, size_t bytes);
 
 }  // namespace loom

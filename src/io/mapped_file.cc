@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/file_pages.h"
@@ -40,7 +41,15 @@ Result<std::shared_ptr<MappedFile>> MappedFile::open(const std::string& path) {
   const int err = errno;
   ::close(fd);
   if (p == MAP_FAILED) return io_error(path + ": mmap failed: " + std::strerror(err));
-  register_file_mapping(p, size);
+  MappedFileIdentity file;
+  char* absolute = ::realpath(path.c_str(), nullptr);
+  file.path = absolute ? absolute : path;
+  std::free(absolute);
+  file.device = static_cast<uint64_t>(st.st_dev);
+  file.inode = static_cast<uint64_t>(st.st_ino);
+  file.size = size;
+  file.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  register_file_mapping(p, size, std::move(file));
   return std::shared_ptr<MappedFile>(new MappedFile(static_cast<const uint8_t*>(p), size));
 }
 

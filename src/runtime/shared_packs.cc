@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "loom/runtime/cpu/cpu_features.h"
+#include "runtime/packed_weights_cache.h"
 
 namespace loom::runtime {
 namespace {
@@ -44,7 +45,7 @@ Result<std::shared_ptr<const cpu::PackedLinear>> shared_packed_linear(const Tens
   }
   std::lock_guard<std::mutex> lock(slot->mu);
   if (auto held = slot->packed.lock()) return held;
-  LOOM_ASSIGN_OR_RETURN(cpu::PackedLinear packed, cpu::PackedLinear::pack(weight, bias));
+  LOOM_ASSIGN_OR_RETURN(cpu::PackedLinear packed, pack_through_cache(weight, bias));
   auto shared = std::make_shared<const cpu::PackedLinear>(std::move(packed));
   slot->packed = shared;
   return shared;

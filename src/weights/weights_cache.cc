@@ -12,6 +12,7 @@
 #define XXH_INLINE_ALL  // header-only: no link dependency on libxxhash
 #include <xxhash.h>
 
+#include "core/cache_dir.h"
 #include "core/file_pages.h"
 #include "loom/core/logging.h"
 #include "loom/io/gguf.h"
@@ -93,15 +94,6 @@ Result<std::shared_ptr<io::GgufFile>> open_cached(const std::string& path, const
 
 }  // namespace
 
-std::string weights_cache_dir() {
-  if (const char* env = std::getenv("LOOM_CACHE_DIR"); env && *env) {
-    return std::string(env) == "off" ? std::string() : std::string(env);
-  }
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return (fs::path(xdg) / "loom").string();
-  if (const char* home = std::getenv("HOME"); home && *home) return (fs::path(home) / ".cache" / "loom").string();
-  return std::string();
-}
-
 std::vector<WeightsCacheFile> list_weights_cache(const std::string& dir) {
   std::vector<WeightsCacheFile> out;
   std::error_code ec;
@@ -136,7 +128,7 @@ bool made_in_memory(const Tensor& t) { return t.nbytes() >= kMinCachedBytes && !
 
 Status map_weights_through_cache(const WeightsCacheKey& key, const std::vector<CachedWeight>& jobs,
                                  std::map<std::string, Tensor>* params) {
-  const std::string dir = key.cacheable ? weights_cache_dir() : std::string();
+  const std::string dir = key.cacheable ? cache_dir() : std::string();
   size_t to_quantize = 0;
   for (const CachedWeight& j : jobs) to_quantize += params->at(j.name).dtype() != j.to ? 1 : 0;
   if (jobs.empty() || (dir.empty() && to_quantize == 0)) return Status::Ok();

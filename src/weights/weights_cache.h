@@ -8,8 +8,8 @@
 // pages back, and later loads of the same checkpoint map the file instead of
 // quantizing again.
 //
-// The cache directory is LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else
-// $HOME/.cache/loom; LOOM_CACHE_DIR=off keeps those weights in memory. A file is
+// The cache directory is core/cache_dir.h's; LOOM_CACHE_DIR=off keeps those
+// weights in memory. A file is
 // named by a hash of loom's version, the checkpoint's path, the size and
 // modification time of its files, the recipe, the tensor-parallel rank and each
 // cached tensor's name, dtypes and shape: a changed checkpoint gets a new file, and
@@ -36,9 +36,6 @@ struct WeightsCacheKey {
   std::string extra;       // anything else the loaded tensors depend on (the tensor-parallel rank)
   bool cacheable = true;   // false: keep them in memory whatever the cache directory
 };
-
-// "" when caching is off.
-std::string weights_cache_dir();
 
 // A file of the cache directory, as `loom cache` lists it.
 struct WeightsCacheFile {

@@ -378,7 +378,7 @@ void pack_panel_any(const Tensor& weight, DType dt, int64_t p, int64_t rows, int
 }
 }  // namespace
 
-Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias, QuantLayout layout) {
+Result<PackedLinear::Layout> PackedLinear::layout_for(const Tensor& weight, QuantLayout layout) {
   if (!weight.defined()) return invalid_argument("PackedLinear::pack: weight tensor is undefined");
   if (weight.rank() != 2) {
     return invalid_argument("PackedLinear::pack: weight must be [out_features, in_features], got " +
@@ -392,19 +392,7 @@ Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias
   const int64_t N = weight.dim(0), K = weight.dim(1);
   if (N < 1 || K < 1) return invalid_argument("PackedLinear::pack: empty weight " + weight.describe());
   if (weight.data() == nullptr) return invalid_argument("PackedLinear::pack: weight " + weight.describe() + " has no data");
-  if (bias) {
-    if (!bias->defined() || bias->rank() != 1 || bias->dim(0) != N || !dtype_is_float(bias->dtype()) ||
-        bias->data() == nullptr) {
-      return invalid_argument("PackedLinear::pack: bias must be a float tensor [" + std::to_string(N) +
-                              "] for weight " + weight.describe() + ", got " + bias->describe());
-    }
-  }
-
-  PackedLinear out;
-  out.n_ = N;
-  out.k_ = K;
-  out.dtype_ = dt;
-  const int64_t panels = out.num_panels();
+  Layout out;
   if (dtype_is_quantized(dt)) {
     // Quantized rows stay as stored (the kernels read whole blocks of a row).
     if (K % dtype_block_elements(dt) != 0) {
@@ -412,24 +400,96 @@ Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias
                               std::string(dtype_name(dt)) + "'s block of " +
                               std::to_string(dtype_block_elements(dt)) + ", got " + weight.describe());
     }
-    out.row_bytes_ = dtype_bytes(dt, K);
-    bool interleave = false;
+    out.row_bytes = dtype_bytes(dt, K);
     const int group_rows = detail::interleaved_group_rows(dt);
     if (group_rows > 1 && N >= group_rows) {
       if (layout == QuantLayout::kAuto) layout = detail::quant_layout_override();
       // Automatically only over a file's mapping, whose pages the copy replaces: a
       // tensor in memory (quantized at load) would be held twice.
-      interleave = layout == QuantLayout::kInterleaved ||
-                   (layout == QuantLayout::kAuto && detail::decode_prefers_interleaved(dt) &&
-                    in_file_mapping(weight.data(), weight.nbytes()));
+      if (layout == QuantLayout::kInterleaved ||
+          (layout == QuantLayout::kAuto && detail::decode_prefers_interleaved(dt) &&
+           in_file_mapping(weight.data(), weight.nbytes()))) {
+        out.group_rows = group_rows;
+        out.data_bytes = out.row_bytes * static_cast<size_t>(N);
+      }
     }
-    if (interleave) {
+  } else {
+    const int64_t panels = (N + kPanel - 1) / kPanel;
+    out.panel_bytes = dt == DType::kF32 ? static_cast<size_t>(K) * kNr * 4
+                      : dt == DType::kF16 ? static_cast<size_t>(K) * kNr * 2
+                                          : static_cast<size_t>((K + 1) / 2) * kNr * 4;
+    out.data_bytes = out.panel_bytes * static_cast<size_t>(panels);
+  }
+  return out;
+}
+
+namespace {
+Status check_bias(const Tensor& weight, const Tensor* bias) {
+  const int64_t N = weight.dim(0);
+  if (bias && (!bias->defined() || bias->rank() != 1 || bias->dim(0) != N || !dtype_is_float(bias->dtype()) ||
+               bias->data() == nullptr)) {
+    return invalid_argument("PackedLinear::pack: bias must be a float tensor [" + std::to_string(N) +
+                            "] for weight " + weight.describe() + ", got " + bias->describe());
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+void PackedLinear::adopt_layout(const Tensor& weight, const Tensor* bias, const Layout& layout) {
+  n_ = weight.dim(0);
+  k_ = weight.dim(1);
+  dtype_ = weight.dtype();
+  panel_bytes_ = layout.panel_bytes;
+  row_bytes_ = layout.row_bytes;
+  group_rows_ = layout.group_rows;
+  bytes_ = layout.data_bytes;
+  copied_ = layout.copied();
+  if (bias) {
+    const size_t padded = static_cast<size_t>(num_panels()) * kNr;
+    bias_ = allocate_aligned(padded * sizeof(float));
+    float* b = static_cast<float*>(bias_.get());
+    convert_elements(bias->data(), bias->dtype(), b, DType::kF32, static_cast<size_t>(n_));
+    std::fill(b + n_, b + padded, 0.0f);
+    bytes_ += padded * sizeof(float);
+  }
+}
+
+Result<PackedLinear> PackedLinear::from_packed(const Tensor& weight, const Tensor* bias, const Layout& layout,
+                                               std::shared_ptr<void> packed) {
+  const QuantLayout choice = layout.group_rows > 1 ? QuantLayout::kInterleaved : QuantLayout::kRows;
+  LOOM_ASSIGN_OR_RETURN(const Layout expected, layout_for(weight, choice));
+  if (!layout.copied() || !packed || expected.group_rows != layout.group_rows ||
+      expected.panel_bytes != layout.panel_bytes || expected.row_bytes != layout.row_bytes ||
+      expected.data_bytes != layout.data_bytes) {
+    return invalid_argument("PackedLinear::from_packed: the packed bytes are not pack()'s layout of " +
+                            weight.describe());
+  }
+  LOOM_RETURN_IF_ERROR(check_bias(weight, bias));
+  PackedLinear out;
+  out.adopt_layout(weight, bias, layout);
+  out.data_ = std::move(packed);
+  return out;
+}
+
+Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias, QuantLayout layout_choice,
+                                        std::shared_ptr<void> storage) {
+  LOOM_ASSIGN_OR_RETURN(const Layout layout, layout_for(weight, layout_choice));
+  LOOM_RETURN_IF_ERROR(check_bias(weight, bias));
+  if (storage && !layout.copied()) {
+    return invalid_argument("PackedLinear::pack: storage given for " + weight.describe() + ", which is read in place");
+  }
+  const DType dt = weight.dtype();
+  const int64_t N = weight.dim(0), K = weight.dim(1);
+  PackedLinear out;
+  out.adopt_layout(weight, bias, layout);
+  const int64_t panels = out.num_panels();
+  if (dtype_is_quantized(dt)) {
+    if (layout.group_rows > 1) {
       // A copy in groups of rows; the rows past the last group as they are.
+      const int group_rows = layout.group_rows;
       const int64_t groups = N / group_rows, blocks = K / dtype_block_elements(dt);
-      const size_t group_bytes = out.row_bytes_ * group_rows, total = out.row_bytes_ * static_cast<size_t>(N);
-      out.group_rows_ = group_rows;
-      out.data_ = allocate_streamed(total);
-      out.bytes_ = total;
+      const size_t group_bytes = out.row_bytes_ * group_rows, total = layout.data_bytes;
+      out.data_ = storage ? std::move(storage) : allocate_streamed(total);
       const auto* src = static_cast<const uint8_t*>(weight.data());
       auto* dst = static_cast<uint8_t*>(out.data_.get());
       ThreadPool::global().parallel_for(groups, [&](int64_t g0, int64_t g1, int) {
@@ -454,16 +514,11 @@ Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias
       // 1B Q4_0 file (2 threads, Xeon): decode 22.2 vs 22.5 tok/s, load 0.02 vs 1.45 s,
       // peak RSS 0.85 vs 1.73 GB.
       out.data_ = std::shared_ptr<void>(std::make_shared<Tensor>(weight), weight.data());
-      out.bytes_ = 0;  // owned by the tensor, not by the packing
     }
   } else {
     const int64_t k_pairs = (K + 1) / 2;
-    out.panel_bytes_ = dt == DType::kF32 ? static_cast<size_t>(K) * kNr * 4
-                       : dt == DType::kF16 ? static_cast<size_t>(K) * kNr * 2
-                                           : static_cast<size_t>(k_pairs) * kNr * 4;
-    out.data_ = allocate_streamed(out.panel_bytes_ * panels);  // read start to end every decode step
-    out.bytes_ = out.panel_bytes_ * panels;
-
+    // read start to end every decode step
+    out.data_ = storage ? std::move(storage) : allocate_streamed(layout.data_bytes);
     // Transposes 32-row blocks; panels are independent, so loading a model packs
     // on all threads.
     const size_t elt = dtype_size(dt);
@@ -501,14 +556,6 @@ Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias
     release_file_pages(weight.data(), weight.nbytes());  // the pages panels shared
   }
 
-  if (bias) {
-    const size_t padded = static_cast<size_t>(panels) * kNr;
-    out.bias_ = allocate_aligned(padded * sizeof(float));
-    float* b = static_cast<float*>(out.bias_.get());
-    convert_elements(bias->data(), bias->dtype(), b, DType::kF32, static_cast<size_t>(N));
-    std::fill(b + N, b + padded, 0.0f);
-    out.bytes_ += padded * sizeof(float);
-  }
   return out;
 }
 

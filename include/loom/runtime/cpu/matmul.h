@@ -55,8 +55,30 @@ class PackedLinear {
   // pair with f32 accumulation (runtime/cpu/qdot_kernels.h states the order),
   // again bitwise the same for a row whatever M, its position or the thread count.
   // Interleaved Q4_0 and Q4_K rows are a copy (the source's file pages are released).
+  // storage, when given, receives the copy (layout_for(weight).data_bytes bytes,
+  // 64-byte aligned): a cache file's mapping (runtime/packed_weights_cache.h);
+  // else it is allocated.
   static Result<PackedLinear> pack(const Tensor& weight, const Tensor* bias,
-                                   QuantLayout layout = QuantLayout::kAuto);
+                                   QuantLayout layout = QuantLayout::kAuto, std::shared_ptr<void> storage = nullptr);
+
+  // What pack() makes of a weight: a copy of data_bytes bytes in panels (float
+  // dtypes) or groups of group_rows rows (quantized), or nothing (quantized rows
+  // read in place). Validates the weight as pack() does.
+  struct Layout {
+    int group_rows = 1;
+    size_t panel_bytes = 0, row_bytes = 0;
+    size_t data_bytes = 0;  // 0: read in place
+    bool copied() const { return data_bytes > 0; }
+  };
+  static Result<Layout> layout_for(const Tensor& weight, QuantLayout layout = QuantLayout::kAuto);
+  // A PackedLinear over bytes pack() laid out earlier for this weight (from the
+  // packed-weights cache, runtime/packed_weights_cache.h); InvalidArgument when
+  // layout is not the one pack() makes of it.
+  static Result<PackedLinear> from_packed(const Tensor& weight, const Tensor* bias, const Layout& layout,
+                                          std::shared_ptr<void> packed);
+  // The copy pack() made (layout_for(weight).data_bytes bytes), or null when the
+  // weight is read in place.
+  const uint8_t* packed_copy() const { return copied_ ? static_cast<const uint8_t*>(data_.get()) : nullptr; }
 
   int64_t in_features() const { return k_; }
   int64_t out_features() const { return n_; }
@@ -88,6 +110,8 @@ class PackedLinear {
   void weight_row(int64_t n, float* out) const;
 
  private:
+  void adopt_layout(const Tensor& weight, const Tensor* bias, const Layout& layout);
+
   int64_t n_ = 0;
   int64_t k_ = 0;
   DType dtype_ = DType::kF32;
@@ -95,6 +119,7 @@ class PackedLinear {
   size_t row_bytes_ = 0;  // quantized weights only
   int group_rows_ = 1;    // quantized weights: 1 (rows as stored) or 8 (Q4_0, Q4_K interleaved)
   size_t bytes_ = 0;
+  bool copied_ = false;  // data_ is a copy in pack()'s layout, not the weight's own bytes
   std::shared_ptr<void> data_;
   std::shared_ptr<void> bias_;
 };
