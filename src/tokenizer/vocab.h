@@ -44,11 +44,14 @@ class Vocab {
 
   std::optional<int32_t> find(std::string_view token) const {
     if (slots_.empty()) return std::nullopt;
-    size_t mask = slots_.size() - 1;
-    for (size_t i = hash_bytes(token.data(), token.size()) & mask;; i = (i + 1) & mask) {
-      int32_t k = slots_[i];
-      if (k < 0) return std::nullopt;
-      if (strings_[k] == token) return ids_[k];
+    const size_t mask = slots_.size() - 1;
+    const uint64_t h = hash_bytes(token.data(), token.size());
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+      const uint64_t slot = slots_[i];
+      if (slot == kEmpty) return std::nullopt;
+      // The tag spares a look at the string (another cache miss) for most other tokens.
+      const auto k = static_cast<uint32_t>(slot);
+      if ((slot >> 32) == tag_of(h) && strings_[k] == token) return ids_[k];
     }
   }
   const std::string* token(int32_t id) const {
@@ -64,26 +67,33 @@ class Vocab {
   }
 
  private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
+  // A slot: the hash's high 32 bits (never all ones for a used slot: tag_of clears one) and the string index.
+  static uint64_t tag_of(uint64_t h) { return (h >> 32) & 0x7fffffffu; }
+  static uint64_t slot_of(uint64_t h, size_t k) { return tag_of(h) << 32 | static_cast<uint32_t>(k); }
+
   void rehash(size_t want) {
     size_t cap = 16;
     while (cap < want) cap <<= 1;
     if (cap <= slots_.size()) return;
-    slots_.assign(cap, -1);
+    slots_.assign(cap, kEmpty);
     size_t mask = cap - 1;
     for (size_t k = 0; k < strings_.size(); ++k) {
-      size_t i = hash_bytes(strings_[k].data(), strings_[k].size()) & mask;
-      while (slots_[i] >= 0) i = (i + 1) & mask;
-      slots_[i] = static_cast<int32_t>(k);
+      const uint64_t h = hash_bytes(strings_[k].data(), strings_[k].size());
+      size_t i = h & mask;
+      while (slots_[i] != kEmpty) i = (i + 1) & mask;
+      slots_[i] = slot_of(h, k);
     }
   }
   void insert(std::string token, int32_t id, bool overwrite) {
     if ((strings_.size() + 1) * 2 > slots_.size()) rehash((strings_.size() + 1) * 2);
     if (id >= static_cast<int32_t>(id_to_str_.size())) id_to_str_.resize(id + 1, -1);
     size_t mask = slots_.size() - 1;
-    size_t i = hash_bytes(token.data(), token.size()) & mask;
-    for (; slots_[i] >= 0; i = (i + 1) & mask) {
-      int32_t k = slots_[i];
-      if (strings_[k] != token) continue;
+    const uint64_t h = hash_bytes(token.data(), token.size());
+    size_t i = h & mask;
+    for (; slots_[i] != kEmpty; i = (i + 1) & mask) {
+      const auto k = static_cast<int32_t>(static_cast<uint32_t>(slots_[i]));
+      if ((slots_[i] >> 32) != tag_of(h) || strings_[k] != token) continue;
       if (overwrite) {
         if (id_to_str_[ids_[k]] == k) id_to_str_[ids_[k]] = -1;
         ids_[k] = id;
@@ -94,11 +104,11 @@ class Vocab {
     int32_t k = static_cast<int32_t>(strings_.size());
     strings_.push_back(std::move(token));
     ids_.push_back(id);
-    slots_[i] = k;
+    slots_[i] = slot_of(h, k);
     id_to_str_[id] = k;
   }
 
-  std::vector<int32_t> slots_;      // string index or -1
+  std::vector<uint64_t> slots_;     // slot_of(hash, string index), or kEmpty
   std::vector<std::string> strings_;
   std::vector<int32_t> ids_;        // id of strings_[k]
   std::vector<int32_t> id_to_str_;  // string index of an id or -1
