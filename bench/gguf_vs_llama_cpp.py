@@ -10,7 +10,10 @@ llama.cpp's come from its own upstream tools, built outside this repository (the
 folder is an argument): `llama-bench -p 512 -n 128 -o json` (pp512 and tg128; its tg128
 starts from an empty context, loom's decode follows the 512-token prompt) and
 `llama-batched-bench -npp 128 -ntg 128 -npl 32` (S_TG is the 32-sequence decode; the
-end-to-end figure is its 32·128 generated tokens over T_PP + T_TG). Each repeat runs
+end-to-end figure is its 32·128 generated tokens over T_PP + T_TG). Load: wall time and
+peak RSS of loading the file and generating one token (`loom generate -n 1` against
+`llama-bench -p 4 -n 1 -r 1`, under /usr/bin/time), the least of the repeats; loom's
+packed-weights cache (LOOM_CACHE_DIR) is warm after the first measurement. Each repeat runs
 loom then llama.cpp for every measurement, so both see the same machine state; the best
 of --repeats is kept on both sides. Random prompt ids on both sides.
 
@@ -102,6 +105,21 @@ def llama_batched_bench(args, model):
     sys.exit(f"llama-batched-bench printed no result line:\n{p.stdout[-1000:]}\n{p.stderr[-1000:]}")
 
 
+def timed(cmd):
+    """Wall seconds and peak RSS (GB) of cmd, from /usr/bin/time."""
+    p = run(["/usr/bin/time", "-f", "loom-timed %e %M", *cmd])
+    line = [l for l in p.stderr.splitlines() if l.startswith("loom-timed ")][-1].split()
+    return float(line[1]), int(line[2]) / 1e6
+
+
+def load_one_token(args, model):
+    loom = timed([args.loom, "generate", "--model", model, "--prompt-ids", "1,2,3,4", "-n", "1",
+                  "--threads", str(args.threads)])
+    llama = timed([os.path.join(args.llama_cpp_bin, "llama-bench"), "-m", model, "-t", str(args.threads),
+                   "-p", "4", "-n", "1", "-r", "1"])
+    return loom, llama
+
+
 def write_prompts(path, seed):
     # Ids below 256 exist in every vocabulary; the weights are what is measured, not the text.
     rng = random.Random(seed)
@@ -134,14 +152,17 @@ def main():
     print(f"decode b1: {DECODE} tokens (loom after a {PROMPT}-token prompt, llama-bench tg{DECODE}); pp{PROMPT}: "
           f"prefill; {SEQS}-seq: {SEQS} × ({SEQ_PROMPT}-token prompt + {SEQ_GEN} decode steps), decode-only tok/s; "
           f"e2e: the same with the prefill, generated tok/s (loom batch, llama-batched-bench)")
-    rows = []
+    rows, loads = [], []
     with tempfile.TemporaryDirectory() as d:
         prompts = os.path.join(d, "prompts.jsonl")
         write_prompts(prompts, 1)
         for model in args.gguf:
             best = [0.0] * 8  # loom tg, llama tg, loom pp, llama pp, loom seq, llama seq, loom e2e, llama e2e
+            load = [(1e9, 0.0), (1e9, 0.0)]  # (seconds, peak RSS GB): loom, llama.cpp
             generated = SEQS * SEQ_GEN
             for _ in range(args.repeats):
+                for side, got in enumerate(load_one_token(args, model)):
+                    load[side] = (min(load[side][0], got[0]), max(load[side][1], got[1]))
                 l_tg, l_pp = loom_batch1(args, model)
                 b_tg, b_pp = llama_bench(args, model)
                 got = [l_tg, b_tg, l_pp, b_pp]
@@ -155,6 +176,7 @@ def main():
                 best = [max(a, b) for a, b in zip(best, got)]
             note = "" if generated == SEQS * SEQ_GEN else f" (loom batch generated {generated}: EOS came early)"
             rows.append((os.path.basename(model) + note, *best))
+            loads.append((os.path.basename(model), load))
     print()
     print(f"| file | decode b1 loom | llama.cpp | ratio | pp{PROMPT} loom | llama.cpp | ratio | "
           f"{SEQS}-seq decode loom | llama.cpp | ratio | {SEQS}-seq e2e loom | llama.cpp | ratio |")
@@ -162,6 +184,11 @@ def main():
     for name, l_tg, b_tg, l_pp, b_pp, l_seq, b_seq, l_e2e, b_e2e in rows:
         print(f"| {name} | {l_tg:.2f} | {b_tg:.2f} | {ratio(l_tg, b_tg)} | {l_pp:.1f} | {b_pp:.1f} | {ratio(l_pp, b_pp)} | "
               f"{l_seq:.1f} | {b_seq:.1f} | {ratio(l_seq, b_seq)} | {l_e2e:.1f} | {b_e2e:.1f} | {ratio(l_e2e, b_e2e)} |")
+    print()
+    print("| file | load + 1 token loom s | llama.cpp s | llama.cpp / loom | peak RSS loom GB | llama.cpp GB |")
+    print("|---|" + "---:|" * 5)
+    for name, ((l_s, l_rss), (b_s, b_rss)) in loads:
+        print(f"| {name} | {l_s:.2f} | {b_s:.2f} | {ratio(b_s, l_s)} | {l_rss:.2f} | {b_rss:.2f} |")
 
 
 if __name__ == "__main__":

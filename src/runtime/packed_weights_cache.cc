@@ -34,7 +34,7 @@ namespace {
 
 // Bump when the bytes pack() writes for a layout change: older files are then
 // never read (and replaced on the next load).
-constexpr int kFormat = 2;  // 2: regions on 2 MB boundaries
+constexpr int kFormat = 2;  // 2: mapped so that 2 MB folios map as 2 MB pages
 constexpr size_t kPage = 4096;  // the header's size and every region's alignment
 // Packing a small matrix costs less than a record and a page of alignment.
 constexpr size_t kMinCachedBytes = size_t{64} << 10;
@@ -150,9 +150,9 @@ class FileLock {
 
 std::string errno_text() { return std::strerror(errno); }
 
-// Regions start on 2 MB boundaries of the file, and the file is mapped at a 2 MB
-// boundary: a page-cache folio of 2 MB (written by one large write, or read ahead
-// for a MADV_HUGEPAGE mapping) can then be mapped as one 2 MB page.
+// Mappings of the file are placed so that file offsets and addresses agree modulo
+// 2 MB: a page-cache folio of 2 MB (the kernel makes them for MADV_HUGEPAGE mappings
+// where it has large folios) is then mapped as one 2 MB page.
 constexpr size_t kHugePage = size_t{2} << 20;
 // Set once a region written here came in 2 MB pages: the kernel does it, and later
 // regions need not read /proc/self/smaps to know (it walks every mapping's pages).
@@ -192,9 +192,9 @@ class PackedFile : public std::enable_shared_from_this<PackedFile> {
   // streams every weight each step, and a walk of 4 KB pages under a VM's nested
   // paging cost a quarter of bf16 decode speed).
   std::shared_ptr<void> find(const Record& want);
-  // Room for bytes more at the end of the .bin file, mapped writable at a 2 MB
-  // boundary, and whether the kernel maps it in 2 MB pages (it can only tell for a
-  // region of one 2 MB page or more; smaller ones say true).
+  // Room for bytes more at the end of the .bin file, mapped writable (and asking for
+  // 2 MB pages), and whether the kernel maps it in 2 MB pages (true where the region
+  // cannot tell: tells_page_size).
   struct Region {
     std::shared_ptr<void> bytes;
     uint64_t offset = 0;
@@ -209,7 +209,7 @@ class PackedFile : public std::enable_shared_from_this<PackedFile> {
  private:
   PackedFile(std::string bin, int bin_fd, int idx_fd) : bin_path_(std::move(bin)), bin_fd_(bin_fd), idx_fd_(idx_fd) {}
   bool usable(const Record& r) const {
-    return r.magic == kRecordMagic && r.data_offset % kHugePage == 0 && r.data_offset >= kHugePage &&
+    return r.magic == kRecordMagic && r.data_offset % kPage == 0 && r.data_offset >= kPage &&
            r.data_offset + r.data_bytes <= map_bytes_;
   }
   // Whether a region just faulted in (of at least one 2 MB page) came in 2 MB pages:
@@ -245,13 +245,28 @@ void remove_replaced(const std::string& dir, const std::string& keep, const std:
   }
 }
 
-// bytes of fd from offset mapped at a 2 MB boundary, asking for 2 MB pages; null on
-// failure. Mapped shared: writes through it are the file's page-cache pages.
-uint8_t* map_at_huge_boundary(int fd, size_t bytes, uint64_t offset, int prot) {
-  const size_t span = bytes + kHugePage;
+// The 2 MB pages wholly inside [offset, offset + bytes) of the file.
+size_t whole_huge_pages(uint64_t offset, size_t bytes) {
+  const uint64_t first = round_up(offset, kHugePage), end = (offset + bytes) / kHugePage * kHugePage;
+  return end > first ? static_cast<size_t>(end - first) : 0;
+}
+
+// Whether a region with whole 2 MB pages, just faulted in, says how the kernel maps
+// the file: a kernel without large page-cache folios maps none of them in 2 MB pages,
+// one with them most (not always all: readahead at a region's edges may make smaller
+// folios). Regions of fewer than two such pages do not say.
+bool tells_page_size(size_t whole) { return whole >= 2 * kHugePage; }
+bool mapped_in_huge_pages(size_t whole, size_t pmd_mapped) { return pmd_mapped >= whole / 2; }
+
+// bytes of fd from offset (a multiple of 4 KB) mapped at an address that agrees with
+// offset modulo 2 MB, asking for 2 MB pages; null on failure. Mapped shared: writes
+// through it are the file's page-cache pages.
+uint8_t* map_huge_congruent(int fd, size_t bytes, uint64_t offset, int prot) {
+  const size_t span = bytes + 2 * kHugePage;
   void* reserved = ::mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (reserved == MAP_FAILED) return nullptr;
-  const auto lo = reinterpret_cast<uintptr_t>(reserved), at = round_up(lo, kHugePage);
+  const auto lo = reinterpret_cast<uintptr_t>(reserved);
+  const uintptr_t at = round_up(lo, kHugePage) + offset % kHugePage;
   void* p = ::mmap(reinterpret_cast<void*>(at), bytes, prot, MAP_SHARED | MAP_FIXED, fd, static_cast<off_t>(offset));
   if (p == MAP_FAILED) {
     ::munmap(reserved, span);
@@ -300,8 +315,8 @@ Result<std::shared_ptr<PackedFile>> PackedFile::open(const std::string& dir, con
     if (::fstat(bin_fd, &st) != 0) return io_error("cannot stat " + bin + ": " + errno_text());
     f->map_bytes_ = static_cast<size_t>(st.st_size);
   }
-  if (f->map_bytes_ > kHugePage && !f->records_.empty()) {
-    f->map_ = map_at_huge_boundary(bin_fd, f->map_bytes_, 0, PROT_READ);
+  if (f->map_bytes_ > kPage && !f->records_.empty()) {
+    f->map_ = map_huge_congruent(bin_fd, f->map_bytes_, 0, PROT_READ);
     if (!f->map_) return io_error("cannot map " + bin + ": " + errno_text());
   }
   if (created) remove_replaced(dir, bin, src.path);
@@ -310,10 +325,10 @@ Result<std::shared_ptr<PackedFile>> PackedFile::open(const std::string& dir, con
 
 bool PackedFile::read_in_place(const Record& r) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (pages_ != Pages::kUnknown || r.data_bytes < kHugePage) return pages_ != Pages::kSmall;
-  // The regions faulted in before were smaller than a 2 MB page: only this one can be.
-  const size_t whole = r.data_bytes / kHugePage * kHugePage, huge = file_pmd_mapped_bytes(map_);
-  pages_ = huge >= whole / 10 * 9 ? Pages::kHuge : Pages::kSmall;
+  const size_t whole = whole_huge_pages(r.data_offset, r.data_bytes);
+  if (pages_ != Pages::kUnknown || !tells_page_size(whole)) return pages_ != Pages::kSmall;
+  // This region's own 2 MB pages, and those of regions faulted in before.
+  pages_ = mapped_in_huge_pages(whole, file_pmd_mapped_bytes(map_)) ? Pages::kHuge : Pages::kSmall;
   if (pages_ == Pages::kHuge) {
     log_info("packed weights cache: mapping " + bin_path_ + " in 2 MB pages");
   } else {
@@ -376,12 +391,17 @@ Result<PackedFile::Region> PackedFile::reserve(size_t bytes) {
     FileLock lock(idx_fd_);  // the file's size is where the next region goes, for every process
     struct stat st {};
     if (::fstat(bin_fd_, &st) != 0) return io_error("cannot stat " + bin_path_ + ": " + errno_text());
-    region.offset = round_up(static_cast<size_t>(st.st_size), kHugePage);
+    // A region of 2 MB or more starts on a 2 MB boundary: its first chunk is then one
+    // of its own 2 MB pages, not a page it shares with the region before, which the
+    // kernel makes of small folios (faulted in through a mapping that covers part of
+    // it). Smaller regions follow the last at 4 KB: 2 MB apart, the 1B Q4_0 file's
+    // small regions held 130 MB of zeros in the page cache.
+    region.offset = round_up(static_cast<size_t>(st.st_size), bytes >= kHugePage ? kHugePage : kPage);
     // Blocks allocated now: a full disk is an error here, not a SIGBUS while packing.
     if (const int err = ::posix_fallocate(bin_fd_, static_cast<off_t>(region.offset), static_cast<off_t>(rounded)); err != 0)
       return io_error("cannot grow " + bin_path_ + " by " + std::to_string(rounded) + " bytes: " + std::strerror(err));
   }
-  uint8_t* p = map_at_huge_boundary(bin_fd_, rounded, region.offset, PROT_READ | PROT_WRITE);
+  uint8_t* p = map_huge_congruent(bin_fd_, rounded, region.offset, PROT_READ | PROT_WRITE);
   if (!p) return io_error("cannot map " + bin_path_ + ": " + errno_text());
   // The region keeps the file open: the next tensor of this checkpoint goes to the same
   // file. Released when the region is (a deleter lives as long as weak references do,
@@ -391,8 +411,9 @@ Result<PackedFile::Region> PackedFile::reserve(size_t bytes) {
     keep.reset();
   });
   (void)::madvise(p, rounded, kPopulateWrite);  // one call, not a fault per page
-  if (bytes >= kHugePage && !g_huge_file_pages_seen.load(std::memory_order_relaxed)) {
-    region.huge_pages = file_pmd_mapped_bytes(p) >= bytes / kHugePage * kHugePage;
+  if (const size_t whole = whole_huge_pages(region.offset, bytes);
+      tells_page_size(whole) && !g_huge_file_pages_seen.load(std::memory_order_relaxed)) {
+    region.huge_pages = mapped_in_huge_pages(whole, file_pmd_mapped_bytes(p));
     if (region.huge_pages) g_huge_file_pages_seen.store(true, std::memory_order_relaxed);
   }
   return region;

@@ -9,9 +9,9 @@
 // between processes.
 //
 // Decode streams every weight each step, and reads 4 KB pages a quarter slower
-// than 2 MB ones (TLB misses, nested paging in VMs). Regions start on 2 MB
-// boundaries and are mapped at 2 MB boundaries, so that a kernel with large
-// page-cache folios maps them with 2 MB pages (smaps' FilePmdMapped tells). Where
+// than 2 MB ones (TLB misses, nested paging in VMs). The file is mapped at
+// addresses that agree with its offsets modulo 2 MB, so that a kernel with large
+// page-cache folios maps it with 2 MB pages (smaps' FilePmdMapped tells). Where
 // the first region it writes comes in 4 KB pages, a process packs in memory
 // instead; where a file written elsewhere is read in 4 KB pages, its bytes are
 // copied into memory, which still saves the packing.

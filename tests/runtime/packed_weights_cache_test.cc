@@ -198,11 +198,11 @@ TEST_F(PackedWeightsCache, DamagedBytesArePackedAgain) {
   ASSERT_TRUE(pack_through_cache(file.tensor(), nullptr).ok());
   ASSERT_EQ(files().size(), 1u);
   {
-    // The one region starts at the first 2 MB boundary of the file.
+    // The one region follows the 4 KB header page.
     const int fd = ::open(files()[0].path.c_str(), O_WRONLY);
     ASSERT_GE(fd, 0);
     const uint32_t junk = 0xdeadbeef;
-    ASSERT_EQ(::pwrite(fd, &junk, sizeof junk, (2 << 20) + 1000), static_cast<ssize_t>(sizeof junk));
+    ASSERT_EQ(::pwrite(fd, &junk, sizeof junk, 4096 + 1000), static_cast<ssize_t>(sizeof junk));
     ::close(fd);
   }
   auto again = pack_through_cache(file.tensor(), nullptr);
