@@ -137,14 +137,23 @@ void copy_bytes(void* dst, const void* src, size_t bytes) {
   });
 }
 
+// The index file's lock, between processes and between this process's threads (a
+// flock is held by an open file, so two threads sharing the descriptor both get it).
 class FileLock {
  public:
-  explicit FileLock(int fd) : fd_(fd) { while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {} }
-  ~FileLock() { ::flock(fd_, LOCK_UN); }
+  FileLock(int fd, std::mutex& threads) : threads_(threads), fd_(fd) {
+    threads_.lock();
+    while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {}
+  }
+  ~FileLock() {
+    ::flock(fd_, LOCK_UN);
+    threads_.unlock();
+  }
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
 
  private:
+  std::mutex& threads_;
   int fd_;
 };
 
@@ -219,6 +228,7 @@ class PackedFile : public std::enable_shared_from_this<PackedFile> {
   std::string bin_path_;
   int bin_fd_ = -1, idx_fd_ = -1;
   std::mutex mu_;
+  std::mutex file_mu_;  // FileLock's, for this process's threads
   std::vector<Record> records_;  // as read at open
   const uint8_t* map_ = nullptr;  // the .bin file as it was at open, read-only
   size_t map_bytes_ = 0;
@@ -297,7 +307,7 @@ Result<std::shared_ptr<PackedFile>> PackedFile::open(const std::string& dir, con
   std::shared_ptr<PackedFile> f(new PackedFile(bin, bin_fd, idx_fd));
   bool created = false;
   {
-    FileLock lock(idx_fd);
+    FileLock lock(idx_fd, f->file_mu_);
     struct stat st {};
     if (::fstat(bin_fd, &st) != 0) return io_error("cannot stat " + bin + ": " + errno_text());
     if (st.st_size == 0 || read_header(bin_fd) != header) {
@@ -388,7 +398,7 @@ Result<PackedFile::Region> PackedFile::reserve(size_t bytes) {
   const size_t rounded = round_up(bytes, kPage);
   Region region;
   {
-    FileLock lock(idx_fd_);  // the file's size is where the next region goes, for every process
+    FileLock lock(idx_fd_, file_mu_);  // the file's size is where the next region goes, for every process
     struct stat st {};
     if (::fstat(bin_fd_, &st) != 0) return io_error("cannot stat " + bin_path_ + ": " + errno_text());
     // A region of 2 MB or more starts on a 2 MB boundary: its first chunk is then one
@@ -420,7 +430,7 @@ Result<PackedFile::Region> PackedFile::reserve(size_t bytes) {
 }
 
 void PackedFile::unreserve(const Region& region, size_t bytes) {
-  FileLock lock(idx_fd_);
+  FileLock lock(idx_fd_, file_mu_);
   struct stat st {};
   if (::fstat(bin_fd_, &st) == 0 && static_cast<uint64_t>(st.st_size) == region.offset + round_up(bytes, kPage)) {
     (void)::ftruncate(bin_fd_, static_cast<off_t>(region.offset));
@@ -436,7 +446,7 @@ Status PackedFile::commit(Record r, const Region& region) {
     std::lock_guard<std::mutex> lock(mu_);
     committed_.emplace_back(r, region.bytes);
   }
-  FileLock lock(idx_fd_);
+  FileLock lock(idx_fd_, file_mu_);
   if (::write(idx_fd_, &r, sizeof r) != static_cast<ssize_t>(sizeof r))
     return io_error("cannot append to the index of " + bin_path_ + ": " + errno_text());
   return Status::Ok();

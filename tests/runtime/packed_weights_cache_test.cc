@@ -10,11 +10,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/file_pages.h"
@@ -190,6 +192,40 @@ TEST_F(PackedWeightsCache, FirstPackWritesTheLayoutAndLaterPacksReadIt) {
       EXPECT_EQ(f.tensors, 1u) << f.path;
     }
   }
+}
+
+TEST_F(PackedWeightsCache, WeightsOfOneFilePackedFromManyThreadsGetTheirOwnRegions) {
+  // 64 weights in one checkpoint file, packed by 8 threads at once: each region is
+  // reserved under the file's lock, which a flock alone does not give threads of one
+  // process (a model load packs from several threads).
+  constexpr int kWeights = 64, kThreads = 8;
+  constexpr int64_t N = 64, K = 512;  // 64 KB each: the smallest cached
+  const Tensor all = random_f32(N * kWeights, K, 11).to(DType::kBF16);
+  MappedCheckpoint file(root_ / "weights.bin", all);
+  const size_t rows_bytes = all.nbytes() / kWeights;
+  auto weight = [&](const Tensor& t, int i) {
+    return Tensor::wrap(static_cast<uint8_t*>(t.data()) + rows_bytes * i, DType::kBF16, {N, K});
+  };
+  for (int round = 0; round < 2; ++round) {  // packed, then read back
+    std::vector<Result<PackedLinear>> got(kWeights, invalid_argument("not run"));
+    std::atomic<bool> go{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        while (!go.load()) std::this_thread::yield();
+        for (int i = t; i < kWeights; i += kThreads) got[i] = pack_through_cache(weight(file.tensor(), i), nullptr);
+      });
+    }
+    go = true;
+    for (auto& t : threads) t.join();
+    for (int i = 0; i < kWeights; ++i) {
+      ASSERT_TRUE(got[i].ok()) << got[i].status().message();
+      const Tensor w = weight(all, i);
+      expect_same_packing(*got[i], reference_pack(w, nullptr), w);
+    }
+  }
+  ASSERT_EQ(files().size(), 1u);
+  EXPECT_EQ(files()[0].tensors, static_cast<size_t>(kWeights));
 }
 
 TEST_F(PackedWeightsCache, DamagedBytesArePackedAgain) {
