@@ -27,7 +27,7 @@
 #include "loom_portable.h"
 
 namespace loom::exporting {
-namespace {
+namespace portable_exporter_test {  // named: the test files of a program build as one unit
 
 namespace fs = std::filesystem;
 using export_test::load;
@@ -520,5 +520,5 @@ TEST(PortableExporter, UnknownBackendIsAnErrorListingTheRegisteredOnes) {
   EXPECT_NE(r.status().message().find("reference"), std::string::npos);
 }
 
-}  // namespace
+}  // namespace portable_exporter_test
 }  // namespace loom::exporting

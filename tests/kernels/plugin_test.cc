@@ -12,7 +12,7 @@
 #include "loom/kernels/kernel_selection.h"
 
 namespace loom::kernels {
-namespace {
+namespace plugin_test {  // named: the test files of a program build as one unit
 
 using testing::Recorded;
 using testing::TinyDecoder;
@@ -161,5 +161,5 @@ TEST(Plugin, ManifestErrorsNameTheFile) {
       << s.status().message();
 }
 
-}  // namespace
+}  // namespace plugin_test
 }  // namespace loom::kernels

@@ -19,7 +19,7 @@
 #include "models/model_run_util.h"
 
 namespace loom {
-namespace {
+namespace kernels_parity_test {  // named: the test files of a program build as one unit
 
 namespace fs = std::filesystem;
 using models_test::fixtures_dir;
@@ -205,5 +205,5 @@ TEST(KernelsLoad, ASelectedKernelLoomCannotRecordIsAnErrorNamingTheModule) {
   EXPECT_NE(m.status().message().find("no graph recording"), std::string::npos) << m.status().message();
 }
 
-}  // namespace
+}  // namespace kernels_parity_test
 }  // namespace loom

@@ -26,7 +26,7 @@
 #include "models/model_run_util.h"
 
 namespace loom {
-namespace {
+namespace layout_composition_test {  // named: the test files of a program build as one unit
 
 namespace fs = std::filesystem;
 using kernels::ModuleKernelKind;
@@ -249,5 +249,5 @@ TEST(LayoutCompositionErrors, TwoLayoutsReadingOneParameterNameBothRules) {
   EXPECT_NE(msg.find("'loom:RMSNormMLP at model.layers.0.post_attention_layernorm'"), std::string::npos) << msg;
 }
 
-}  // namespace
+}  // namespace layout_composition_test
 }  // namespace loom

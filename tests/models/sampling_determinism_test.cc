@@ -6,14 +6,12 @@
 
 #include "loom/batching/generate.h"
 #include "loom/models/model.h"
+#include "models/models_test_util.h"
 
 namespace loom {
 namespace {
 
-std::string fixture(const std::string& name) {
-  const char* env = std::getenv("LOOM_FIXTURES_DIR");
-  return ((env ? std::filesystem::path(env) : std::filesystem::path(LOOM_BINARY_DIR) / "fixtures") / name).string();
-}
+using models_test::fixture;
 
 std::vector<int32_t> sample(const std::shared_ptr<models::Model>& model, int threads, uint64_t seed) {
   ThreadPool pool(threads);

@@ -9,17 +9,12 @@
 
 #include "loom/runtime/cpu/cpu_features.h"
 #include "loom/runtime/cpu/matmul.h"
+#include "runtime/matmul_test_util.h"
 
 namespace loom::cpu {
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
+using test_util::random_floats;
 
 Tensor random_tensor(Shape shape, DType dt, uint32_t seed, float scale) {
   return Tensor::from_f32(random_floats(static_cast<size_t>(shape_numel(shape)), seed, scale), shape).to(dt);
