@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/file_pages.h"
+#include "scoped_env.h"
 #include "loom/io/gguf.h"
 #include "loom/models/model.h"
 #include "loom/models/save_gguf.h"
@@ -35,12 +36,10 @@ class WeightsCache : public ::testing::Test {
     checkpoint_ = root_ / "checkpoint";
     fs::copy(existing_fixture("llama_mha_untied-f32"), checkpoint_, fs::copy_options::recursive);
     cache_ = root_ / "cache";
-    if (const char* old = std::getenv("LOOM_CACHE_DIR")) saved_ = old;
-    setenv("LOOM_CACHE_DIR", cache_.c_str(), 1);
+    cache_env_.emplace("LOOM_CACHE_DIR", cache_.string());
   }
   void TearDown() override {
-    if (saved_.empty()) unsetenv("LOOM_CACHE_DIR");
-    else setenv("LOOM_CACHE_DIR", saved_.c_str(), 1);
+    cache_env_.reset();
     fs::remove_all(root_);
   }
   std::shared_ptr<models::Model> load() {
@@ -65,7 +64,7 @@ class WeightsCache : public ::testing::Test {
     return {quantized, mapped};
   }
   fs::path root_, checkpoint_, cache_;
-  std::string saved_;
+  std::optional<test::ScopedEnv> cache_env_;
 };
 
 TEST_F(WeightsCache, FirstLoadWritesTheFileLaterLoadsMapItWithTheSameLogits) {

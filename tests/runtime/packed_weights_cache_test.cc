@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/file_pages.h"
+#include "scoped_env.h"
 #include "loom/core/quantize.h"
 #include "loom/core/tensor.h"
 #include "runtime/cpu/qlinear.h"
@@ -113,12 +114,10 @@ class PackedWeightsCache : public ::testing::Test {
     fs::remove_all(root_);
     fs::create_directories(root_);
     cache_ = root_ / "cache";
-    if (const char* old = std::getenv("LOOM_CACHE_DIR")) saved_ = old;
-    setenv("LOOM_CACHE_DIR", cache_.c_str(), 1);
+    cache_env_.emplace("LOOM_CACHE_DIR", cache_.string());
   }
   void TearDown() override {
-    if (saved_.empty()) unsetenv("LOOM_CACHE_DIR");
-    else setenv("LOOM_CACHE_DIR", saved_.c_str(), 1);
+    cache_env_.reset();
     fs::remove_all(root_);
   }
   std::vector<PackedWeightsFile> files() const {
@@ -126,7 +125,7 @@ class PackedWeightsCache : public ::testing::Test {
   }
 
   fs::path root_, cache_;
-  std::string saved_;
+  std::optional<test::ScopedEnv> cache_env_;
 };
 
 // What packing the weight in memory makes of it, in the layout a file's mapping gets.
