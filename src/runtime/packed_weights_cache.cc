@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -210,6 +211,9 @@ class PackedFile : public std::enable_shared_from_this<PackedFile> {
     bool huge_pages = true;
   };
   Result<Region> reserve(size_t bytes);
+  // False once a reserve failed (a full disk, say): later tensors are packed in memory
+  // without a warning each.
+  bool accepts_regions() const { return !reserve_failed_.load(std::memory_order_relaxed); }
   // Gives back a region that will not be used, when nothing was appended after it.
   void unreserve(const Region& region, size_t bytes);
   // Records a region's bytes (now packed) under r; the region turns read-only.
@@ -221,6 +225,7 @@ class PackedFile : public std::enable_shared_from_this<PackedFile> {
     return r.magic == kRecordMagic && r.data_offset % kPage == 0 && r.data_offset >= kPage &&
            r.data_offset + r.data_bytes <= map_bytes_;
   }
+  Result<Region> reserve_region(size_t bytes);
   // Whether a region just faulted in (of at least one 2 MB page) came in 2 MB pages:
   // decided at the first such region, for the file.
   bool read_in_place(const Record& r);
@@ -229,6 +234,7 @@ class PackedFile : public std::enable_shared_from_this<PackedFile> {
   int bin_fd_ = -1, idx_fd_ = -1;
   std::mutex mu_;
   std::mutex file_mu_;  // FileLock's, for this process's threads
+  std::atomic<bool> reserve_failed_{false};
   std::vector<Record> records_;  // as read at open
   const uint8_t* map_ = nullptr;  // the .bin file as it was at open, read-only
   size_t map_bytes_ = 0;
@@ -395,12 +401,30 @@ std::shared_ptr<void> PackedFile::find(const Record& want) {
 }
 
 Result<PackedFile::Region> PackedFile::reserve(size_t bytes) {
+  auto region = reserve_region(bytes);
+  if (!region.ok()) reserve_failed_.store(true, std::memory_order_relaxed);
+  return region;
+}
+
+Result<PackedFile::Region> PackedFile::reserve_region(size_t bytes) {
   const size_t rounded = round_up(bytes, kPage);
   Region region;
   {
     FileLock lock(idx_fd_, file_mu_);  // the file's size is where the next region goes, for every process
     struct stat st {};
     if (::fstat(bin_fd_, &st) != 0) return io_error("cannot stat " + bin_path_ + ": " + errno_text());
+    // The cache doubles a checkpoint's disk use: it never takes a disk's last tenth
+    // (nor its last GB), where a user's other work would run out of room.
+    struct statvfs fs {};
+    if (::fstatvfs(bin_fd_, &fs) == 0) {
+      const uint64_t unit = fs.f_frsize ? fs.f_frsize : fs.f_bsize;
+      const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * unit;
+      const uint64_t keep = std::max<uint64_t>(uint64_t{1} << 30, static_cast<uint64_t>(fs.f_blocks) * unit / 10);
+      if (free_bytes < keep + rounded) {
+        return io_error("only " + std::to_string(free_bytes >> 20) + " MB free where " + bin_path_ +
+                        " is; the cache leaves " + std::to_string(keep >> 20) + " MB of it free");
+      }
+    }
     // A region of 2 MB or more starts on a 2 MB boundary: its first chunk is then one
     // of its own 2 MB pages, not a page it shares with the region before, which the
     // kernel makes of small folios (faulted in through a mapping that covers part of
@@ -516,10 +540,10 @@ Result<cpu::PackedLinear> pack_through_cache(const Tensor& weight, const Tensor*
   if (std::shared_ptr<void> packed = file->find(want)) {
     return cpu::PackedLinear::from_packed(weight, bias, layout, std::move(packed));
   }
-  if (!huge_file_pages_seen_missing()) {
+  if (!huge_file_pages_seen_missing() && file->accepts_regions()) {
     auto region = file->reserve(layout.data_bytes);
     if (!region.ok()) {
-      log_warn("packed weights cache: " + region.status().message() + "; packing in memory");
+      log_warn("packed weights cache: " + region.status().message() + "; this checkpoint's weights are packed in memory");
     } else if (!region->huge_pages) {
       file->unreserve(*region, layout.data_bytes);
       note_huge_file_pages_missing(cache_dir());
