@@ -1,4 +1,5 @@
 #include "loom/io/checkpoint.h"
+#include "io/quoted.h"
 
 #include <cstring>
 #include <fstream>
@@ -17,14 +18,7 @@ constexpr const char* kSingleName = "model.safetensors";
 constexpr const char* kIndexName = "model.safetensors.index.json";
 constexpr size_t kListedNames = 5;  // how many names an error or warning spells out
 
-std::string squote(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out.push_back('\'');
-  out.append(s);
-  out.push_back('\'');
-  return out;
-}
+using io::squote;
 
 // "a, b, c, d, e and 7 more"
 std::string name_list(const std::vector<std::string>& names) {

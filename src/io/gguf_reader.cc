@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "io/gguf_format.h"
+#include "io/quoted.h"
 #include "io/mapped_file.h"
 #include "loom/io/gguf.h"
 
@@ -18,7 +19,6 @@ namespace loom::io {
 
 namespace {
 
-std::string squote(std::string_view s) { return "'" + std::string(s) + "'"; }
 
 // Reads little-endian fields from the mapping; every read that would pass the
 // end of the file is an error naming `context` (what was being read) and the file.

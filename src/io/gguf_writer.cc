@@ -1,6 +1,7 @@
 // write_gguf: the whole header is serialised in memory first (so every check
 // runs before a byte reaches the disk), then the tensors are streamed after it.
 #include "loom/io/gguf_writer.h"
+#include "io/quoted.h"
 
 #include <cstring>
 #include <set>
@@ -12,7 +13,6 @@ namespace loom::io {
 
 namespace {
 
-std::string squote(std::string_view s) { return "'" + std::string(s) + "'"; }
 
 template <typename T>
 void put(std::string& out, T v) {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/mapped_file.h"
+#include "io/quoted.h"
 #include "io/safetensors_dtypes.h"
 #include "loom/io/safetensors.h"
 
@@ -18,14 +19,7 @@ using nlohmann::json;
 // a real checkpoint, and parsing it would only burn memory.
 constexpr uint64_t kMaxHeaderSize = 100'000'000;
 
-std::string squote(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out.push_back('\'');
-  out.append(s);
-  out.push_back('\'');
-  return out;
-}
+using io::squote;
 
 std::string json_kind(const json& v) {
   if (v.is_number_float()) return "non-integer number " + v.dump();

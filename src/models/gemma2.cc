@@ -7,13 +7,13 @@
 // and global layers alternating, tied embeddings. The checkpoint's names are
 // loom's module paths, so there are no weight rules.
 #include "models/gemma2.h"
+#include "models/config_json.h"
 
 #include <cmath>
 
 namespace loom::models {
 namespace {
 
-bool absent(const nlohmann::json& j, const char* key) { return !j.contains(key) || j.at(key).is_null(); }
 
 // Gemma2Config's defaults (configuration_gemma2.py) for what config.json
 // omits, written in before ModelConfig's generic parse (which would otherwise

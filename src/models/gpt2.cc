@@ -7,13 +7,13 @@
 // weight rules rename transformer.h.N.* to loom's module paths, transpose the
 // Conv1D weights and chunk c_attn into q/k/v; saving runs them backwards.
 #include "models/gpt2.h"
+#include "models/config_json.h"
 
 #include <cmath>
 
 namespace loom::models {
 namespace {
 
-bool absent(const nlohmann::json& j, const char* key) { return !j.contains(key) || j.at(key).is_null(); }
 
 // GPT2Config's field names and defaults → ModelConfig's.
 Status adapt_gpt2_json(nlohmann::json& j) {

@@ -12,6 +12,7 @@
 // (MergeModulelist, then Concatenate of gate and up), and save_pretrained
 // splits them back.
 #include "models/moe_architectures.h"
+#include "models/config_json.h"
 
 #include <algorithm>
 #include <string>
@@ -22,7 +23,6 @@ namespace {
 
 using nlohmann::json;
 
-bool absent(const json& raw, const char* key) { return !raw.contains(key) || raw.at(key).is_null(); }
 
 Result<int64_t> int_or(const ModelConfig& c, const char* key, int64_t fallback) {
   if (absent(c.raw, key)) return fallback;

@@ -7,16 +7,14 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/core/logging.h"
+#include "io/quoted.h"
 #include "loom/weights/conversion_plan.h"
 
 namespace loom {
 namespace {
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
+using io::squote;
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // The group's chain and casts on `bundle` (its sources); adds what it allocates to *bytes.
 Result<TensorBundle> run_group(const ConversionGroup& g, TensorBundle bundle, uint64_t* bytes) {
@@ -66,10 +64,10 @@ std::string ConversionGroup::describe() const {
   std::string s;
   size_t n = 0;
   for (const auto& slot : sources) n += slot.size();
-  s = quote(sources[0][0].name) + (n > 1 ? " (+" + std::to_string(n - 1) + ")" : "") + " → ";
+  s = squote(sources[0][0].name) + (n > 1 ? " (+" + std::to_string(n - 1) + ")" : "") + " → ";
   n = 0;
   for (const auto& slot : targets) n += slot.size();
-  s += quote(targets[0][0].name) + (n > 1 ? " (+" + std::to_string(n - 1) + ")" : "");
+  s += squote(targets[0][0].name) + (n > 1 ? " (+" + std::to_string(n - 1) + ")" : "");
   s += ": " + describe_chain(ops) + " [" + rule_description + "]";
   return s;
 }
@@ -77,7 +75,7 @@ std::string ConversionGroup::describe() const {
 ParamSource params_from(const std::map<std::string, Tensor>& params) {
   return [&params](const std::string& name) -> Result<Tensor> {
     auto it = params.find(name);
-    if (it == params.end()) return not_found("no parameter " + quote(name));
+    if (it == params.end()) return not_found("no parameter " + squote(name));
     return it->second;
   };
 }
@@ -104,7 +102,7 @@ Result<LoadStats> ConversionPlan::load(const Checkpoint& checkpoint, const Param
   for (const SourceTensor& st : source_.tensors) {
     const TensorInfo* info = checkpoint.find(st.name);
     if (!info || info->dtype != st.dtype || info->shape != st.shape)
-      return failed_precondition("checkpoint " + checkpoint.dir() + ": tensor " + quote(st.name) +
+      return failed_precondition("checkpoint " + checkpoint.dir() + ": tensor " + squote(st.name) +
                                  (info ? " is " + std::string(dtype_name(info->dtype)) + shape_to_string(info->shape)
                                        : std::string(" is missing")) +
                                  ", not what the conversion plan was compiled for");
@@ -271,7 +269,7 @@ Result<NamedTensors> ConversionPlan::reverse_stage(const ParamSource& params, co
       for (const PlanTensor& t : g.targets[j]) {
         LOOM_ASSIGN_OR_RETURN(Tensor v, params(t.name));
         if (!v.defined() || v.shape() != t.shape)
-          return invalid_argument("saving " + g.describe() + ": parameter " + quote(t.name) + " is " +
+          return invalid_argument("saving " + g.describe() + ": parameter " + squote(t.name) + " is " +
                                   (v.defined() ? v.describe() : std::string("undefined")) + ", expected shape " +
                                   shape_to_string(t.shape));
         if (v.dtype() != t.dtype) v = v.to(t.dtype);  // back to the checkpoint's dtype
@@ -292,7 +290,7 @@ Result<NamedTensors> ConversionPlan::reverse_stage(const ParamSource& params, co
       for (size_t k = 0; k < g.sources[i].size(); ++k) {
         const PlanTensor& s = g.sources[i][k];
         if (bundle[i][k].shape() != s.shape || bundle[i][k].dtype() != s.dtype)
-          return internal_error("saving " + g.describe() + ": " + quote(s.name) + " came back as " +
+          return internal_error("saving " + g.describe() + ": " + squote(s.name) + " came back as " +
                                 bundle[i][k].describe());
         out[s.name] = std::move(bundle[i][k]);
       }
@@ -314,7 +312,7 @@ Result<NamedTensors> ConversionPlan::reverse_stage(const ParamSource& params, co
 
 Status ConversionPlan::save(const ParamSource& params, const std::string& out_path, const Checkpoint* carry_unused) const {
   LOOM_ASSIGN_OR_RETURN(NamedTensors tensors, reverse(params, carry_unused));
-  if (ends_with(out_path, ".safetensors")) {
+  if (out_path.ends_with(".safetensors")) {
     std::map<std::string, std::string> metadata;
     if (!source_.files.empty()) {
       auto it = source_.metadata.find(source_.files[0]);

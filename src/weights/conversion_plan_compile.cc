@@ -7,12 +7,13 @@
 #include <set>
 
 #include "loom/weights/conversion_plan.h"
+#include "io/quoted.h"
 #include "loom/weights/weight_pattern.h"
 
 namespace loom {
 namespace {
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
+using io::squote;
 
 std::string label_of(const std::string& rules_name, int index, const WeightRule& rule) {
   return rules_name + " #" + std::to_string(index) + " " + describe(rule);
@@ -194,8 +195,8 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
     if (!last) last = renamed_by[it->second];
     if (!inserted)
       return invalid_argument((last ? rule_label(last->index, rules[last->index]) : std::string("renaming")) +
-                              ": " + what + "s " + quote(source.tensors[it->second].name) + " and " +
-                              quote(source.tensors[i].name) + " both become " + quote(key));
+                              ": " + what + "s " + squote(source.tensors[it->second].name) + " and " +
+                              squote(source.tensors[i].name) + " both become " + squote(key));
     renamed[i] = std::move(key);
   }
 
@@ -212,11 +213,11 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
         if (!m) continue;
         if (hit_conv == static_cast<int>(c))
           return invalid_argument(rule_label(converters[c].index, rules[converters[c].index]) + ": " + what + " " +
-                                  quote(key) + " consumed twice (by source patterns " +
-                                  quote(converters[c].sources[hit_pat].text()) + " and " +
-                                  quote(converters[c].sources[p].text()) + ")");
+                                  squote(key) + " consumed twice (by source patterns " +
+                                  squote(converters[c].sources[hit_pat].text()) + " and " +
+                                  squote(converters[c].sources[p].text()) + ")");
         if (hit_conv >= 0)
-          return invalid_argument("conflicting rules for " + what + " " + quote(key) + ": " +
+          return invalid_argument("conflicting rules for " + what + " " + squote(key) + ": " +
                                   rule_label(converters[hit_conv].index, rules[converters[hit_conv].index]) + " and " +
                                   rule_label(converters[c].index, rules[converters[c].index]));
         hit_conv = static_cast<int>(c);
@@ -242,7 +243,7 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
   // Rules that matched nothing.
   for (const auto& r : renamings)
     if (r.matches == 0 && !r.rule->optional)
-      return not_found(rule_label(r.index, rules[r.index]) + ": pattern " + quote(r.rule->source) + " matches no " +
+      return not_found(rule_label(r.index, rules[r.index]) + ": pattern " + squote(r.rule->source) + " matches no " +
                        what + hint(r.rule->source));
   for (size_t c = 0; c < converters.size(); ++c)
     if (instances[c].empty() && !converters[c].rule->optional) {
@@ -259,8 +260,8 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
     if (inserted) return Status::Ok();
     const ConversionGroup& a = plan.groups_[it->second.first];
     const ConversionGroup& b = plan.groups_[group];
-    return invalid_argument("parameter " + quote(param) + " written twice: by " + a.rule_description + " (from " +
-                            quote(it->second.second) + ") and by " + b.rule_description + " (from " + quote(from) + ")");
+    return invalid_argument("parameter " + squote(param) + " written twice: by " + a.rule_description + " (from " +
+                            squote(it->second.second) + ") and by " + b.rule_description + " (from " + squote(from) + ")");
   };
   std::vector<std::string> expected_names;
   for (const auto& [name, _] : expected) expected_names.push_back(name);
@@ -281,16 +282,16 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
           std::string present;
           for (const auto& other : inst.slots)
             if (!other.empty() && present.empty()) present = other[0].renamed;
-          return not_found(label + ": missing source " + quote(want) + " (pattern " + quote(cc.sources[p].text()) +
-                           ") needed with " + quote(present) + hint(want));
+          return not_found(label + ": missing source " + squote(want) + " (pattern " + squote(cc.sources[p].text()) +
+                           ") needed with " + squote(present) + hint(want));
         }
         std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return natural_less(a.list_key, b.list_key); });
         std::vector<PlanTensor> slot;
         ShapeSlot ss{{}, items[0].tensor->dtype};
         for (const Item& it : items) {
           if (it.tensor->dtype != ss.dtype)
-            return invalid_argument(label + ": " + quote(it.renamed) + " is " + std::string(dtype_name(it.tensor->dtype)) +
-                                    " but " + quote(items[0].renamed) + " is " + std::string(dtype_name(ss.dtype)));
+            return invalid_argument(label + ": " + squote(it.renamed) + " is " + std::string(dtype_name(it.tensor->dtype)) +
+                                    " but " + squote(items[0].renamed) + " is " + std::string(dtype_name(ss.dtype)));
           slot.push_back({it.tensor->name, it.tensor->shape, it.tensor->dtype});
           ss.items.push_back(it.tensor->shape);
         }
@@ -312,8 +313,8 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
             if (full->search(n)) names.push_back(n);
           std::sort(names.begin(), names.end(), natural_less);
           if (names.empty())
-            return not_found(label + ": no expected parameter matches target " + quote(full->text()) + " (from " +
-                             quote(first_source) + ")");
+            return not_found(label + ": no expected parameter matches target " + squote(full->text()) + " (from " +
+                             squote(first_source) + ")");
         }
         std::vector<PlanTensor> slot;
         std::vector<DType> model_dtypes;
@@ -321,7 +322,7 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
         for (const auto& n : names) {
           auto e = expected.find(n);
           if (e == expected.end())
-            return not_found(label + ": produces " + quote(n) + " (from " + quote(first_source) +
+            return not_found(label + ": produces " + squote(n) + " (from " + squote(first_source) +
                              ") which the model does not expect");
           slot.push_back({n, e->second.shape, shapes[0].dtype});
           ts.items.push_back(e->second.shape);
@@ -339,12 +340,12 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
         if (op.kind == ConversionOpKind::kChunk && op.sizes.empty()) {
           auto after = shapes_after(resolved, k, target_shapes);
           if (!after.ok())
-            return invalid_argument(label + ": Chunk sizes for " + quote(first_source) + ": " + after.status().message() +
+            return invalid_argument(label + ": Chunk sizes for " + squote(first_source) + ": " + after.status().message() +
                                     "; give Chunk explicit sizes");
           int d = op.dim;
           for (const ShapeSlot& s : after.value()) {
             if (s.items.size() != 1 || shapes.size() != 1 || shapes[0].items.size() != 1)
-              return invalid_argument(label + ": Chunk of " + quote(first_source) + " does not yield one tensor per target");
+              return invalid_argument(label + ": Chunk of " + squote(first_source) + " does not yield one tensor per target");
             const int r = static_cast<int>(s.items[0].size());
             const int nd = d < 0 ? d + r : d;
             if (nd < 0 || nd >= r) return invalid_argument(label + ": " + op.describe() + " dim out of range");
@@ -371,23 +372,23 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
         }
         auto next = infer_shapes(op, shapes);
         if (!next.ok())
-          return invalid_argument(label + ": for " + quote(first_source) + ": " + next.status().message());
+          return invalid_argument(label + ": for " + squote(first_source) + ": " + next.status().message());
         shapes = std::move(next).value();
       }
       // The chain's result must be the targets, shape for shape.
       if (shapes.size() != target_shapes.size())
-        return invalid_argument(label + ": for " + quote(first_source) + " the operations yield " +
+        return invalid_argument(label + ": for " + squote(first_source) + " the operations yield " +
                                 std::to_string(shapes.size()) + " tensors slots but there are " +
                                 std::to_string(target_shapes.size()) + " targets");
       for (size_t j = 0; j < shapes.size(); ++j) {
         if (shapes[j].items.size() != target_shapes[j].items.size())
-          return invalid_argument(label + ": target " + quote(g.targets[j][0].name) + ": the operations yield " +
+          return invalid_argument(label + ": target " + squote(g.targets[j][0].name) + ": the operations yield " +
                                   std::to_string(shapes[j].items.size()) + " tensors but the model expects " +
                                   std::to_string(target_shapes[j].items.size()));
         for (size_t k = 0; k < shapes[j].items.size(); ++k) {
           if (shapes[j].items[k] != target_shapes[j].items[k])
-            return invalid_argument(label + ": shape mismatch for " + quote(g.targets[j][k].name) + ": converted from " +
-                                    quote(first_source) + " it is " + shape_to_string(shapes[j].items[k]) +
+            return invalid_argument(label + ": shape mismatch for " + squote(g.targets[j][k].name) + ": converted from " +
+                                    squote(first_source) + " it is " + shape_to_string(shapes[j].items[k]) +
                                     " but the model expects " + shape_to_string(target_shapes[j].items[k]));
           g.targets[j][k].dtype = shapes[j].dtype;
         }
@@ -410,9 +411,9 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
       continue;
     }
     ConversionGroup g;
-    g.rule_description = key == st.name ? "pass-through" : "renaming of " + quote(st.name);
+    g.rule_description = key == st.name ? "pass-through" : "renaming of " + squote(st.name);
     if (e->second.shape != st.shape)
-      return invalid_argument(g.rule_description + ": shape mismatch for " + quote(key) + ": " + what + " has " +
+      return invalid_argument(g.rule_description + ": shape mismatch for " + squote(key) + ": " + what + " has " +
                               shape_to_string(st.shape) + " but the model expects " + shape_to_string(e->second.shape));
     g.sources.push_back({{st.name, st.shape, st.dtype}});
     g.targets.push_back({{key, st.shape, st.dtype}});
@@ -426,7 +427,7 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
     if (!written.count(name)) plan.missing_.push_back(name);
   if (!plan.missing_.empty() && !options.allow_missing_params) {
     std::string list;
-    for (size_t i = 0; i < plan.missing_.size() && i < 5; ++i) list += (i ? ", " : "") + quote(plan.missing_[i]);
+    for (size_t i = 0; i < plan.missing_.size() && i < 5; ++i) list += (i ? ", " : "") + squote(plan.missing_[i]);
     return not_found(std::to_string(plan.missing_.size()) + " expected parameter(s) not produced by the checkpoint or any rule: " +
                      list + (plan.missing_.size() > 5 ? ", …" : ""));
   }
@@ -470,15 +471,15 @@ Result<ConversionPlan> ConversionPlan::compose(ConversionPlan first, const Weigh
           size_t n = 0;
           for (const auto& ts : g.targets)
             for (const PlanTensor& t : ts)
-              if (n++ < 3) outs += (outs.empty() ? "" : ", ") + quote(t.name);
+              if (n++ < 3) outs += (outs.empty() ? "" : ", ") + squote(t.name);
           if (n > 3) outs += ", …";
-          return hint + "; it matches checkpoint tensor " + quote(s.name) + ", which the first stage's " +
+          return hint + "; it matches checkpoint tensor " + squote(s.name) + ", which the first stage's " +
                  g.rule_description + " turns into " + outs +
                  " (second-stage rules are written against the first stage's parameter names)";
         }
     for (const std::string& u : one.unused_)
       if (p->search(u))
-        return hint + "; it matches checkpoint tensor " + quote(u) + ", which the first stage leaves unused";
+        return hint + "; it matches checkpoint tensor " + squote(u) + ", which the first stage leaves unused";
     return hint + "; neither a checkpoint tensor nor a first-stage parameter matches it";
   };
   auto second = compile(rules, mid, expected, o);
@@ -487,7 +488,7 @@ Result<ConversionPlan> ConversionPlan::compose(ConversionPlan first, const Weigh
   // parameter without reading it.
   for (const std::string& u : second->unused_) {
     const ConversionGroup* g = producer.at(u);
-    return invalid_argument("parameter " + quote(u) + " (from " + g->rule_description + ") is read by no " +
+    return invalid_argument("parameter " + squote(u) + " (from " + g->rule_description + ") is read by no " +
                             o.rules_name + " and is no longer an expected parameter, so it could not be saved back");
   }
   first.second_ = std::make_shared<const ConversionPlan>(std::move(second).value());

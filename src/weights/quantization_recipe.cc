@@ -15,9 +15,6 @@ int64_t layer_of(const std::string& name) {
   return std::strtoll(name.c_str() + prefix.size(), nullptr, 10);
 }
 
-bool ends_with(const std::string& s, std::string_view tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
 
 DType fit_block(DType want, int64_t cols) {
   if (cols % dtype_block_elements(want) == 0) return want;
@@ -54,7 +51,7 @@ std::optional<DType> QuantizationRecipe::type_for(const std::string& name, const
   if (cols % 32 != 0) return std::nullopt;
   const bool output = name == "lm_head.weight" || (tied_embeddings && name == "model.embed_tokens.weight");
   if (output) return base == DType::kQ8_0 ? DType::kQ8_0 : fit_block(DType::kQ6_K, cols);
-  if (more_bits_mix && (ends_with(name, "self_attn.v_proj.weight") || ends_with(name, "mlp.down_proj.weight"))) {
+  if (more_bits_mix && (name.ends_with("self_attn.v_proj.weight") || name.ends_with("mlp.down_proj.weight"))) {
     const int64_t layer = layer_of(name);
     if (layer >= 0 && use_more_bits(layer, num_layers)) return fit_block(DType::kQ6_K, cols);
   }
