@@ -164,9 +164,12 @@ std::string errno_text() { return std::strerror(errno); }
 // 2 MB: a page-cache folio of 2 MB (the kernel makes them for MADV_HUGEPAGE mappings
 // where it has large folios) is then mapped as one 2 MB page.
 constexpr size_t kHugePage = size_t{2} << 20;
-// Set once a region written here came in 2 MB pages: the kernel does it, and later
-// regions need not read /proc/self/smaps to know (it walks every mapping's pages).
-std::atomic<bool> g_huge_file_pages_seen{false};
+// Whether regions this process wrote came in 2 MB pages, known from the first that
+// could tell. Once known, later regions need not read /proc/self/smaps (which walks
+// every mapping's pages); once known not to, this process packs in memory (decode
+// would read 4 KB file pages a quarter slower than memory).
+enum class FilePages { kUnknown, kHuge, kSmall };
+std::atomic<FilePages> g_file_pages{FilePages::kUnknown};
 // The bytes of the mapping starting at begin that the kernel maps with 2 MB pages
 // (FilePmdMapped of its /proc/self/smaps entry); 0 when it cannot tell.
 size_t file_pmd_mapped_bytes(const void* begin) {
@@ -446,9 +449,9 @@ Result<PackedFile::Region> PackedFile::reserve_region(size_t bytes) {
   });
   (void)::madvise(p, rounded, kPopulateWrite);  // one call, not a fault per page
   if (const size_t whole = whole_huge_pages(region.offset, bytes);
-      tells_page_size(whole) && !g_huge_file_pages_seen.load(std::memory_order_relaxed)) {
+      tells_page_size(whole) && g_file_pages.load(std::memory_order_relaxed) != FilePages::kHuge) {
     region.huge_pages = mapped_in_huge_pages(whole, file_pmd_mapped_bytes(p));
-    if (region.huge_pages) g_huge_file_pages_seen.store(true, std::memory_order_relaxed);
+    if (region.huge_pages) g_file_pages.store(FilePages::kHuge, std::memory_order_relaxed);
   }
   return region;
 }
@@ -504,13 +507,8 @@ std::shared_ptr<PackedFile> packed_file_for(const std::string& dir, const Mapped
   return *opened;
 }
 
-// Whether a region of the cache, mapped, came in 4 KB pages (an older kernel, or a
-// filesystem without large folios): decode would then read the packed weights a
-// quarter slower than from memory, so this process packs in memory from then on.
-std::atomic<bool> g_huge_file_pages_missing{false};
-bool huge_file_pages_seen_missing() { return g_huge_file_pages_missing.load(std::memory_order_relaxed); }
-void note_huge_file_pages_missing(const std::string& dir) {
-  if (!g_huge_file_pages_missing.exchange(true)) {
+void note_small_file_pages(const std::string& dir) {
+  if (g_file_pages.exchange(FilePages::kSmall) != FilePages::kSmall) {
     log_info("packed weights cache: the kernel maps files of " + dir +
              " in 4 KB pages, which decode reads slower than memory, so weights are packed in memory "
              "(kernels with large page-cache folios map them in 2 MB pages: Linux 6.16+ on ext4, XFS)");
@@ -540,13 +538,13 @@ Result<cpu::PackedLinear> pack_through_cache(const Tensor& weight, const Tensor*
   if (std::shared_ptr<void> packed = file->find(want)) {
     return cpu::PackedLinear::from_packed(weight, bias, layout, std::move(packed));
   }
-  if (!huge_file_pages_seen_missing() && file->accepts_regions()) {
+  if (g_file_pages.load(std::memory_order_relaxed) != FilePages::kSmall && file->accepts_regions()) {
     auto region = file->reserve(layout.data_bytes);
     if (!region.ok()) {
       log_warn("packed weights cache: " + region.status().message() + "; this checkpoint's weights are packed in memory");
     } else if (!region->huge_pages) {
       file->unreserve(*region, layout.data_bytes);
-      note_huge_file_pages_missing(cache_dir());
+      note_small_file_pages(cache_dir());
     } else {
       LOOM_ASSIGN_OR_RETURN(cpu::PackedLinear packed, cpu::PackedLinear::pack(weight, bias, cpu::QuantLayout::kAuto, region->bytes));
       if (Status s = file->commit(want, *region); !s.ok()) log_warn("packed weights cache: " + s.message());
