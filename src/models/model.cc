@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 
 #include "loom/core/logging.h"
 #include "loom/models/architecture.h"
@@ -183,18 +184,47 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
              (unused.size() > 8 ? ", …" : ""));
   }
 
-  auto stats = m->plan_->load(ckpt, [&m, &shards](const std::string& name, Tensor t) {
-    if (auto it = shards.find(name); it != shards.end()) {
-      LOOM_ASSIGN_OR_RETURN(t, shard_parameter(name, t, it->second));
+  // Weights an earlier load made (quantized, or converted by a rule) and cached: the
+  // groups that make only those are neither read nor run.
+  const ExpectedParams& final_params = with_kernels ? *with_kernels : expected;
+  WeightsCacheKey key{dir, options.quantize ? options.quantize->name : std::string(),
+                      "rank " + std::to_string(tp.rank) + " of " + std::to_string(tp.size), m->plan_->describe()};
+  // A kernel config's layouts may change a tensor's values under the same name and shape.
+  key.cacheable = options.kernel_config.empty();
+  for (const auto& [name, p] : final_params)
+    key.loaded += name + " " + shape_to_string(p.shape) + " " + (p.dtype ? std::string(dtype_name(*p.dtype)) : "stored") + "\n";
+  std::map<std::string, Tensor> cached = find_cached_weights(key);
+  for (const auto& [name, t] : cached) {
+    // A shard's shape is its rank's part of the parameter's.
+    const auto p = final_params.find(name);
+    if (p == final_params.end() || (shards.count(name) ? t.rank() != static_cast<int64_t>(p->second.shape.size())
+                                                        : t.shape() != p->second.shape)) {
+      log_warn(ckpt.source() + ": the weights cache holds " + t.describe() + " for '" + name +
+               "', which this model does not load as that; making its weights again");
+      cached.clear();
+      break;
     }
-    m->params_[name] = std::move(t);
-    return Status::Ok();
-  });
+  }
+  std::set<std::string> have;
+  for (const auto& [name, t] : cached) have.insert(name);
+  auto stats = m->plan_->load(
+      ckpt,
+      [&m, &shards](const std::string& name, Tensor t) {
+        if (auto it = shards.find(name); it != shards.end()) {
+          LOOM_ASSIGN_OR_RETURN(t, shard_parameter(name, t, it->second));
+        }
+        m->params_[name] = std::move(t);
+        return Status::Ok();
+      },
+      have);
   if (!stats.ok()) return stats.status().with_context(ckpt.source() + ": loading " + what);
+  m->load_stats_ = *stats;
+  for (auto& [name, t] : cached) m->params_[name] = t;  // also over those a group writing others made
   // Weights made in memory (quantized now, or by a conversion rule) go through the
   // cache file, so that they are file pages the runtime can hand back.
   std::vector<CachedWeight> made;
   for (auto& [name, t] : m->params_) {
+    if (cached.count(name)) continue;
     std::optional<DType> want;
     if (options.quantize) {
       // A shard is quantized as the whole tensor would be: every rank then
@@ -211,11 +241,13 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     if (want) made.push_back({name, *want});
     else if (made_in_memory(t)) made.push_back({name, t.dtype()});
   }
-  WeightsCacheKey key{dir, options.quantize ? options.quantize->name : std::string(),
-                      "rank " + std::to_string(tp.rank) + " of " + std::to_string(tp.size)};
-  // A kernel config's layouts may change a tensor's values under the same name and shape.
-  key.cacheable = options.kernel_config.empty();
-  LOOM_RETURN_IF_ERROR(map_weights_through_cache(key, made, &m->params_).with_context(ckpt.source()));
+  if (made.empty() && !cached.empty()) {
+    log_info(ckpt.source() + ": " + std::to_string(cached.size()) + " weights made by an earlier load mapped from the cache");
+  } else {
+    // The cache file lacked some (it is written again, with all of them).
+    for (const auto& [name, t] : cached) made.push_back({name, t.dtype()});
+    LOOM_RETURN_IF_ERROR(map_weights_through_cache(key, made, &m->params_).with_context(ckpt.source()));
+  }
 
   const auto& params = m->params_;
   // Views the graph reads besides the loaded parameters: a tied vocab-parallel

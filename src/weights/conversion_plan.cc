@@ -37,6 +37,15 @@ Result<TensorBundle> run_group(const ConversionGroup& g, TensorBundle bundle, ui
   return bundle;
 }
 
+// Whether every parameter `g` writes is one the caller has.
+bool writes_only(const ConversionGroup& g, const std::set<std::string>& have) {
+  if (have.empty()) return false;
+  for (const auto& slot : g.targets)
+    for (const PlanTensor& t : slot)
+      if (!have.count(t.name)) return false;
+  return true;
+}
+
 Result<TensorBundle> read_sources(const ConversionGroup& g, const Checkpoint& checkpoint) {
   TensorBundle bundle;
   for (const auto& slot : g.sources) {
@@ -97,7 +106,8 @@ std::string ConversionPlan::describe() const {
   return s;
 }
 
-Result<LoadStats> ConversionPlan::load(const Checkpoint& checkpoint, const ParamSink& sink) const {
+Result<LoadStats> ConversionPlan::load(const Checkpoint& checkpoint, const ParamSink& sink,
+                                       const std::set<std::string>& have) const {
   // The plan was validated against headers; make sure these are the same ones.
   for (const SourceTensor& st : source_.tensors) {
     const TensorInfo* info = checkpoint.find(st.name);
@@ -107,9 +117,13 @@ Result<LoadStats> ConversionPlan::load(const Checkpoint& checkpoint, const Param
                                        : std::string(" is missing")) +
                                  ", not what the conversion plan was compiled for");
   }
-  if (second_) return load_composed(checkpoint, sink);
+  if (second_) return load_composed(checkpoint, sink, have);
   LoadStats stats;
   for (const ConversionGroup& g : groups_) {
+    if (writes_only(g, have)) {
+      for (const auto& slot : g.targets) stats.skipped_params += slot.size();
+      continue;
+    }
     LOOM_ASSIGN_OR_RETURN(TensorBundle bundle, read_sources(g, checkpoint));
     uint64_t bytes = 0;
     LOOM_ASSIGN_OR_RETURN(bundle, run_group(g, std::move(bundle), &bytes));
@@ -132,7 +146,8 @@ Result<LoadStats> ConversionPlan::load(const Checkpoint& checkpoint, const Param
   return stats;
 }
 
-Result<LoadStats> ConversionPlan::load_composed(const Checkpoint& checkpoint, const ParamSink& sink) const {
+Result<LoadStats> ConversionPlan::load_composed(const Checkpoint& checkpoint, const ParamSink& sink,
+                                                const std::set<std::string>& have) const {
   const ConversionPlan& two = *second_;
   struct Route {
     size_t group, slot, item;
@@ -181,7 +196,23 @@ Result<LoadStats> ConversionPlan::load_composed(const Checkpoint& checkpoint, co
       stats.peak_group = g.describe();
     }
   };
+  // Stage-2 groups writing only parameters the caller has; a stage-1 group whose
+  // outputs all go to such groups is not run either.
+  std::vector<bool> had(two.groups_.size());
+  for (size_t gi = 0; gi < two.groups_.size(); ++gi) {
+    had[gi] = writes_only(two.groups_[gi], have);
+    if (had[gi])
+      for (const auto& slot : two.groups_[gi].targets) stats.skipped_params += slot.size();
+  }
+  const auto feeds_only_had = [&](const ConversionGroup& g) {
+    if (have.empty()) return false;
+    for (const auto& slot : g.targets)
+      for (const PlanTensor& t : slot)
+        if (auto r = route.find(t.name); r == route.end() || !had[r->second.group]) return false;
+    return true;
+  };
   for (const ConversionGroup& g : groups_) {
+    if (feeds_only_had(g)) continue;
     LOOM_ASSIGN_OR_RETURN(TensorBundle in, read_sources(g, checkpoint));
     if (const ConversionGroup* g2 = round_trip_of(g)) {
       Tensor t = std::move(in[0][0]);
@@ -207,6 +238,7 @@ Result<LoadStats> ConversionPlan::load_composed(const Checkpoint& checkpoint, co
         const std::string& name = g.targets[j][k].name;
         auto r = route.find(name);
         if (r == route.end()) return internal_error(g.describe() + ": no second-stage group reads " + name);
+        if (had[r->second.group]) continue;  // its group's parameters are the caller's already
         const ConversionGroup& g2 = two.groups_[r->second.group];
         Waiting& w = waiting[r->second.group];
         if (w.bundle.empty()) {

@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kKeyField = "loom.weights_cache.key";
-constexpr const char* kFormat = "loom weights cache 1";
+constexpr const char* kFormat = "loom weights cache 2";
 constexpr size_t kMinCachedBytes = size_t{64} << 10;  // above a large model's norm weights
 
 // Size and modification time (ns) of the checkpoint file or of every file in its folder.
@@ -57,17 +57,16 @@ std::string absolute_path(const std::string& path) {
   return ec ? path : absolute.lexically_normal().string();
 }
 
-std::string cache_key(const WeightsCacheKey& key, const std::vector<CachedWeight>& jobs,
-                      const std::map<std::string, Tensor>& params) {
+std::string cache_key(const WeightsCacheKey& key) {
   std::string text = std::string(kFormat) + " loom " + LOOM_VERSION + "\n" + absolute_path(key.checkpoint) + "\n";
   stamp_files(key.checkpoint, &text);
-  text += key.recipe + "\n" + key.extra + "\n";
-  for (const CachedWeight& j : jobs) {
-    const Tensor& t = params.at(j.name);
-    text += j.name + " " + std::string(dtype_name(t.dtype())) + shape_to_string(t.shape()) + " -> " +
-            std::string(dtype_name(j.to)) + "\n";
-  }
+  text += key.recipe + "\n" + key.extra + "\n" + key.loaded;
   return hex64(XXH64(text.data(), text.size(), 0));
+}
+
+std::string cache_path(const std::string& dir, const WeightsCacheKey& key, const std::string& hash) {
+  const std::string what = key.recipe.empty() ? "converted" : "quantized-" + key.recipe;
+  return (fs::path(dir) / (what + "-" + hash + ".gguf")).string();
 }
 
 // The cached file's tensors if it is this key's and holds every job as expected; else why not.
@@ -126,6 +125,27 @@ std::vector<WeightsCacheFile> list_weights_cache(const std::string& dir) {
 
 bool made_in_memory(const Tensor& t) { return t.nbytes() >= kMinCachedBytes && !in_file_mapping(t.data(), t.nbytes()); }
 
+std::map<std::string, Tensor> find_cached_weights(const WeightsCacheKey& key) {
+  std::map<std::string, Tensor> out;
+  const std::string dir = key.cacheable ? cache_dir() : std::string();
+  if (dir.empty()) return out;
+  const std::string hash = cache_key(key);
+  const std::string path = cache_path(dir, key, hash);
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return out;
+  auto file = io::GgufFile::open(path);
+  if (!file.ok()) return out;
+  const io::GgufValue* stored = (*file)->find_value(kKeyField);
+  auto stored_key = stored ? stored->as_string(kKeyField) : Result<std::string>(std::string());
+  if (!stored_key.ok() || *stored_key != hash) return out;
+  for (const io::GgufTensorInfo& info : (*file)->tensors()) {
+    auto t = (*file)->get(info.name);
+    if (!t.ok()) return {};
+    out.emplace(info.name, std::move(t).value());
+  }
+  return out;
+}
+
 Status map_weights_through_cache(const WeightsCacheKey& key, const std::vector<CachedWeight>& jobs,
                                  std::map<std::string, Tensor>* params) {
   const std::string dir = key.cacheable ? cache_dir() : std::string();
@@ -133,9 +153,9 @@ Status map_weights_through_cache(const WeightsCacheKey& key, const std::vector<C
   for (const CachedWeight& j : jobs) to_quantize += params->at(j.name).dtype() != j.to ? 1 : 0;
   if (jobs.empty() || (dir.empty() && to_quantize == 0)) return Status::Ok();
   const std::string what = key.recipe.empty() ? "converted" : "quantized-" + key.recipe;
-  const std::string hash = cache_key(key, jobs, *params);
+  const std::string hash = cache_key(key);
   const std::string checkpoint = absolute_path(key.checkpoint);
-  const std::string path = dir.empty() ? std::string() : (fs::path(dir) / (what + "-" + hash + ".gguf")).string();
+  const std::string path = dir.empty() ? std::string() : cache_path(dir, key, hash);
   auto use = [&](const io::GgufFile& file) {
     for (const CachedWeight& j : jobs) (*params)[j.name] = file.get(j.name).value();
   };
@@ -191,8 +211,9 @@ Status map_weights_through_cache(const WeightsCacheKey& key, const std::vector<C
   if (written.ok()) {
     // The file this one replaces (the checkpoint changed, or loom did) would only take space.
     for (const WeightsCacheFile& old : list_weights_cache(dir)) {
+      // (A file without `extra` is from a loom before tensor parallelism: one rank.)
       if (old.path != path && old.problem.empty() && old.checkpoint == checkpoint && old.recipe == key.recipe &&
-          old.extra == key.extra) {
+          (old.extra == key.extra || old.extra.empty())) {
         fs::remove(old.path, ec);
         log_info("removed " + old.path + ", replaced by " + path);
       }

@@ -6,13 +6,15 @@
 // once to a GGUF file in the cache directory and mapped from there, they are file
 // pages like a checkpoint's: the runtime copies them into its layouts and hands the
 // pages back, and later loads of the same checkpoint map the file instead of
-// quantizing again.
+// quantizing again. The file is looked up before the checkpoint is read, so a later
+// load neither reads the tensors those weights were made from nor makes them again.
 //
 // The cache directory is core/cache_dir.h's; LOOM_CACHE_DIR=off keeps those
 // weights in memory. A file is
 // named by a hash of loom's version, the checkpoint's path, the size and
-// modification time of its files, the recipe, the tensor-parallel rank and each
-// cached tensor's name, dtypes and shape: a changed checkpoint gets a new file, and
+// modification time of its files, the recipe, the tensor-parallel rank and what the
+// load makes of the checkpoint (its conversion plan and every parameter's name, dtype
+// and shape), all known before a tensor is read: a changed checkpoint gets a new file, and
 // writing it removes the file of the same checkpoint, recipe and rank it replaces.
 #pragma once
 
@@ -34,6 +36,7 @@ struct WeightsCacheKey {
   std::string checkpoint;  // the --model path
   std::string recipe;      // "q4_k_m", or "" without --quantize
   std::string extra;       // anything else the loaded tensors depend on (the tensor-parallel rank)
+  std::string loaded;      // what the load makes of the checkpoint: its plan and parameters, as text
   bool cacheable = true;   // false: keep them in memory whatever the cache directory
 };
 
@@ -54,7 +57,13 @@ std::vector<WeightsCacheFile> list_weights_cache(const std::string& dir);
 // file mapping) and large enough that holding it twice matters.
 bool made_in_memory(const Tensor& t);
 
-// Sets every params[w.name] to its cached version (quantized to w.to where that is
+// Before the checkpoint is read: the weights an earlier load with this key cached,
+// mapped from the cache file, by name; none when there is no such file (or no cache
+// directory, or it does not read back: map_weights_through_cache then writes it again).
+std::map<std::string, Tensor> find_cached_weights(const WeightsCacheKey& key);
+
+// After loading (params holding every parameter, those find_cached_weights gave
+// included): sets every params[w.name] to its cached version (quantized to w.to where that is
 // another dtype), read from the cache file's mapping when there is a cache
 // directory. A cache that cannot be read or written is a warning (the weights then
 // stay in memory), never an error; a quantized tensor's source file pages are

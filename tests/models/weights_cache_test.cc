@@ -77,8 +77,11 @@ TEST_F(WeightsCache, FirstLoadWritesTheFileLaterLoadsMapItWithTheSameLogits) {
   const std::vector<float> expected = logits_of(first, prompt);
 
   const fs::file_time_type written = fs::last_write_time(cache_files()[0]);
+  EXPECT_EQ(first->load_stats().skipped_params, 0u);
   auto again = load();
   EXPECT_EQ(quantized_and_mapped(*again).second, quantized);
+  EXPECT_EQ(again->load_stats().skipped_params, static_cast<size_t>(quantized))
+      << "the cached weights' sources are not read again";
   EXPECT_EQ(fs::last_write_time(cache_files()[0]), written) << "a later load maps the file, it does not rewrite it";
   EXPECT_EQ(logits_diff(logits_of(again, prompt), expected).max_abs, 0.0);
 
@@ -145,12 +148,44 @@ TEST_F(WeightsCache, LlamaCppQueryAndKeyRowsPutBackAreCachedAndMapped) {
     EXPECT_TRUE(in_file_mapping(t.data(), t.nbytes())) << name;
   }
   EXPECT_EQ(rows_put_back, 2 * st->config().num_hidden_layers);
+  EXPECT_EQ(mapped->load_stats().materialized_params, static_cast<size_t>(rows_put_back));
+  // A later load takes them from the cache without reading llama.cpp's rows.
+  auto again = models::Model::load(gguf.string()).value();
+  EXPECT_EQ(again->load_stats().materialized_params, 0u);
+  EXPECT_EQ(again->load_stats().skipped_params, static_cast<size_t>(rows_put_back));
+  for (const auto& [name, t] : again->parameters()) EXPECT_TRUE(t.data() != nullptr) << name;
+  EXPECT_EQ(again->parameters().size(), mapped->parameters().size());
+  EXPECT_EQ(logits_diff(logits_of(again, prompt), logits_of(mapped, prompt)).max_abs, 0.0);
   setenv("LOOM_CACHE_DIR", "off", 1);
   auto in_memory = models::Model::load(gguf.string()).value();
   EXPECT_FALSE(in_file_mapping(in_memory->parameters().at("model.layers.0.self_attn.q_proj.weight").data(), 1));
   const std::vector<float> expected = logits_of(st, prompt);
   EXPECT_EQ(logits_diff(logits_of(mapped, prompt), expected).max_abs, 0.0);
   EXPECT_EQ(logits_diff(logits_of(in_memory, prompt), expected).max_abs, 0.0);
+}
+
+// A cache file that lacks a weight the load makes (written by a load that made fewer)
+// is written again with all of them, those it had included.
+TEST_F(WeightsCache, AFileLackingAWeightIsWrittenAgainWithAllOfThem) {
+  WeightsCacheKey key{checkpoint_.string(), "", "test", "the plan"};
+  auto made = [](float v) { return Tensor::from_f32(std::vector<float>(64 * 1024, v), {256, 256}); };
+  std::map<std::string, Tensor> params{{"a", made(1.0f)}};
+  ASSERT_TRUE(map_weights_through_cache(key, {{"a", DType::kF32}}, &params).ok());
+  std::map<std::string, Tensor> found = find_cached_weights(key);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_TRUE(in_file_mapping(found.at("a").data(), found.at("a").nbytes()));
+
+  params = {{"a", found.at("a")}, {"b", made(2.0f)}};
+  ASSERT_TRUE(map_weights_through_cache(key, {{"a", DType::kF32}, {"b", DType::kF32}}, &params).ok());
+  found = find_cached_weights(key);
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_EQ(found.at("a").to_f32_vector(), std::vector<float>(64 * 1024, 1.0f));
+  EXPECT_EQ(found.at("b").to_f32_vector(), std::vector<float>(64 * 1024, 2.0f));
+  EXPECT_EQ(cache_files().size(), 1u) << "the same key's file, written again";
+
+  WeightsCacheKey other = key;
+  other.loaded = "another plan";
+  EXPECT_TRUE(find_cached_weights(other).empty()) << "another plan is another key";
 }
 
 TEST_F(WeightsCache, AnUnwritableCacheDirectoryKeepsTheWeightsInMemory) {

@@ -285,6 +285,48 @@ TEST_F(PlanRoundTrip, ChunkThenPermuteForRopeOnQAndKOnly) {
   expect_round_trip(params);
 }
 
+// Parameters the caller already has (the weights cache of an earlier load): a group
+// writing only those is not read or run; one writing others too runs whole.
+TEST_F(PlanRoundTrip, GroupsWritingOnlyParametersTheCallerHasAreNotRun) {
+  const int64_t nq = 4, nkv = 2, hd = 4, H = 6;
+  NamedTensors ckpt{{"l.0.q", iota(DType::kF32, {nq * hd, H})},
+                    {"l.0.k", iota(DType::kF32, {nkv * hd, H}, 500)},
+                    {"l.0.v", iota(DType::kF32, {nkv * hd, H}, 900)}};
+  ExpectedParams exp{{"l.0.q", {{nq * hd, H}}}, {"l.0.k", {{nkv * hd, H}}}, {"l.0.v", {{nkv * hd, H}}}};
+  WeightRules rules{WeightConverter{{"^l.0.q$"}, {"l.0.q"}, {PermuteForRope(nq, hd)}, false, "rope q"},
+                    WeightConverter{{"^l.0.k$"}, {"l.0.k"}, {PermuteForRope(nkv, hd)}, false, "rope k"}};
+  const SourceIndex src = write_checkpoint(ckpt, SafetensorsOrder::kLikePython);
+  auto all = load_with(ConversionPlan::compile(rules, src, exp));
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(stats_.materialized_params, 2u);
+  EXPECT_EQ(stats_.skipped_params, 0u);
+
+  auto rest = load_with(ConversionPlan::compile(rules, src, exp), {"l.0.q", "l.0.v"});
+  EXPECT_EQ(rest.count("l.0.q"), 0u) << "its group writes only what the caller has";
+  EXPECT_EQ(rest.count("l.0.v"), 0u) << "a view the caller has is not handed over either";
+  ASSERT_EQ(rest.count("l.0.k"), 1u);
+  EXPECT_TRUE(testing::same_bytes(rest.at("l.0.k"), all.at("l.0.k")));
+  EXPECT_EQ(stats_.materialized_params, 1u);
+  EXPECT_EQ(stats_.skipped_params, 2u);
+  EXPECT_EQ(stats_.groups, 1u);
+}
+
+// A group writing q, k and v runs whole when the caller has only q and k.
+TEST_F(PlanRoundTrip, AGroupWritingOneParameterTheCallerLacksRunsWhole) {
+  const int64_t nq = 4, nkv = 2, hd = 4, H = 6;
+  NamedTensors ckpt{{"l.0.self_attn.qkv_proj.weight", iota(DType::kF32, {(nq + 2 * nkv) * hd, H})}};
+  ExpectedParams exp{{"l.0.self_attn.q_proj.weight", {{nq * hd, H}}},
+                     {"l.0.self_attn.k_proj.weight", {{nkv * hd, H}}},
+                     {"l.0.self_attn.v_proj.weight", {{nkv * hd, H}}}};
+  WeightConverter rule = kQkvSplit;
+  rule.operations = {Chunk(0), PermuteForRope(nq, hd).on_slots({0}), PermuteForRope(nkv, hd).on_slots({1})};
+  const SourceIndex src = write_checkpoint(ckpt, SafetensorsOrder::kLikePython);
+  auto params = load_with(ConversionPlan::compile({rule}, src, exp),
+                          {"l.0.self_attn.q_proj.weight", "l.0.self_attn.k_proj.weight"});
+  EXPECT_EQ(params.size(), 3u);
+  EXPECT_EQ(stats_.skipped_params, 0u);
+}
+
 // llama.cpp's Gemma norms are 1 + w; AddScalar(-1) loads them and its reverse
 // writes them back, in the tensor's own dtype.
 TEST_F(PlanRoundTrip, AddScalarShiftsFloatTensorsAndRefusesQuantized) {

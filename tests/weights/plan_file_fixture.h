@@ -7,6 +7,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "io/io_test_util.h"
@@ -30,7 +31,8 @@ class PlanFileFixture : public ::testing::Test {
   }
 
   // Keeps the plan and streams the checkpoint through it; each parameter must arrive once.
-  std::map<std::string, Tensor> load_with(Result<ConversionPlan> plan) {
+  // `have`: parameters the caller already holds (ConversionPlan::load).
+  std::map<std::string, Tensor> load_with(Result<ConversionPlan> plan, const std::set<std::string>& have = {}) {
     EXPECT_TRUE(plan.ok()) << plan.status().to_string();
     if (!plan.ok()) return {};
     plan_.emplace(std::move(plan).value());
@@ -38,7 +40,7 @@ class PlanFileFixture : public ::testing::Test {
     auto stats = plan_->load(*ckpt_, [&](const std::string& name, Tensor t) {
       EXPECT_TRUE(params.emplace(name, std::move(t)).second) << name << " delivered twice";
       return Status::Ok();
-    });
+    }, have);
     EXPECT_TRUE(stats.ok()) << stats.status().to_string();
     stats_ = stats.ok() ? stats.value() : LoadStats{};
     return params;

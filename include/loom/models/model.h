@@ -68,6 +68,9 @@ class Model {
   const Checkpoint& checkpoint() const { return *checkpoint_; }
   // The checkpoint → parameters plan this instance was loaded with.
   const ConversionPlan& weight_plan() const { return *plan_; }
+  // What loading did: parameters viewed in place, made, or taken from the weights
+  // cache without reading what they were made from (skipped_params).
+  const LoadStats& load_stats() const { return load_stats_; }
   const WeightRules& weight_rules() const { return rules_; }
   // Every module parameter by name, as the graph uses it.
   const std::map<std::string, Tensor>& parameters() const { return params_; }
@@ -95,6 +98,7 @@ class Model {
   std::unique_ptr<Checkpoint> checkpoint_;
   WeightRules rules_;
   std::unique_ptr<ConversionPlan> plan_;
+  LoadStats load_stats_;
   std::map<std::string, Tensor> params_;
   std::shared_ptr<const graph::Graph> graph_;
   std::unique_ptr<kernels::KernelPlan> kernel_plan_;

@@ -66,6 +66,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -145,6 +146,7 @@ struct LoadStats {
                                     // composed: plus what was buffered for stage 2 at that moment
   std::string peak_group;           // its description
   uint64_t peak_buffered_bytes = 0;  // composed: most materialized stage-1 bytes waiting for stage 2
+  size_t skipped_params = 0;         // not produced: the caller already had them (load's `have`)
 };
 
 // Receives each converted parameter once; an error stops the load.
@@ -179,8 +181,12 @@ class ConversionPlan {
   std::string describe() const;
 
   // Streams `checkpoint` (which must have the headers the plan was compiled
-  // from) into `sink`.
-  Result<LoadStats> load(const Checkpoint& checkpoint, const ParamSink& sink) const;
+  // from) into `sink`. `have` names final parameters the caller already holds (the
+  // weights cache of an earlier load): a group that writes only such parameters is
+  // neither read nor run, and neither is a first-stage group feeding only such
+  // groups; a group writing some of them runs whole and hands the sink all it writes.
+  Result<LoadStats> load(const Checkpoint& checkpoint, const ParamSink& sink,
+                         const std::set<std::string>& have = {}) const;
 
   // The original checkpoint tensors from the model's parameters, in the
   // original file order. `carry_unused` (optional) supplies unused_sources()
@@ -199,7 +205,8 @@ class ConversionPlan {
   std::vector<std::string> missing_;
   std::shared_ptr<const ConversionPlan> second_;
 
-  Result<LoadStats> load_composed(const Checkpoint& checkpoint, const ParamSink& sink) const;
+  Result<LoadStats> load_composed(const Checkpoint& checkpoint, const ParamSink& sink,
+                                  const std::set<std::string>& have) const;
   Result<NamedTensors> reverse_stage(const ParamSource& params, const Checkpoint* carry_unused) const;
 };
 
