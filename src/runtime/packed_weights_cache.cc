@@ -255,10 +255,15 @@ PackedFile::~PackedFile() {
 }
 
 // Other packings of the same checkpoint path (an older version of the file): the new
-// file replaces them.
+// file replaces them. So do packings of weights the weights cache made and has since
+// replaced (a file of this directory that is gone).
 void remove_replaced(const std::string& dir, const std::string& keep, const std::string& source) {
+  std::error_code ec;
+  const fs::path here = fs::weakly_canonical(dir, ec);
   for (const PackedWeightsFile& f : list_packed_weights_cache(dir)) {
-    if (f.path == keep || f.checkpoint_file != source) continue;
+    const bool gone_from_here = !f.checkpoint_file.empty() && !fs::exists(f.checkpoint_file, ec) &&
+                                fs::weakly_canonical(fs::path(f.checkpoint_file).parent_path(), ec) == here;
+    if (f.path == keep || (f.checkpoint_file != source && !gone_from_here)) continue;
     std::string why;
     if (remove_packed_weights_file(f, &why)) log_info("packed weights cache: removed " + f.path + ", packed from an older " + source);
   }

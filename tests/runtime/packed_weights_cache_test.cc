@@ -271,6 +271,27 @@ TEST_F(PackedWeightsCache, ChangedCheckpointGetsANewFileThatReplacesTheOld) {
   EXPECT_EQ(now[0].checkpoint_file, fs::canonical(root_ / "weight.bin").string());
 }
 
+// Weights the weights cache made live in a file of the cache directory; when it
+// replaces that file, the packing of the old one goes with the next packing written.
+TEST_F(PackedWeightsCache, APackingOfACacheFileThatIsGoneIsRemoved) {
+  const Tensor w1 = random_f32(64, 2048, 9).to(DType::kBF16);
+  const Tensor w2 = random_f32(64, 2048, 10).to(DType::kBF16);
+  fs::create_directories(cache_);
+  {
+    MappedCheckpoint made(cache_ / "converted-old.gguf", w1);
+    ASSERT_TRUE(pack_through_cache(made.tensor(), nullptr).ok());
+  }
+  const auto old_files = files();
+  ASSERT_EQ(old_files.size(), 1u);
+  fs::remove(cache_ / "converted-old.gguf");
+  MappedCheckpoint elsewhere(root_ / "weight.bin", w2);
+  ASSERT_TRUE(pack_through_cache(elsewhere.tensor(), nullptr).ok());
+  const auto now = files();
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_FALSE(fs::exists(old_files[0].path));
+  EXPECT_EQ(now[0].checkpoint_file, fs::canonical(root_ / "weight.bin").string());
+}
+
 TEST_F(PackedWeightsCache, NothingIsWrittenForWeightsInMemoryOrWithTheCacheOff) {
   const Tensor w = random_f32(64, 2048, 7).to(DType::kBF16);
   auto in_memory = pack_through_cache(w, nullptr);
