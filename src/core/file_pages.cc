@@ -89,6 +89,17 @@ void prefault_file_pages(const void* p, size_t bytes) {
 #endif
 }
 
+void read_file_pages_sparsely(const void* p, size_t bytes) {
+  if (!p || bytes == 0) return;
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
+  Mappings& m = mappings();
+  std::lock_guard<std::mutex> lock(m.mu);
+  if (mapping_of(m, lo, hi) == m.ranges.end()) return;
+  const uintptr_t first = lo / page * page, last = (hi + page - 1) / page * page;
+  (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_RANDOM);
+}
+
 bool in_file_mapping(const void* p, size_t bytes) {
   if (!p) return false;
   const auto lo = reinterpret_cast<uintptr_t>(p);

@@ -9,6 +9,7 @@
 
 #include "loom/core/logging.h"
 #include "loom/models/architecture.h"
+#include "core/file_pages.h"
 #include "weights/weights_cache.h"
 
 namespace loom::models {
@@ -241,6 +242,11 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     if (want) made.push_back({name, *want});
     else if (made_in_memory(t)) made.push_back({name, t.dtype()});
   }
+  // Small parameters read from the checkpoint's mapping (norm weights) sit between
+  // large ones the runtime may never read from it (packed copies mapped from the cache).
+  constexpr size_t kSmallParameterBytes = size_t{1} << 20;
+  for (const auto& [name, t] : m->params_)
+    if (t.nbytes() < kSmallParameterBytes) read_file_pages_sparsely(t.data(), t.nbytes());
   if (made.empty() && !cached.empty()) {
     log_info(ckpt.source() + ": " + std::to_string(cached.size()) + " weights made by an earlier load mapped from the cache");
   } else {
