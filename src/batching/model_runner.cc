@@ -1,6 +1,6 @@
 #include "loom/batching/model_runner.h"
 
-#include "loom/batching/step_plan.h"
+#include "loom/batching/step_broadcast.h"
 
 namespace loom::batching {
 
@@ -48,14 +48,14 @@ bool ModelRunner::leads_steps() const { return !group_ || group_->rank() == 0; }
 Status ModelRunner::send_plan(const std::vector<SequenceChunk>& chunks, graph::KvStore& kv, LogitsRows rows) {
   const graph::KvMemory mem = kv.memory();
   if (!mem.base) return unsupported("tensor parallelism: this KV store has no memory block to share with the other ranks");
-  StepPlan plan;
+  StepBroadcast plan;
   plan.all_token_rows = rows == LogitsRows::kAllTokens;
   plan.kv_id = reinterpret_cast<uintptr_t>(mem.base);
   plan.kv_bytes = mem.bytes;
   const auto* base = static_cast<const char*>(mem.base);
   auto offset = [&](void* page) -> int64_t { return page ? static_cast<const char*>(page) - base : -1; };
   for (size_t i = 0; i < chunks.size(); ++i) {
-    StepPlanSequence s;
+    StepBroadcastSequence s;
     s.tokens.assign(chunks[i].tokens, chunks[i].tokens + chunks[i].num_tokens);
     s.past_len = chunks[i].past_len;
     s.all_rows = chunks[i].all_rows;
@@ -72,16 +72,16 @@ Status ModelRunner::send_plan(const std::vector<SequenceChunk>& chunks, graph::K
     }
     plan.sequences.push_back(std::move(s));
   }
-  std::vector<uint8_t> bytes = encode_step_plan(plan);
+  std::vector<uint8_t> bytes = encode_step_broadcast(plan);
   return group_->broadcast(&bytes, 0, /*bounded=*/true);
 }
 
 Status ModelRunner::end_steps() {
   if (!group_ || !leads_steps() || ended_) return Status::Ok();
   ended_ = true;
-  StepPlan plan;
+  StepBroadcast plan;
   plan.stop = true;
-  std::vector<uint8_t> bytes = encode_step_plan(plan);
+  std::vector<uint8_t> bytes = encode_step_broadcast(plan);
   return group_->broadcast(&bytes, 0, /*bounded=*/true);
 }
 
@@ -93,11 +93,11 @@ Status ModelRunner::follow_steps() {
   while (true) {
     // Rank 0 may be idle for as long as it likes (a server between requests).
     LOOM_RETURN_IF_ERROR(group_->broadcast(&bytes, 0, /*bounded=*/false));
-    LOOM_ASSIGN_OR_RETURN(StepPlan plan, decode_step_plan(bytes));
+    LOOM_ASSIGN_OR_RETURN(StepBroadcast plan, decode_step_broadcast(bytes));
     if (plan.stop) return Status::Ok();
     LOOM_RETURN_IF_ERROR(kv.bind(plan));
     chunks.clear();
-    for (const StepPlanSequence& s : plan.sequences)
+    for (const StepBroadcastSequence& s : plan.sequences)
       chunks.push_back({s.tokens.data(), static_cast<int64_t>(s.tokens.size()), s.past_len, s.all_rows});
     LOOM_RETURN_IF_ERROR(prepare(chunks, plan.all_token_rows ? LogitsRows::kAllTokens : LogitsRows::kLastOfEachSequence));
     LOOM_RETURN_IF_ERROR(execute(kv).status());

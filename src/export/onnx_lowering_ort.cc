@@ -45,7 +45,7 @@ onnx::NodeProto& contrib(OnnxLowering& L, const std::string& op, const std::vect
   return n;
 }
 
-Status lower_rope(OnnxLowering& L, const graph::Node& n) {
+Status lower_rope_ort(OnnxLowering& L, const graph::Node& n) {
   if (n.attr_str("rope_type") == "dynamic")
     return plain(L, n, "NTK-dynamic frequencies differ per sequence and RotaryEmbedding takes one cos/sin cache");
   if (n.inputs.at(1) != L.g.input("positions"))
@@ -92,7 +92,7 @@ void gqa_lengths(OnnxLowering& L) {
   L.gqa_seqlens_k = cast32(L.b.op("Expand", {L.b.op("Sub", {t, L.b.i64_scalar(1)}, h), batch}, h));
 }
 
-Status lower_attention(OnnxLowering& L, const graph::Node& n) {
+Status lower_attention_ort(OnnxLowering& L, const graph::Node& n) {
   const int64_t layer = n.attr_int("layer"), hq = n.attr_int("num_q_heads"), hkv = n.attr_int("num_kv_heads"),
                 d = n.attr_int("head_dim");
   if (d % 8 != 0) return plain(L, n, "GroupQueryAttention needs head_size % 8 == 0, got " + std::to_string(d));
@@ -139,7 +139,7 @@ const graph::Node* residual_add(const OnnxLowering& L, graph::ValueId x, int64_t
   return &add;
 }
 
-Status lower_rms_norm(OnnxLowering& L, const graph::Node& n) {
+Status lower_rms_norm_ort(OnnxLowering& L, const graph::Node& n) {
   LOOM_ASSIGN_OR_RETURN(std::string x, L.in(n.inputs.at(0)));
   LOOM_ASSIGN_OR_RETURN(std::string w, L.in(n.inputs.at(1)));
   const std::string h = L.hint(n);
@@ -181,9 +181,9 @@ Status lower_rms_norm(OnnxLowering& L, const graph::Node& n) {
 
 const std::map<std::string, OnnxLowerFn>& onnx_ort_lowering_table() {
   static const std::map<std::string, OnnxLowerFn> table = {
-      {"rope", lower_rope},
-      {"attention", lower_attention},
-      {"rms_norm", lower_rms_norm},
+      {"rope", lower_rope_ort},
+      {"attention", lower_attention_ort},
+      {"rms_norm", lower_rms_norm_ort},
   };
   return table;
 }

@@ -9,7 +9,7 @@
 namespace loom::exporting {
 namespace {
 
-std::mutex& mu() {
+std::mutex& backends_mu() {
   static std::mutex m;
   return m;
 }
@@ -23,12 +23,12 @@ std::map<std::string, PortablePrepareFn>& table() {
 }  // namespace
 
 void register_portable_backend(const std::string& name, PortablePrepareFn prepare) {
-  std::lock_guard<std::mutex> lock(mu());
+  std::lock_guard<std::mutex> lock(backends_mu());
   table()[name] = std::move(prepare);
 }
 
 std::vector<std::string> portable_backends() {
-  std::lock_guard<std::mutex> lock(mu());
+  std::lock_guard<std::mutex> lock(backends_mu());
   std::vector<std::string> out;
   for (const auto& [name, fn] : table()) out.push_back(name);
   return out;
@@ -37,7 +37,7 @@ std::vector<std::string> portable_backends() {
 Status prepare_for_backend(const std::string& name, PortableProgram& program) {
   PortablePrepareFn fn;
   {
-    std::lock_guard<std::mutex> lock(mu());
+    std::lock_guard<std::mutex> lock(backends_mu());
     auto it = table().find(name);
     if (it != table().end()) fn = it->second;
   }

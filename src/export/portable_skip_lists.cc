@@ -12,7 +12,7 @@
 namespace loom::exporting {
 namespace {
 
-std::mutex& mu() {
+std::mutex& skip_lists_mu() {
   static std::mutex m;
   return m;
 }
@@ -27,18 +27,18 @@ std::map<std::string, std::string>& list() {
 }  // namespace
 
 std::map<std::string, std::string> portable_export_skips() {
-  std::lock_guard<std::mutex> lock(mu());
+  std::lock_guard<std::mutex> lock(skip_lists_mu());
   return list();
 }
 
 std::string portable_export_skip_reason(const std::string& model_type) {
-  std::lock_guard<std::mutex> lock(mu());
+  std::lock_guard<std::mutex> lock(skip_lists_mu());
   auto it = list().find(model_type);
   return it == list().end() ? "" : it->second;
 }
 
 ScopedPortableSkip::ScopedPortableSkip(std::string model_type, std::string reason) : model_type_(std::move(model_type)) {
-  std::lock_guard<std::mutex> lock(mu());
+  std::lock_guard<std::mutex> lock(skip_lists_mu());
   if (auto it = list().find(model_type_); it != list().end()) {
     had_previous_ = true;
     previous_ = it->second;
@@ -47,7 +47,7 @@ ScopedPortableSkip::ScopedPortableSkip(std::string model_type, std::string reaso
 }
 
 ScopedPortableSkip::~ScopedPortableSkip() {
-  std::lock_guard<std::mutex> lock(mu());
+  std::lock_guard<std::mutex> lock(skip_lists_mu());
   if (had_previous_) list()[model_type_] = previous_;
   else list().erase(model_type_);
 }

@@ -9,7 +9,6 @@ namespace loom::serve {
 
 namespace {
 
-using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
 const char* type_name(const ojson& v) {

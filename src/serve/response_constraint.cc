@@ -8,30 +8,30 @@ namespace loom::serve {
 namespace {
 
 using ojson = nlohmann::ordered_json;
-using json = nlohmann::json;
+using plain_json = nlohmann::json;
 
 // One source of a constraint, rewritten as the `loom batch` line fields the shared
 // reader (structured::constraint_spec_from_request) understands.
 struct Candidate {
   std::string param;  // the request field, for errors
-  json fields;        // {"response_format": …} | {"grammar": …} | {"regex": …} | {"choice": …}
+  plain_json fields;  // {"response_format": …} | {"grammar": …} | {"regex": …} | {"choice": …}
 };
 
 // vLLM takes a schema as an object or as its JSON text.
-std::optional<ApiError> schema_value(const ojson& v, const std::string& param, json* schema) {
+std::optional<ApiError> schema_value(const ojson& v, const std::string& param, plain_json* schema) {
   if (v.is_string()) {
-    json parsed = json::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    plain_json parsed = plain_json::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
     if (parsed.is_discarded()) return bad_field(param, "'" + param + "' is a string that is not valid JSON");
     *schema = std::move(parsed);
   } else {
-    *schema = json::parse(v.dump());
+    *schema = plain_json::parse(v.dump());
   }
   if (!schema->is_object() && !schema->is_boolean())
     return bad_field(param, "'" + param + "' must be a JSON Schema (an object)");
   return std::nullopt;
 }
 
-json json_schema_format(json schema) {
+plain_json json_schema_format(plain_json schema) {
   return {{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "schema"}, {"schema", std::move(schema)}}}}}};
 }
 
@@ -39,14 +39,14 @@ json json_schema_format(json schema) {
 std::optional<ApiError> read_vllm_field(const std::string& key, const ojson& v, const std::string& param,
                                         std::vector<Candidate>* out) {
   if (key == "json") {
-    json schema;
+    plain_json schema;
     if (auto e = schema_value(v, param, &schema)) return e;
     out->push_back({param, json_schema_format(std::move(schema))});
   } else if (key == "json_object") {
     if (!v.is_boolean()) return bad_field(param, "'" + param + "' must be a boolean");
     if (v.get<bool>()) out->push_back({param, {{"response_format", {{"type", "json_object"}}}}});
   } else {
-    out->push_back({param, {{key, json::parse(v.dump())}}});  // regex, grammar, choice
+    out->push_back({param, {{key, plain_json::parse(v.dump())}}});  // regex, grammar, choice
   }
   return std::nullopt;
 }
@@ -62,7 +62,7 @@ std::optional<ApiError> read_requested_constraint(const ojson& body, std::option
   };
   if (const ojson* rf = present("response_format")) {
     if (!rf->is_object()) return bad_field("response_format", "'response_format' must be an object with a \"type\"");
-    found.push_back({"response_format", {{"response_format", json::parse(rf->dump())}}});
+    found.push_back({"response_format", {{"response_format", plain_json::parse(rf->dump())}}});
   }
   if (const ojson* so = present("structured_outputs")) {
     if (!so->is_object()) return bad_field("structured_outputs", "'structured_outputs' must be an object");
@@ -92,7 +92,7 @@ std::optional<ApiError> read_requested_constraint(const ojson& body, std::option
     // Still check a text response_format's shape.
     if (const ojson* rf = present("response_format")) {
       Result<std::optional<structured::ConstraintSpec>> s =
-          structured::constraint_spec_from_request({{"response_format", json::parse(rf->dump())}}, "");
+          structured::constraint_spec_from_request({{"response_format", plain_json::parse(rf->dump())}}, "");
       if (!s.ok()) return bad_field("response_format", s.status().message());
     }
     return std::nullopt;

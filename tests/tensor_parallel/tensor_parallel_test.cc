@@ -17,7 +17,7 @@
 
 #include "loom/batching/generate_batch.h"
 #include "loom/batching/model_runner.h"
-#include "loom/batching/step_plan.h"
+#include "loom/batching/step_broadcast.h"
 #include "loom/core/thread_pool.h"
 #include "loom/models/decoder.h"
 #include "loom/models/model.h"
@@ -155,14 +155,14 @@ TEST(TensorParallelPieces, StackedExpertsGiveEveryRankItsSliceOfEachExpert) {
   EXPECT_NE(uneven.status().message().find("not divisible"), std::string::npos) << uneven.status().to_string();
 }
 
-TEST(TensorParallelPieces, StepPlansRoundTripAndTruncationIsAnError) {
-  batching::StepPlan p;
+TEST(TensorParallelPieces, StepBroadcastsRoundTripAndTruncationIsAnError) {
+  batching::StepBroadcast p;
   p.kv_id = 77;
   p.kv_bytes = 4096;
   p.page_size = 16;
   p.sequences.push_back({{5, 6, 7}, 3, true, {{0, -1}, {128}}, {{64, -1}, {192}}});
-  const std::vector<uint8_t> bytes = batching::encode_step_plan(p);
-  batching::StepPlan q = batching::decode_step_plan(bytes).value();
+  const std::vector<uint8_t> bytes = batching::encode_step_broadcast(p);
+  batching::StepBroadcast q = batching::decode_step_broadcast(bytes).value();
   EXPECT_EQ(q.sequences.at(0).tokens, (std::vector<int32_t>{5, 6, 7}));
   EXPECT_EQ(q.sequences[0].v_pages[1], (std::vector<int64_t>{192}));
   EXPECT_TRUE(q.sequences[0].all_rows);
@@ -171,7 +171,7 @@ TEST(TensorParallelPieces, StepPlansRoundTripAndTruncationIsAnError) {
   EXPECT_EQ(kv.pages(0, 0).k_pages[1], nullptr);
   EXPECT_EQ(static_cast<const char*>(kv.pages(1, 0).v_pages[0]) - static_cast<const char*>(kv.memory().base), 192);
   std::vector<uint8_t> cut(bytes.begin(), bytes.end() - 3);
-  EXPECT_FALSE(batching::decode_step_plan(cut).ok());
+  EXPECT_FALSE(batching::decode_step_broadcast(cut).ok());
 }
 
 TEST(TensorParallelPieces, ASplitGraphRefusesToRunAlone) {

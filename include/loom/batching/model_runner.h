@@ -39,7 +39,7 @@ class ModelRunner {
   Result<Tensor> step(const std::vector<SequenceChunk>& chunks, graph::KvStore& kv,
                       LogitsRows rows = LogitsRows::kLastOfEachSequence);
 
-  // Tensor parallelism (models/tensor_parallel.h, batching/step_plan.h): on
+  // Tensor parallelism (models/tensor_parallel.h, batching/step_broadcast.h): on
   // rank 0, step() first sends the other ranks the step's plan, and
   // end_steps() tells them it is done. The other ranks call follow_steps(),
   // which runs each plan on this rank's shard until end_steps(). A single

@@ -14,7 +14,7 @@
 
 namespace loom::batching {
 
-struct StepPlanSequence {
+struct StepBroadcastSequence {
   std::vector<int32_t> tokens;
   int64_t past_len = 0;
   bool all_rows = false;
@@ -22,19 +22,19 @@ struct StepPlanSequence {
   std::vector<std::vector<int64_t>> k_pages, v_pages;
 };
 
-struct StepPlan {
+struct StepBroadcast {
   bool stop = false;  // rank 0 is done: the other ranks return
   bool all_token_rows = false;  // LogitsRows::kAllTokens
   uint64_t kv_id = 0;           // which of rank 0's KV memory blocks (its address)
   uint64_t kv_bytes = 0;
   int64_t page_size = 0;
   DType kv_dtype = DType::kF32;
-  std::vector<StepPlanSequence> sequences;
+  std::vector<StepBroadcastSequence> sequences;
 };
 
-std::vector<uint8_t> encode_step_plan(const StepPlan& plan);
+std::vector<uint8_t> encode_step_broadcast(const StepBroadcast& plan);
 // Errors name what is malformed (a truncated or inconsistent message).
-Result<StepPlan> decode_step_plan(const std::vector<uint8_t>& bytes);
+Result<StepBroadcast> decode_step_broadcast(const std::vector<uint8_t>& bytes);
 
 // The other ranks' side of the KV store: a memory block of rank 0's size,
 // kept while rank 0 keeps using the same one, and the pages a plan names in it.
@@ -42,7 +42,7 @@ class MirroredKvStore : public graph::KvStore {
  public:
   ~MirroredKvStore() override;
   // Points the store at the plan's pages, (re)mapping the block when rank 0's changed.
-  Status bind(const StepPlan& plan);
+  Status bind(const StepBroadcast& plan);
   graph::KvPageTable pages(int layer, int seq) override;
   graph::KvMemory memory() const override { return {base_, bytes_}; }
 

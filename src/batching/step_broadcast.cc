@@ -1,4 +1,4 @@
-#include "loom/batching/step_plan.h"
+#include "loom/batching/step_broadcast.h"
 
 #include <sys/mman.h>
 
@@ -57,7 +57,7 @@ class Reader {
 
 }  // namespace
 
-std::vector<uint8_t> encode_step_plan(const StepPlan& p) {
+std::vector<uint8_t> encode_step_broadcast(const StepBroadcast& p) {
   Writer w;
   w.put<uint8_t>(p.stop);
   if (p.stop) return std::move(w.out);
@@ -67,7 +67,7 @@ std::vector<uint8_t> encode_step_plan(const StepPlan& p) {
   w.put(p.kv_bytes);
   w.put(p.page_size);
   w.put<int64_t>(static_cast<int64_t>(p.sequences.size()));
-  for (const StepPlanSequence& s : p.sequences) {
+  for (const StepBroadcastSequence& s : p.sequences) {
     w.put_all(s.tokens);
     w.put(s.past_len);
     w.put<uint8_t>(s.all_rows);
@@ -80,9 +80,9 @@ std::vector<uint8_t> encode_step_plan(const StepPlan& p) {
   return std::move(w.out);
 }
 
-Result<StepPlan> decode_step_plan(const std::vector<uint8_t>& bytes) {
+Result<StepBroadcast> decode_step_broadcast(const std::vector<uint8_t>& bytes) {
   Reader r(bytes);
-  StepPlan p;
+  StepBroadcast p;
   uint8_t flag = 0;
   LOOM_RETURN_IF_ERROR(r.get(&flag));
   p.stop = flag != 0;
@@ -98,7 +98,7 @@ Result<StepPlan> decode_step_plan(const std::vector<uint8_t>& bytes) {
   LOOM_RETURN_IF_ERROR(r.get(&n));
   if (n < 0 || n > static_cast<int64_t>(bytes.size())) return parse_error("tensor-parallel step plan: bad sequence count");
   p.sequences.resize(static_cast<size_t>(n));
-  for (StepPlanSequence& s : p.sequences) {
+  for (StepBroadcastSequence& s : p.sequences) {
     LOOM_RETURN_IF_ERROR(r.get_all(&s.tokens));
     LOOM_RETURN_IF_ERROR(r.get(&s.past_len));
     LOOM_RETURN_IF_ERROR(r.get(&flag));
@@ -125,7 +125,7 @@ void MirroredKvStore::unmap() {
   bytes_ = 0;
 }
 
-Status MirroredKvStore::bind(const StepPlan& plan) {
+Status MirroredKvStore::bind(const StepBroadcast& plan) {
   if (!base_ || plan.kv_id != id_ || plan.kv_bytes != bytes_) {
     unmap();
     // Address space up front, RAM only for the pages written (as rank 0's pool).
@@ -152,7 +152,7 @@ Status MirroredKvStore::bind(const StepPlan& plan) {
     }
     return Status::Ok();
   };
-  for (const StepPlanSequence& s : plan.sequences) {
+  for (const StepBroadcastSequence& s : plan.sequences) {
     if (static_cast<int>(s.k_pages.size()) != num_layers_)
       return parse_error("tensor-parallel step plan: sequences with different layer counts");
     for (int l = 0; l < num_layers_; ++l) {
