@@ -73,32 +73,25 @@ size_t release_file_pages(const void* p, size_t bytes) {
   return last - first;
 }
 
+// madvise(advice) over the pages [p, p + bytes) touches, when it lies in a registered
+// mapping. Outside the lock: a caller reading [p, p + bytes) holds the mapping open.
+static void advise_file_pages(const void* p, size_t bytes, int advice) {
+  if (!p || bytes == 0) return;
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
+  if (!in_file_mapping(p, bytes)) return;
+  const uintptr_t first = lo / page * page, last = (hi + page - 1) / page * page;
+  (void)madvise(reinterpret_cast<void*>(first), last - first, advice);
+}
+
 void prefault_file_pages(const void* p, size_t bytes) {
 #if defined(__linux__)
   constexpr int kPopulateRead = 22;  // MADV_POPULATE_READ, not in every libc's headers
-  if (!p || bytes == 0) return;
-  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
-  {
-    Mappings& m = mappings();
-    std::lock_guard<std::mutex> lock(m.mu);
-    if (mapping_of(m, lo, hi) == m.ranges.end()) return;
-  }
-  // Outside the lock: a caller reading [p, p + bytes) holds the mapping open.
-  (void)madvise(reinterpret_cast<void*>(lo / page * page), hi - lo / page * page, kPopulateRead);
+  advise_file_pages(p, bytes, kPopulateRead);
 #endif
 }
 
-void read_file_pages_sparsely(const void* p, size_t bytes) {
-  if (!p || bytes == 0) return;
-  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
-  Mappings& m = mappings();
-  std::lock_guard<std::mutex> lock(m.mu);
-  if (mapping_of(m, lo, hi) == m.ranges.end()) return;
-  const uintptr_t first = lo / page * page, last = (hi + page - 1) / page * page;
-  (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_RANDOM);
-}
+void read_file_pages_sparsely(const void* p, size_t bytes) { advise_file_pages(p, bytes, MADV_RANDOM); }
 
 bool in_file_mapping(const void* p, size_t bytes) {
   if (!p) return false;

@@ -35,7 +35,10 @@ namespace {
 
 // Bump when the bytes pack() writes for a layout change: older files are then
 // never read (and replaced on the next load).
-constexpr int kFormat = 2;  // 2: mapped so that 2 MB folios map as 2 MB pages
+// 2: mapped so that 2 MB folios map as 2 MB pages; 3: files from before regions were
+// reserved under a process mutex too may hold two matrices in one region, each hash
+// taken over the bytes both wrote.
+constexpr int kFormat = 3;
 constexpr size_t kPage = 4096;  // the header's size and every region's alignment
 // Packing a small matrix costs less than a record and a page of alignment.
 constexpr size_t kMinCachedBytes = size_t{64} << 10;
