@@ -456,6 +456,8 @@ void ContinuousBatchingManager::end_unforked(const RequestState& parent, int32_t
   }
   o.created_time = parent.created_time;
   o.lifespan = {parent.first_scheduled_time, wall_seconds()};
+  // Not live and not yet queued would be neither to register_result_handler.
+  std::lock_guard<std::recursive_mutex> dl(delivery_mu_);
   {
     std::lock_guard<std::mutex> lk(mu_);
     live_ids_.erase(id);
@@ -503,6 +505,10 @@ void ContinuousBatchingManager::finish(RequestState* r, RequestStatus status, Fi
   r->finish_reason = reason;
   r->error = error;
   r->end_time = wall_seconds();
+  // From here to its output's delivery the request is no longer live but its output
+  // not yet queued: register_result_handler (which holds delivery_mu_) must not look
+  // in between, or it would find neither.
+  std::lock_guard<std::recursive_mutex> dl(delivery_mu_);
   // Sequences not forked yet (the request ended before its first token) end alike.
   std::vector<std::pair<int32_t, std::string>> unforked;
   unforked.swap(r->forks);

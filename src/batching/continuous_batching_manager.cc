@@ -265,24 +265,20 @@ Status ContinuousBatchingManager::register_result_handler(const std::string& req
                                                           Executor executor) {
   if (!callback) return invalid_argument("register_result_handler: no callback");
   std::lock_guard<std::recursive_mutex> dl(delivery_mu_);  // the loop cannot deliver meanwhile: order is kept
-  // A request with num_return_sequences > 1: the handler takes every sequence.
-  std::vector<std::string> ids;
-  std::vector<bool> live;
+  // A request with num_return_sequences > 1: the handler takes every sequence. The
+  // loop ends a sequence (no longer live) and queues its output under delivery_mu_,
+  // so each one is live here or has its outputs queued: none falls between.
+  std::vector<std::string> live;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    ids = group_ids(request_id);
-    for (const std::string& id : ids) live.push_back(live_ids_.count(id) != 0);
+    for (const std::string& id : group_ids(request_id))
+      if (live_ids_.count(id)) live.push_back(id);
   }
-  bool found = false;
-  std::vector<GenerationOutput> queued;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    std::vector<GenerationOutput> mine = results_->take_all(ids[i]);
-    if (!live[i] && mine.empty()) continue;
-    found = true;
-    handlers_[ids[i]] = Handler{callback, executor};
-    for (GenerationOutput& o : mine) queued.push_back(std::move(o));
-  }
-  if (!found) return not_found("register_result_handler: no request '" + request_id + "'");
+  // Queued outputs include those of sequences whose group has ended altogether.
+  std::vector<GenerationOutput> queued = results_->take_group(request_id);
+  if (live.empty() && queued.empty()) return not_found("register_result_handler: no request '" + request_id + "'");
+  for (const std::string& id : live) handlers_[id] = Handler{callback, executor};
+  for (const GenerationOutput& o : queued) handlers_[o.request_id] = Handler{callback, executor};  // a final one erases it
   for (GenerationOutput& o : queued) deliver(std::move(o));
   return Status::Ok();
 }

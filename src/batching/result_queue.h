@@ -3,6 +3,7 @@
 // every non-matching output, O(n) per lookup.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -59,6 +60,30 @@ class ResultQueue {
     for (auto& [seq, o] : it->second) out.push_back(std::move(o));
     held_ -= it->second.size();
     by_id_.erase(it);
+    return out;
+  }
+
+  // Everything queued for `request_id` and for the sequences forked from it (outputs
+  // whose parent_request_id it is), in delivery order: a group's sequences may all
+  // have ended, and the manager forgotten the group, before anyone asks for them.
+  std::vector<GenerationOutput> take_group(const std::string& request_id) {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::vector<std::pair<uint64_t, GenerationOutput>> taken;
+    for (auto it = by_id_.begin(); it != by_id_.end();) {
+      const bool mine = it->first == request_id ||
+                        (!it->second.empty() && it->second.front().second.parent_request_id == request_id);
+      if (!mine) {
+        ++it;
+        continue;
+      }
+      for (auto& e : it->second) taken.push_back(std::move(e));
+      held_ -= it->second.size();
+      it = by_id_.erase(it);
+    }
+    std::sort(taken.begin(), taken.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<GenerationOutput> out;
+    out.reserve(taken.size());
+    for (auto& [seq, o] : taken) out.push_back(std::move(o));
     return out;
   }
 

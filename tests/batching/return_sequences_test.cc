@@ -7,6 +7,9 @@
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
+#include <mutex>
+#include <chrono>
 
 #include "batching_test_util.h"
 #include "loom/batching/generate_batch.h"
@@ -223,6 +226,35 @@ TEST(ReturnSequences, CancellingTheRequestEndsEverySequence) {
   }
   EXPECT_EQ(ids, (std::set<std::string>{"c", "c#1", "c#2"}));
   EXPECT_EQ(m->cancel_request("c").code(), ErrorCode::kNotFound);
+  m->destroy();
+}
+
+// A handler registered after every sequence has ended (the server's handler thread
+// can lose the CPU between add_request and register_result_handler) still gets
+// every sequence's output: the group is gone from the manager by then.
+TEST(ReturnSequences, AHandlerRegisteredAfterTheGroupEndedGetsEverySequence) {
+  auto model = load_fixture("llama-f32");
+  auto runner = make_runner(model);
+  auto m = ContinuousBatchingManager::create(runner, sampling_config(), {}).value();
+  ASSERT_TRUE(m->start().ok());
+  RequestOptions o;
+  o.request_id = "g";
+  o.num_return_sequences = 3;
+  o.max_new_tokens = 3;
+  o.seed = 5;
+  ASSERT_TRUE(m->add_request({5, 6, 7, 8}, o).ok());
+  for (int i = 0; i < 3000 && m->stats().finished < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(m->stats().finished, 3);
+  std::mutex mu;
+  std::map<std::string, int> finals;
+  ASSERT_TRUE(m->register_result_handler("g", [&](const GenerationOutput& out) {
+                 std::lock_guard<std::mutex> lk(mu);
+                 if (out.is_final()) ++finals[out.request_id];
+               }).ok());
+  std::lock_guard<std::mutex> lk(mu);
+  EXPECT_EQ(finals, (std::map<std::string, int>{{"g", 1}, {"g#1", 1}, {"g#2", 1}}));
+  EXPECT_EQ(m->register_result_handler("g", [](const GenerationOutput&) {}).code(), ErrorCode::kNotFound)
+      << "every output was taken";
   m->destroy();
 }
 
