@@ -144,7 +144,9 @@ class ContinuousBatchingManager {
   ResultIterator request_id_iter(const std::string& request_id);
   // Every output of `request_id` (one per token with streaming, else the final
   // one) goes to `callback` through `executor` instead of the queue — including
-  // outputs queued before the call. Removed after the final output.
+  // outputs queued before the call, of every sequence of a num_return_sequences
+  // request even when all had ended by then. Removed after the final output;
+  // NotFound when the request is neither running nor has outputs queued.
   Status register_result_handler(const std::string& request_id, ResultCallback callback, Executor executor = nullptr);
 
   Status start();
