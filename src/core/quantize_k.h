@@ -2,7 +2,9 @@
 // dequantize_row_ref (quantize.cc). nblocks whole 256-element blocks.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "loom/core/quantize.h"
 
@@ -15,7 +17,17 @@ void quantize_q4_k(const float* src, BlockQ4_K* dst, int64_t nblocks);
 void quantize_q5_k(const float* src, BlockQ5_K* dst, int64_t nblocks);
 void quantize_q6_k(const float* src, BlockQ6_K* dst, int64_t nblocks);
 
-// llama.cpp's nearest_int: round to nearest, ties to even.
-inline int round_to_int(float v) { return static_cast<int>(__builtin_nearbyintf(v)); }
+// llama.cpp's nearest_int: round to nearest, ties to even. Adding 1.5·2^23 leaves
+// the rounded integer in the low mantissa bits (exact for |v| < 2^22, checked
+// against nearbyintf for every float of magnitude below 300): in the quantizers'
+// inner loops this is a few instructions that vectorize, where nearbyintf was a
+// libm call per element (61% of quantizing a 1B model to Q4_0, its Q6_K head).
+inline int round_to_int(float v) {
+  if (!(std::fabs(v) < 4194304.0f)) return static_cast<int>(__builtin_nearbyintf(v));
+  const float shifted = v + 12582912.0f;
+  int32_t bits;
+  std::memcpy(&bits, &shifted, sizeof bits);
+  return (bits & 0x007fffff) - 0x00400000;
+}
 
 }  // namespace loom::detail
