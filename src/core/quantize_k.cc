@@ -124,6 +124,91 @@ float search_scale_symmetric(int n, int nmax, const float* x, int8_t* L) {
   return scale;
 }
 
+// search_scale_symmetric(16, nmax, ...) on the 16 sub-blocks of a 256-element block
+// at once, sub-block s in lane s: each lane does the scalar search's arithmetic in
+// the same order, so scales and levels are the same to the bit, while the loops over
+// lanes vectorize (the scalar search was most of quantizing a model's Q6_K tensors).
+void search_scales_symmetric16(const float* x, int nmax, int8_t* L, float* scales) {
+  constexpr int kLanes = 16, kN = 16;
+  // Transposed, element i of every sub-block in a row: the loops over lanes then read
+  // and write contiguous floats and ints (no char stores, which may alias anything).
+  float xt[kN][kLanes];
+  for (int s = 0; s < kLanes; ++s)
+    for (int i = 0; i < kN; ++i) xt[i][s] = x[kN * s + i];
+  float amax[kLanes] = {}, extreme[kLanes] = {};
+  for (int i = 0; i < kN; ++i)
+    for (int s = 0; s < kLanes; ++s) {
+      const float v = xt[i][s], a = std::fabs(v);
+      extreme[s] = a > amax[s] ? v : extreme[s];
+      amax[s] = a > amax[s] ? a : amax[s];
+    }
+  bool live[kLanes];
+  for (int s = 0; s < kLanes; ++s) {
+    live[s] = !(amax[s] < kGroupMaxEps);
+    if (!live[s]) extreme[s] = -static_cast<float>(nmax);  // finite trial values; the lane is zeroed at the end
+  }
+  float sum_lx[kLanes], sum_l2[kLanes], best[kLanes], iscale[kLanes];
+  int32_t trial[kN][kLanes], kept[kN][kLanes];
+  int32_t take[kLanes];
+  const float lo = static_cast<float>(-nmax), hi = static_cast<float>(nmax - 1);
+  for (int is = -10; is <= 9; ++is) {  // -10: the first guess, nmax / extreme
+    if (is == 0) continue;
+    const float step = is == -10 ? 0.0f : 0.1f * is;
+    for (int s = 0; s < kLanes; ++s) {
+      iscale[s] = is == -10 ? -nmax / extreme[s] : -(nmax + step) / extreme[s];
+    }
+    // Four lanes a vector (GCC/Clang vector extensions, baseline SSE2): the same
+    // operations in the same order per lane as the scalar search.
+    using f4 = float __attribute__((vector_size(16)));
+    using i4 = int32_t __attribute__((vector_size(16)));
+    for (int q = 0; q < kLanes / 4; ++q) {
+      f4 sc, lx = {0, 0, 0, 0}, l2 = {0, 0, 0, 0};
+      std::memcpy(&sc, iscale + 4 * q, sizeof sc);
+      const f4 vlo = {lo, lo, lo, lo}, vhi = {hi, hi, hi, hi}, magic = {12582912.0f, 12582912.0f, 12582912.0f, 12582912.0f};
+      for (int i = 0; i < kN; ++i) {
+        f4 v;
+        std::memcpy(&v, &xt[i][4 * q], sizeof v);
+        // Clamped, then rounded as round_to_int: the bounds are integers, so this is
+        // rounding then clamping (and it stays in the range the shift rounds exactly).
+        f4 scaled = sc * v;
+        scaled = scaled < vlo ? vlo : scaled;
+        scaled = scaled > vhi ? vhi : scaled;
+        const f4 shifted = scaled + magic;
+        i4 bits;
+        std::memcpy(&bits, &shifted, sizeof bits);
+        const i4 l = (bits & 0x007fffff) - 0x00400000;
+        const i4 level = l + nmax;
+        std::memcpy(&trial[i][4 * q], &level, sizeof level);
+        const f4 lf = __builtin_convertvector(l, f4);
+        const f4 w = v * v;
+        lx += w * v * lf;
+        l2 += w * lf * lf;
+      }
+      std::memcpy(sum_lx + 4 * q, &lx, sizeof lx);
+      std::memcpy(sum_l2 + 4 * q, &l2, sizeof l2);
+    }
+    for (int s = 0; s < kLanes; ++s) {
+      if (is == -10) {
+        scales[s] = sum_l2[s] != 0 ? sum_lx[s] / sum_l2[s] : 0.0f;
+        best[s] = scales[s] * sum_lx[s];
+        take[s] = 1;
+      } else {
+        take[s] = sum_l2[s] > 0 && sum_lx[s] * sum_lx[s] > best[s] * sum_l2[s];
+        if (take[s]) {
+          scales[s] = sum_lx[s] / sum_l2[s];
+          best[s] = scales[s] * sum_lx[s];
+        }
+      }
+    }
+    for (int i = 0; i < kN; ++i)
+      for (int s = 0; s < kLanes; ++s) kept[i][s] = take[s] ? trial[i][s] : kept[i][s];
+  }
+  for (int s = 0; s < kLanes; ++s) {
+    for (int i = 0; i < kN; ++i) L[kN * s + i] = live[s] ? static_cast<int8_t>(kept[i][s]) : 0;
+    if (!live[s]) scales[s] = 0.0f;
+  }
+}
+
 // Shared by Q4_K and Q5_K: levels L[256] in 0..nmax, and the 6-bit scales/mins
 // with their f16 super-scales written into (d, dmin, scales).
 void quantize_k_asym(const float* x, int nmax, float rmin, float rdelta, int nstep, uint8_t* L, uint16_t* d_out,
@@ -237,13 +322,18 @@ void dequantize_q5_k(const BlockQ5_K* x, float* y, int64_t nblocks) {
 // holds elements l (low nibble) and l + 64 (high), ql[64h + l + 32] elements l + 32
 // and l + 96, and qh[32h + l] the top 2 bits of l, l + 32, l + 64, l + 96 (bits 0-1,
 // 2-3, 4-5, 6-7). Sub-block s covers elements 16s..16s+15.
-void quantize_q6_k(const float* x, BlockQ6_K* y, int64_t nblocks) {
+template <bool kLanes>
+void quantize_q6_k_blocks(const float* x, BlockQ6_K* y, int64_t nblocks) {
   int8_t L[256];
   float scales[16];
   for (int64_t b = 0; b < nblocks; ++b, x += 256) {
     float max_scale = 0, max_abs = 0;
+    if constexpr (kLanes) {
+      search_scales_symmetric16(x, 32, L, scales);
+    } else {
+      for (int s = 0; s < 16; ++s) scales[s] = search_scale_symmetric(16, 32, x + 16 * s, L + 16 * s);
+    }
     for (int s = 0; s < 16; ++s) {
-      scales[s] = search_scale_symmetric(16, 32, x + 16 * s, L + 16 * s);
       if (std::fabs(scales[s]) > max_abs) {
         max_abs = std::fabs(scales[s]);
         max_scale = scales[s];
@@ -277,6 +367,9 @@ void quantize_q6_k(const float* x, BlockQ6_K* y, int64_t nblocks) {
     }
   }
 }
+
+void quantize_q6_k(const float* x, BlockQ6_K* y, int64_t nblocks) { quantize_q6_k_blocks<true>(x, y, nblocks); }
+void quantize_q6_k_ref(const float* x, BlockQ6_K* y, int64_t nblocks) { quantize_q6_k_blocks<false>(x, y, nblocks); }
 
 void dequantize_q6_k(const BlockQ6_K* x, float* y, int64_t nblocks) {
   for (int64_t b = 0; b < nblocks; ++b) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loom/core/status.h"
+#include "core/quantize_k.h"
 
 namespace loom {
 namespace {
@@ -224,6 +225,39 @@ TEST(Quantize, ActivationBlocksKeepQWithin127AndSumsMatch) {
   quantize_activations_q8x32(x.data(), a.data(), 512);
   for (int b = 0; b < 16; ++b) {
     for (int j = 0; j < 32; ++j) EXPECT_NEAR(a[b].d * a[b].qs[j], x[32 * b + j], a[b].d * 0.5f + 1e-6f);
+  }
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// The sixteen-lane Q6_K scale search gives the scalar reference's bytes: sub-blocks
+// of every shape (zeros, below the search's epsilon, one outlier, one sign, ties).
+TEST(Quantize, Q6_KSixteenLaneSearchEqualsTheReferenceByteForByte) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  constexpr int kBlocks = 64;
+  for (int shape = 0; shape < 7; ++shape) {
+    std::vector<float> x(256 * kBlocks);
+    for (size_t i = 0; i < x.size(); ++i) {
+      float v = normal(rng);
+      switch (shape) {
+        case 1: v = (i / 16) % 3 == 0 ? 0.0f : v; break;             // whole zero sub-blocks
+        case 2: v = (i / 16) % 2 == 0 ? v * 1e-17f : v; break;       // below the epsilon
+        case 3: v = i % 97 == 0 ? v * 1000.0f : v; break;            // outliers
+        case 4: v = std::fabs(v); break;                              // one sign
+        case 5: v = static_cast<float>(static_cast<int>(v * 4)) / 4; break;  // exact ties
+        case 6: v = v * 1e-3f + ((i / 16) % 2 ? 5.0f : -5.0f); break;  // offset sub-blocks
+      }
+      x[i] = v;
+    }
+    std::vector<BlockQ6_K> lanes(kBlocks), ref(kBlocks);
+    detail::quantize_q6_k(x.data(), lanes.data(), kBlocks);
+    detail::quantize_q6_k_ref(x.data(), ref.data(), kBlocks);
+    EXPECT_EQ(std::memcmp(lanes.data(), ref.data(), sizeof(BlockQ6_K) * kBlocks), 0) << "shape " << shape;
   }
 }
 
