@@ -209,11 +209,144 @@ void search_scales_symmetric16(const float* x, int nmax, int8_t* L, float* scale
   }
 }
 
+// search_scale_min(32, nmax, ...) on the 8 sub-blocks of a 256-element block at
+// once, sub-block s in lane s (two four-float vectors), each lane doing the scalar
+// search's operations in its order: the same scales, mins and levels to the bit.
+void search_scales_min8(const float* x, const float* w, int nmax, uint8_t* L, float* scales, float* mins, float rmin,
+                        float rdelta, int nstep) {
+  constexpr int kLanes = 8, kN = 32;
+  using f4 = float __attribute__((vector_size(16)));
+  using i4 = int32_t __attribute__((vector_size(16)));
+  float xt[kN][kLanes], wt[kN][kLanes];
+  for (int s = 0; s < kLanes; ++s)
+    for (int i = 0; i < kN; ++i) {
+      xt[i][s] = x[kN * s + i];
+      wt[i][s] = w[kN * s + i];
+    }
+  float lo[kLanes], hi[kLanes], sum_w[kLanes] = {}, sum_x[kLanes] = {};
+  for (int s = 0; s < kLanes; ++s) lo[s] = hi[s] = xt[0][s];
+  for (int i = 0; i < kN; ++i)
+    for (int s = 0; s < kLanes; ++s) {
+      lo[s] = std::min(lo[s], xt[i][s]);
+      hi[s] = std::max(hi[s], xt[i][s]);
+      sum_w[s] += wt[i][s];
+      sum_x[s] += wt[i][s] * xt[i][s];
+    }
+  bool flat[kLanes];
+  float range[kLanes], iscale[kLanes], scale[kLanes], best_min[kLanes], best_error[kLanes];
+  for (int s = 0; s < kLanes; ++s) {
+    if (lo[s] > 0) lo[s] = 0;
+    flat[s] = hi[s] == lo[s];
+    range[s] = flat[s] ? 1.0f : hi[s] - lo[s];  // finite trial values; the lane is set at the end
+  }
+  const f4 zero = {0, 0, 0, 0}, top = {static_cast<float>(nmax), static_cast<float>(nmax), static_cast<float>(nmax),
+                                       static_cast<float>(nmax)};
+  const f4 magic = {12582912.0f, 12582912.0f, 12582912.0f, 12582912.0f};
+  const auto load = [](const float* p) {
+    f4 v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  const auto store = [](float* p, f4 v) { std::memcpy(p, &v, sizeof v); };
+  // Levels of x at iscale, as round_to_int(iscale * (x - lo)) clamped to 0..nmax (the
+  // bounds are integers: clamping first is the same, and keeps the shift exact).
+  const auto levels = [&](f4 sc, f4 vlo, f4 v) {
+    f4 scaled = sc * (v - vlo);
+    scaled = scaled < zero ? zero : scaled;
+    scaled = scaled > top ? top : scaled;
+    const f4 shifted = scaled + magic;
+    i4 bits;
+    std::memcpy(&bits, &shifted, sizeof bits);
+    return (bits & 0x007fffff) - 0x00400000;
+  };
+  int32_t kept[kN][kLanes], trial[kN][kLanes];
+  for (int s = 0; s < kLanes; ++s) {
+    iscale[s] = nmax / range[s];
+    scale[s] = 1.0f / iscale[s];
+  }
+  for (int q = 0; q < kLanes / 4; ++q) {
+    const f4 sc = load(iscale + 4 * q), vlo = load(lo + 4 * q), vscale = load(scale + 4 * q);
+    f4 err = zero;
+    for (int i = 0; i < kN; ++i) {
+      const f4 v = load(&xt[i][4 * q]), wv = load(&wt[i][4 * q]);
+      const i4 l = levels(sc, vlo, v);
+      std::memcpy(&kept[i][4 * q], &l, sizeof l);
+      const f4 diff = vscale * __builtin_convertvector(l, f4) + vlo - v;
+      err += wv * diff * diff;
+    }
+    store(best_error + 4 * q, err);
+  }
+  for (int s = 0; s < kLanes; ++s) best_min[s] = lo[s];
+  float sum_l[kLanes], sum_l2[kLanes], sum_xl[kLanes], this_scale[kLanes], this_min[kLanes], trial_error[kLanes];
+  bool ok[kLanes];
+  for (int is = 0; is <= nstep; ++is) {
+    for (int s = 0; s < kLanes; ++s) iscale[s] = (rmin + rdelta * is + nmax) / range[s];
+    for (int q = 0; q < kLanes / 4; ++q) {
+      const f4 sc = load(iscale + 4 * q), vlo = load(lo + 4 * q);
+      f4 sl = zero, sl2 = zero, sxl = zero;
+      for (int i = 0; i < kN; ++i) {
+        const f4 v = load(&xt[i][4 * q]), wv = load(&wt[i][4 * q]);
+        const i4 l = levels(sc, vlo, v);
+        std::memcpy(&trial[i][4 * q], &l, sizeof l);
+        const f4 lf = __builtin_convertvector(l, f4);
+        sl += wv * lf;
+        sl2 += wv * lf * lf;
+        sxl += wv * lf * v;
+      }
+      store(sum_l + 4 * q, sl);
+      store(sum_l2 + 4 * q, sl2);
+      store(sum_xl + 4 * q, sxl);
+    }
+    for (int s = 0; s < kLanes; ++s) {
+      const float det = sum_w[s] * sum_l2[s] - sum_l[s] * sum_l[s];
+      ok[s] = det > 0;
+      this_scale[s] = ok[s] ? (sum_w[s] * sum_xl[s] - sum_x[s] * sum_l[s]) / det : 0.0f;
+      this_min[s] = ok[s] ? (sum_l2[s] * sum_x[s] - sum_l[s] * sum_xl[s]) / det : 0.0f;
+      if (ok[s] && this_min[s] > 0) {
+        this_min[s] = 0;
+        this_scale[s] = sum_xl[s] / sum_l2[s];
+      }
+    }
+    for (int q = 0; q < kLanes / 4; ++q) {
+      const f4 vs = load(this_scale + 4 * q), vm = load(this_min + 4 * q);
+      f4 err = zero;
+      for (int i = 0; i < kN; ++i) {
+        f4 lf;
+        i4 l;
+        std::memcpy(&l, &trial[i][4 * q], sizeof l);
+        lf = __builtin_convertvector(l, f4);
+        const f4 diff = vs * lf + vm - load(&xt[i][4 * q]);
+        err += load(&wt[i][4 * q]) * diff * diff;
+      }
+      store(trial_error + 4 * q, err);
+    }
+    bool take[kLanes];
+    for (int s = 0; s < kLanes; ++s) {
+      take[s] = ok[s] && trial_error[s] < best_error[s];
+      if (take[s]) {
+        best_error[s] = trial_error[s];
+        scale[s] = this_scale[s];
+        best_min[s] = this_min[s];
+      }
+    }
+    for (int i = 0; i < kN; ++i)
+      for (int s = 0; s < kLanes; ++s) kept[i][s] = take[s] ? trial[i][s] : kept[i][s];
+  }
+  for (int s = 0; s < kLanes; ++s) {
+    for (int i = 0; i < kN; ++i) L[kN * s + i] = flat[s] ? 0 : static_cast<uint8_t>(kept[i][s]);
+    scales[s] = flat[s] ? 0.0f : scale[s];
+    mins[s] = flat[s] ? -lo[s] : -best_min[s];
+  }
+}
+
 // Shared by Q4_K and Q5_K: levels L[256] in 0..nmax, and the 6-bit scales/mins
 // with their f16 super-scales written into (d, dmin, scales).
+// kLanes: the eight sub-blocks' searches at once (search_scales_min8), else one at a
+// time (the reference).
+template <bool kLanes>
 void quantize_k_asym(const float* x, int nmax, float rmin, float rdelta, int nstep, uint8_t* L, uint16_t* d_out,
                      uint16_t* dmin_out, uint8_t* packed) {
-  float scales[8], mins[8], weights[32];
+  float scales[8], mins[8], weights[256];
   uint8_t trial[32];
   float max_scale = 0, max_min = 0;
   for (int j = 0; j < 8; ++j) {
@@ -221,8 +354,12 @@ void quantize_k_asym(const float* x, int nmax, float rmin, float rdelta, int nst
     float sum_x2 = 0;
     for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
     const float av_x = std::sqrt(sum_x2 / 32);
-    for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(xs[l]);
-    scales[j] = search_scale_min(32, nmax, xs, weights, L + 32 * j, &mins[j], trial, rmin, rdelta, nstep);
+    for (int l = 0; l < 32; ++l) weights[32 * j + l] = av_x + std::fabs(xs[l]);
+    if constexpr (!kLanes)
+      scales[j] = search_scale_min(32, nmax, xs, weights + 32 * j, L + 32 * j, &mins[j], trial, rmin, rdelta, nstep);
+  }
+  if constexpr (kLanes) search_scales_min8(x, weights, nmax, L, scales, mins, rmin, rdelta, nstep);
+  for (int j = 0; j < 8; ++j) {
     max_scale = std::max(max_scale, scales[j]);
     max_min = std::max(max_min, mins[j]);
   }
@@ -258,15 +395,19 @@ void quantize_k_asym(const float* x, int nmax, float rmin, float rdelta, int nst
 
 }  // namespace
 
-void quantize_q4_k(const float* x, BlockQ4_K* y, int64_t nblocks) {
+template <bool kLanes>
+void quantize_q4_k_blocks(const float* x, BlockQ4_K* y, int64_t nblocks) {
   uint8_t L[256];
   for (int64_t b = 0; b < nblocks; ++b, x += 256) {
-    quantize_k_asym(x, 15, -1.0f, 0.1f, 20, L, &y[b].d, &y[b].dmin, y[b].scales);
+    quantize_k_asym<kLanes>(x, 15, -1.0f, 0.1f, 20, L, &y[b].d, &y[b].dmin, y[b].scales);
     for (int c = 0; c < 4; ++c) {
       for (int l = 0; l < 32; ++l) y[b].qs[32 * c + l] = static_cast<uint8_t>(L[64 * c + l] | (L[64 * c + l + 32] << 4));
     }
   }
 }
+
+void quantize_q4_k(const float* x, BlockQ4_K* y, int64_t nblocks) { quantize_q4_k_blocks<true>(x, y, nblocks); }
+void quantize_q4_k_ref(const float* x, BlockQ4_K* y, int64_t nblocks) { quantize_q4_k_blocks<false>(x, y, nblocks); }
 
 void dequantize_q4_k(const BlockQ4_K* x, float* y, int64_t nblocks) {
   for (int64_t b = 0; b < nblocks; ++b) {
@@ -284,10 +425,11 @@ void dequantize_q4_k(const BlockQ4_K* x, float* y, int64_t nblocks) {
   }
 }
 
-void quantize_q5_k(const float* x, BlockQ5_K* y, int64_t nblocks) {
+template <bool kLanes>
+void quantize_q5_k_blocks(const float* x, BlockQ5_K* y, int64_t nblocks) {
   uint8_t L[256];
   for (int64_t b = 0; b < nblocks; ++b, x += 256) {
-    quantize_k_asym(x, 31, -0.5f, 0.1f, 15, L, &y[b].d, &y[b].dmin, y[b].scales);
+    quantize_k_asym<kLanes>(x, 31, -0.5f, 0.1f, 15, L, &y[b].d, &y[b].dmin, y[b].scales);
     std::memset(y[b].qh, 0, 32);
     for (int c = 0; c < 4; ++c) {
       for (int l = 0; l < 32; ++l) {
@@ -299,6 +441,9 @@ void quantize_q5_k(const float* x, BlockQ5_K* y, int64_t nblocks) {
     }
   }
 }
+
+void quantize_q5_k(const float* x, BlockQ5_K* y, int64_t nblocks) { quantize_q5_k_blocks<true>(x, y, nblocks); }
+void quantize_q5_k_ref(const float* x, BlockQ5_K* y, int64_t nblocks) { quantize_q5_k_blocks<false>(x, y, nblocks); }
 
 void dequantize_q5_k(const BlockQ5_K* x, float* y, int64_t nblocks) {
   for (int64_t b = 0; b < nblocks; ++b) {

@@ -16,8 +16,10 @@ void dequantize_q6_k(const BlockQ6_K* src, float* dst, int64_t nblocks);
 void quantize_q4_k(const float* src, BlockQ4_K* dst, int64_t nblocks);
 void quantize_q5_k(const float* src, BlockQ5_K* dst, int64_t nblocks);
 void quantize_q6_k(const float* src, BlockQ6_K* dst, int64_t nblocks);
-// The same bytes, searching each sub-block's scale one at a time (the reference
-// quantize_q6_k's sixteen-lane search is checked against).
+// The same bytes, searching each sub-block's scale one at a time: the references the
+// quantizers' searches over all sub-blocks at once are checked against.
+void quantize_q4_k_ref(const float* src, BlockQ4_K* dst, int64_t nblocks);
+void quantize_q5_k_ref(const float* src, BlockQ5_K* dst, int64_t nblocks);
 void quantize_q6_k_ref(const float* src, BlockQ6_K* dst, int64_t nblocks);
 
 // llama.cpp's nearest_int: round to nearest, ties to even. Adding 1.5·2^23 leaves

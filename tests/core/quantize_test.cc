@@ -234,13 +234,14 @@ TEST(Quantize, ActivationBlocksKeepQWithin127AndSumsMatch) {
 namespace loom {
 namespace {
 
-// The sixteen-lane Q6_K scale search gives the scalar reference's bytes: sub-blocks
-// of every shape (zeros, below the search's epsilon, one outlier, one sign, ties).
-TEST(Quantize, Q6_KSixteenLaneSearchEqualsTheReferenceByteForByte) {
+// The K quantizers' searches over all sub-blocks at once (a lane each) give the
+// scalar references' bytes: sub-blocks of every shape (zeros, below the search's
+// epsilon, one outlier, one sign, ties, constant).
+TEST(Quantize, KQuantLaneSearchesEqualTheReferencesByteForByte) {
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   constexpr int kBlocks = 64;
-  for (int shape = 0; shape < 7; ++shape) {
+  for (int shape = 0; shape < 8; ++shape) {
     std::vector<float> x(256 * kBlocks);
     for (size_t i = 0; i < x.size(); ++i) {
       float v = normal(rng);
@@ -251,13 +252,19 @@ TEST(Quantize, Q6_KSixteenLaneSearchEqualsTheReferenceByteForByte) {
         case 4: v = std::fabs(v); break;                              // one sign
         case 5: v = static_cast<float>(static_cast<int>(v * 4)) / 4; break;  // exact ties
         case 6: v = v * 1e-3f + ((i / 16) % 2 ? 5.0f : -5.0f); break;  // offset sub-blocks
+        case 7: v = (i / 32) % 2 ? 0.75f : v; break;                  // constant sub-blocks
       }
       x[i] = v;
     }
-    std::vector<BlockQ6_K> lanes(kBlocks), ref(kBlocks);
-    detail::quantize_q6_k(x.data(), lanes.data(), kBlocks);
-    detail::quantize_q6_k_ref(x.data(), ref.data(), kBlocks);
-    EXPECT_EQ(std::memcmp(lanes.data(), ref.data(), sizeof(BlockQ6_K) * kBlocks), 0) << "shape " << shape;
+    const auto same = [&](auto lanes_fn, auto ref_fn, auto block, const char* type) {
+      std::vector<decltype(block)> lanes(kBlocks), ref(kBlocks);
+      lanes_fn(x.data(), lanes.data(), kBlocks);
+      ref_fn(x.data(), ref.data(), kBlocks);
+      EXPECT_EQ(std::memcmp(lanes.data(), ref.data(), sizeof(block) * kBlocks), 0) << type << ", shape " << shape;
+    };
+    same(detail::quantize_q4_k, detail::quantize_q4_k_ref, BlockQ4_K{}, "Q4_K");
+    same(detail::quantize_q5_k, detail::quantize_q5_k_ref, BlockQ5_K{}, "Q5_K");
+    same(detail::quantize_q6_k, detail::quantize_q6_k_ref, BlockQ6_K{}, "Q6_K");
   }
 }
 
