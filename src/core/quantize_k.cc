@@ -124,10 +124,38 @@ float search_scale_symmetric(int n, int nmax, const float* x, int8_t* L) {
   return scale;
 }
 
+// Four lanes a vector (GCC/Clang vector extensions, baseline SSE2) for the searches
+// over all sub-blocks of a block at once; every lane does the scalar search's
+// operations in its order, so results are the same to the bit.
+using f4 = float __attribute__((vector_size(16)));
+using i4 = int32_t __attribute__((vector_size(16)));
+f4 splat4(float v) { return f4{v, v, v, v}; }
+f4 load4(const float* p) {
+  f4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+void store4(float* p, f4 v) { std::memcpy(p, &v, sizeof v); }
+i4 load4(const int32_t* p) {
+  i4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+void store4(int32_t* p, i4 v) { std::memcpy(p, &v, sizeof v); }
+// round_to_int of v clamped to [lo, hi] (integers): the same as clamping the rounded
+// value, and it keeps every lane where the 1.5·2^23 shift rounds exactly.
+i4 round_clamped4(f4 v, f4 lo, f4 hi) {
+  v = v < lo ? lo : v;
+  v = v > hi ? hi : v;
+  const f4 shifted = v + splat4(12582912.0f);
+  i4 bits;
+  std::memcpy(&bits, &shifted, sizeof bits);
+  return (bits & 0x007fffff) - 0x00400000;
+}
+
 // search_scale_symmetric(16, nmax, ...) on the 16 sub-blocks of a 256-element block
-// at once, sub-block s in lane s: each lane does the scalar search's arithmetic in
-// the same order, so scales and levels are the same to the bit, while the loops over
-// lanes vectorize (the scalar search was most of quantizing a model's Q6_K tensors).
+// at once, sub-block s in lane s (the scalar search was most of quantizing a model's
+// Q6_K tensors).
 void search_scales_symmetric16(const float* x, int nmax, int8_t* L, float* scales) {
   constexpr int kLanes = 16, kN = 16;
   // Transposed, element i of every sub-block in a row: the loops over lanes then read
@@ -157,35 +185,20 @@ void search_scales_symmetric16(const float* x, int nmax, int8_t* L, float* scale
     for (int s = 0; s < kLanes; ++s) {
       iscale[s] = is == -10 ? -nmax / extreme[s] : -(nmax + step) / extreme[s];
     }
-    // Four lanes a vector (GCC/Clang vector extensions, baseline SSE2): the same
-    // operations in the same order per lane as the scalar search.
-    using f4 = float __attribute__((vector_size(16)));
-    using i4 = int32_t __attribute__((vector_size(16)));
     for (int q = 0; q < kLanes / 4; ++q) {
-      f4 sc, lx = {0, 0, 0, 0}, l2 = {0, 0, 0, 0};
-      std::memcpy(&sc, iscale + 4 * q, sizeof sc);
-      const f4 vlo = {lo, lo, lo, lo}, vhi = {hi, hi, hi, hi}, magic = {12582912.0f, 12582912.0f, 12582912.0f, 12582912.0f};
+      const f4 sc = load4(iscale + 4 * q);
+      f4 lx = splat4(0), l2 = splat4(0);
       for (int i = 0; i < kN; ++i) {
-        f4 v;
-        std::memcpy(&v, &xt[i][4 * q], sizeof v);
-        // Clamped, then rounded as round_to_int: the bounds are integers, so this is
-        // rounding then clamping (and it stays in the range the shift rounds exactly).
-        f4 scaled = sc * v;
-        scaled = scaled < vlo ? vlo : scaled;
-        scaled = scaled > vhi ? vhi : scaled;
-        const f4 shifted = scaled + magic;
-        i4 bits;
-        std::memcpy(&bits, &shifted, sizeof bits);
-        const i4 l = (bits & 0x007fffff) - 0x00400000;
-        const i4 level = l + nmax;
-        std::memcpy(&trial[i][4 * q], &level, sizeof level);
+        const f4 v = load4(&xt[i][4 * q]);
+        const i4 l = round_clamped4(sc * v, splat4(lo), splat4(hi));
+        store4(&trial[i][4 * q], l + nmax);
         const f4 lf = __builtin_convertvector(l, f4);
         const f4 w = v * v;
         lx += w * v * lf;
         l2 += w * lf * lf;
       }
-      std::memcpy(sum_lx + 4 * q, &lx, sizeof lx);
-      std::memcpy(sum_l2 + 4 * q, &l2, sizeof l2);
+      store4(sum_lx + 4 * q, lx);
+      store4(sum_l2 + 4 * q, l2);
     }
     for (int s = 0; s < kLanes; ++s) {
       if (is == -10) {
@@ -210,13 +223,10 @@ void search_scales_symmetric16(const float* x, int nmax, int8_t* L, float* scale
 }
 
 // search_scale_min(32, nmax, ...) on the 8 sub-blocks of a 256-element block at
-// once, sub-block s in lane s (two four-float vectors), each lane doing the scalar
-// search's operations in its order: the same scales, mins and levels to the bit.
+// once, sub-block s in lane s.
 void search_scales_min8(const float* x, const float* w, int nmax, uint8_t* L, float* scales, float* mins, float rmin,
                         float rdelta, int nstep) {
   constexpr int kLanes = 8, kN = 32;
-  using f4 = float __attribute__((vector_size(16)));
-  using i4 = int32_t __attribute__((vector_size(16)));
   float xt[kN][kLanes], wt[kN][kLanes];
   for (int s = 0; s < kLanes; ++s)
     for (int i = 0; i < kN; ++i) {
@@ -239,42 +249,25 @@ void search_scales_min8(const float* x, const float* w, int nmax, uint8_t* L, fl
     flat[s] = hi[s] == lo[s];
     range[s] = flat[s] ? 1.0f : hi[s] - lo[s];  // finite trial values; the lane is set at the end
   }
-  const f4 zero = {0, 0, 0, 0}, top = {static_cast<float>(nmax), static_cast<float>(nmax), static_cast<float>(nmax),
-                                       static_cast<float>(nmax)};
-  const f4 magic = {12582912.0f, 12582912.0f, 12582912.0f, 12582912.0f};
-  const auto load = [](const float* p) {
-    f4 v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  };
-  const auto store = [](float* p, f4 v) { std::memcpy(p, &v, sizeof v); };
-  // Levels of x at iscale, as round_to_int(iscale * (x - lo)) clamped to 0..nmax (the
-  // bounds are integers: clamping first is the same, and keeps the shift exact).
-  const auto levels = [&](f4 sc, f4 vlo, f4 v) {
-    f4 scaled = sc * (v - vlo);
-    scaled = scaled < zero ? zero : scaled;
-    scaled = scaled > top ? top : scaled;
-    const f4 shifted = scaled + magic;
-    i4 bits;
-    std::memcpy(&bits, &shifted, sizeof bits);
-    return (bits & 0x007fffff) - 0x00400000;
-  };
+  const f4 zero = splat4(0), top = splat4(static_cast<float>(nmax));
+  // Levels of x at iscale: round_to_int(iscale * (x - lo)) clamped to 0..nmax.
+  const auto levels = [&](f4 sc, f4 vlo, f4 v) { return round_clamped4(sc * (v - vlo), zero, top); };
   int32_t kept[kN][kLanes], trial[kN][kLanes];
   for (int s = 0; s < kLanes; ++s) {
     iscale[s] = nmax / range[s];
     scale[s] = 1.0f / iscale[s];
   }
   for (int q = 0; q < kLanes / 4; ++q) {
-    const f4 sc = load(iscale + 4 * q), vlo = load(lo + 4 * q), vscale = load(scale + 4 * q);
+    const f4 sc = load4(iscale + 4 * q), vlo = load4(lo + 4 * q), vscale = load4(scale + 4 * q);
     f4 err = zero;
     for (int i = 0; i < kN; ++i) {
-      const f4 v = load(&xt[i][4 * q]), wv = load(&wt[i][4 * q]);
+      const f4 v = load4(&xt[i][4 * q]), wv = load4(&wt[i][4 * q]);
       const i4 l = levels(sc, vlo, v);
-      std::memcpy(&kept[i][4 * q], &l, sizeof l);
+      store4(&kept[i][4 * q], l);
       const f4 diff = vscale * __builtin_convertvector(l, f4) + vlo - v;
       err += wv * diff * diff;
     }
-    store(best_error + 4 * q, err);
+    store4(best_error + 4 * q, err);
   }
   for (int s = 0; s < kLanes; ++s) best_min[s] = lo[s];
   float sum_l[kLanes], sum_l2[kLanes], sum_xl[kLanes], this_scale[kLanes], this_min[kLanes], trial_error[kLanes];
@@ -282,20 +275,20 @@ void search_scales_min8(const float* x, const float* w, int nmax, uint8_t* L, fl
   for (int is = 0; is <= nstep; ++is) {
     for (int s = 0; s < kLanes; ++s) iscale[s] = (rmin + rdelta * is + nmax) / range[s];
     for (int q = 0; q < kLanes / 4; ++q) {
-      const f4 sc = load(iscale + 4 * q), vlo = load(lo + 4 * q);
+      const f4 sc = load4(iscale + 4 * q), vlo = load4(lo + 4 * q);
       f4 sl = zero, sl2 = zero, sxl = zero;
       for (int i = 0; i < kN; ++i) {
-        const f4 v = load(&xt[i][4 * q]), wv = load(&wt[i][4 * q]);
+        const f4 v = load4(&xt[i][4 * q]), wv = load4(&wt[i][4 * q]);
         const i4 l = levels(sc, vlo, v);
-        std::memcpy(&trial[i][4 * q], &l, sizeof l);
+        store4(&trial[i][4 * q], l);
         const f4 lf = __builtin_convertvector(l, f4);
         sl += wv * lf;
         sl2 += wv * lf * lf;
         sxl += wv * lf * v;
       }
-      store(sum_l + 4 * q, sl);
-      store(sum_l2 + 4 * q, sl2);
-      store(sum_xl + 4 * q, sxl);
+      store4(sum_l + 4 * q, sl);
+      store4(sum_l2 + 4 * q, sl2);
+      store4(sum_xl + 4 * q, sxl);
     }
     for (int s = 0; s < kLanes; ++s) {
       const float det = sum_w[s] * sum_l2[s] - sum_l[s] * sum_l[s];
@@ -308,17 +301,14 @@ void search_scales_min8(const float* x, const float* w, int nmax, uint8_t* L, fl
       }
     }
     for (int q = 0; q < kLanes / 4; ++q) {
-      const f4 vs = load(this_scale + 4 * q), vm = load(this_min + 4 * q);
+      const f4 vs = load4(this_scale + 4 * q), vm = load4(this_min + 4 * q);
       f4 err = zero;
       for (int i = 0; i < kN; ++i) {
-        f4 lf;
-        i4 l;
-        std::memcpy(&l, &trial[i][4 * q], sizeof l);
-        lf = __builtin_convertvector(l, f4);
-        const f4 diff = vs * lf + vm - load(&xt[i][4 * q]);
-        err += load(&wt[i][4 * q]) * diff * diff;
+        const f4 lf = __builtin_convertvector(load4(&trial[i][4 * q]), f4);
+        const f4 diff = vs * lf + vm - load4(&xt[i][4 * q]);
+        err += load4(&wt[i][4 * q]) * diff * diff;
       }
-      store(trial_error + 4 * q, err);
+      store4(trial_error + 4 * q, err);
     }
     bool take[kLanes];
     for (int s = 0; s < kLanes; ++s) {

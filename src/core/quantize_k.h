@@ -24,9 +24,8 @@ void quantize_q6_k_ref(const float* src, BlockQ6_K* dst, int64_t nblocks);
 
 // llama.cpp's nearest_int: round to nearest, ties to even. Adding 1.5·2^23 leaves
 // the rounded integer in the low mantissa bits (exact for |v| < 2^22, checked
-// against nearbyintf for every float of magnitude below 300): in the quantizers'
-// inner loops this is a few instructions that vectorize, where nearbyintf was a
-// libm call per element (61% of quantizing a 1B model to Q4_0, its Q6_K head).
+// against nearbyintf for every float of magnitude below 300): a few instructions
+// where nearbyintf was a libm call per element in the quantizers' inner loops.
 inline int round_to_int(float v) {
   if (!(std::fabs(v) < 4194304.0f)) return static_cast<int>(__builtin_nearbyintf(v));
   const float shifted = v + 12582912.0f;
