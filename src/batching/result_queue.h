@@ -51,21 +51,10 @@ class ResultQueue {
     }
   }
 
-  // Everything queued for `request_id`, oldest first.
-  std::vector<GenerationOutput> take_all(const std::string& request_id) {
-    std::lock_guard<std::mutex> lk(mu_);
-    std::vector<GenerationOutput> out;
-    auto it = by_id_.find(request_id);
-    if (it == by_id_.end()) return out;
-    for (auto& [seq, o] : it->second) out.push_back(std::move(o));
-    held_ -= it->second.size();
-    by_id_.erase(it);
-    return out;
-  }
-
   // Everything queued for `request_id` and for the sequences forked from it (outputs
   // whose parent_request_id it is), in delivery order: a group's sequences may all
   // have ended, and the manager forgotten the group, before anyone asks for them.
+  // Looks at every request with outputs queued: few, when handlers take them.
   std::vector<GenerationOutput> take_group(const std::string& request_id) {
     std::lock_guard<std::mutex> lk(mu_);
     std::vector<std::pair<uint64_t, GenerationOutput>> taken;
