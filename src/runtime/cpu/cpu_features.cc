@@ -118,6 +118,11 @@ void load_env_once() {
   });
 }
 
+// Read when the process starts, not when a kernel first asks: code outside the
+// runtime that dispatches through Highway (core's quantizers, which a model's load
+// runs before any kernel) follows LOOM_FORCE_ISA only once it has been read.
+[[maybe_unused]] const bool g_env_read_at_start = (load_env_once(), true);
+
 }  // namespace
 
 const CpuFeatures& cpu_features() {

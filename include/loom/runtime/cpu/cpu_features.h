@@ -1,8 +1,9 @@
 // What the CPU (and the OS, for register state) can run, and which compiled code
 // path the CPU kernels use. Detection happens once; the path can be forced with
-// LOOM_FORCE_ISA=scalar|avx2|avx512|avx512_bf16 or set_forced_isa() so tests run
-// every path on one machine. Forcing reaches every kernel: the hand-written ones
-// read active_isa(), the Highway-built ones are limited to the matching targets.
+// LOOM_FORCE_ISA=scalar|avx2|avx512|avx512_bf16 (read when the process starts) or
+// set_forced_isa() so tests run every path on one machine. Forcing reaches every
+// kernel: the hand-written ones read active_isa(), the Highway-built ones (core's
+// quantizers too) are limited to the matching targets.
 #pragma once
 
 #include <cstdint>
