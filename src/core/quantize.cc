@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "loom/core/status.h"
-#include "quantize_k.h"
+#include "core/quantize_k.h"
 
 namespace loom {
 namespace {
@@ -28,45 +28,10 @@ int64_t checked_blocks(DType type, int64_t n, const char* what) {
   return n / block;
 }
 
-void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t nblocks) {
-  for (int64_t b = 0; b < nblocks; ++b, x += 32) {
-    float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[j]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    y[b].d = f32_to_f16(d);
-    // llama.cpp rounds half away from zero here (roundf), with the unrounded d.
-    for (int j = 0; j < 32; ++j) y[b].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
-  }
-}
-
 void dequantize_q8_0(const BlockQ8_0* x, float* y, int64_t nblocks) {
   for (int64_t b = 0; b < nblocks; ++b, y += 32) {
     const float d = f16_to_f32(x[b].d);
     for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(x[b].qs[j]) * d;
-  }
-}
-
-void quantize_q4_0(const float* x, BlockQ4_0* y, int64_t nblocks) {
-  for (int64_t b = 0; b < nblocks; ++b, x += 32) {
-    // The signed value of largest magnitude maps to −8, so the grid's extra
-    // negative step is spent on the side that needs it.
-    float amax = 0.0f, extreme = 0.0f;
-    for (int j = 0; j < 32; ++j) {
-      if (std::fabs(x[j]) > amax) {
-        amax = std::fabs(x[j]);
-        extreme = x[j];
-      }
-    }
-    const float d = extreme / -8.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    y[b].d = f32_to_f16(d);
-    for (int j = 0; j < 16; ++j) {
-      // Truncation of (v + 8.5) is round-half-up onto 0..16, then capped at 15.
-      const int lo = std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
-      const int hi = std::min(15, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 8.5f)));
-      y[b].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
-    }
   }
 }
 
@@ -95,6 +60,45 @@ float quantize_symmetric_127(const float* x, int n, int8_t* q) {
 
 }  // namespace
 
+namespace detail {
+
+void quantize_q8_0_ref(const float* x, BlockQ8_0* y, int64_t nblocks) {
+  for (int64_t b = 0; b < nblocks; ++b, x += 32) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[b].d = f32_to_f16(d);
+    // llama.cpp rounds half away from zero here (roundf), with the unrounded d.
+    for (int j = 0; j < 32; ++j) y[b].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+  }
+}
+
+void quantize_q4_0_ref(const float* x, BlockQ4_0* y, int64_t nblocks) {
+  for (int64_t b = 0; b < nblocks; ++b, x += 32) {
+    // The signed value of largest magnitude maps to −8, so the grid's extra
+    // negative step is spent on the side that needs it.
+    float amax = 0.0f, extreme = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      if (std::fabs(x[j]) > amax) {
+        amax = std::fabs(x[j]);
+        extreme = x[j];
+      }
+    }
+    const float d = extreme / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[b].d = f32_to_f16(d);
+    for (int j = 0; j < 16; ++j) {
+      // Truncation of (v + 8.5) is round-half-up onto 0..16, then capped at 15.
+      const int lo = std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
+      const int hi = std::min(15, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 8.5f)));
+      y[b].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+}  // namespace detail
+
 void dequantize_row_ref(DType type, const void* src, float* dst, int64_t n) {
   const int64_t nb = checked_blocks(type, n, "dequantize_row_ref");
   switch (type) {
@@ -111,8 +115,8 @@ void dequantize_row_ref(DType type, const void* src, float* dst, int64_t n) {
 void quantize_row_ref(DType type, const float* src, void* dst, int64_t n) {
   const int64_t nb = checked_blocks(type, n, "quantize_row_ref");
   switch (type) {
-    case DType::kQ8_0: return quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), nb);
-    case DType::kQ4_0: return quantize_q4_0(src, static_cast<BlockQ4_0*>(dst), nb);
+    case DType::kQ8_0: return detail::quantize_q8_0(src, static_cast<BlockQ8_0*>(dst), nb);
+    case DType::kQ4_0: return detail::quantize_q4_0(src, static_cast<BlockQ4_0*>(dst), nb);
     case DType::kQ4_K: return detail::quantize_q4_k(src, static_cast<BlockQ4_K*>(dst), nb);
     case DType::kQ5_K: return detail::quantize_q5_k(src, static_cast<BlockQ5_K*>(dst), nb);
     case DType::kQ6_K: return detail::quantize_q6_k(src, static_cast<BlockQ6_K*>(dst), nb);

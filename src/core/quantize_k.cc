@@ -124,231 +124,50 @@ float search_scale_symmetric(int n, int nmax, const float* x, int8_t* L) {
   return scale;
 }
 
-// Four lanes a vector (GCC/Clang vector extensions, baseline SSE2) for the searches
-// over all sub-blocks of a block at once; every lane does the scalar search's
-// operations in its order, so results are the same to the bit.
-using f4 = float __attribute__((vector_size(16)));
-using i4 = int32_t __attribute__((vector_size(16)));
-f4 splat4(float v) { return f4{v, v, v, v}; }
-f4 load4(const float* p) {
-  f4 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-void store4(float* p, f4 v) { std::memcpy(p, &v, sizeof v); }
-i4 load4(const int32_t* p) {
-  i4 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-void store4(int32_t* p, i4 v) { std::memcpy(p, &v, sizeof v); }
-// round_to_int of v clamped to [lo, hi] (integers): the same as clamping the rounded
-// value, and it keeps every lane where the 1.5·2^23 shift rounds exactly.
-i4 round_clamped4(f4 v, f4 lo, f4 hi) {
-  v = v < lo ? lo : v;
-  v = v > hi ? hi : v;
-  const f4 shifted = v + splat4(12582912.0f);
-  i4 bits;
-  std::memcpy(&bits, &shifted, sizeof bits);
-  return (bits & 0x007fffff) - 0x00400000;
-}
-
-// search_scale_symmetric(16, nmax, ...) on the 16 sub-blocks of a 256-element block
-// at once, sub-block s in lane s (the scalar search was most of quantizing a model's
-// Q6_K tensors).
-void search_scales_symmetric16(const float* x, int nmax, int8_t* L, float* scales) {
-  constexpr int kLanes = 16, kN = 16;
-  // Transposed, element i of every sub-block in a row: the loops over lanes then read
-  // and write contiguous floats and ints (no char stores, which may alias anything).
-  float xt[kN][kLanes];
-  for (int s = 0; s < kLanes; ++s)
-    for (int i = 0; i < kN; ++i) xt[i][s] = x[kN * s + i];
-  float amax[kLanes] = {}, extreme[kLanes] = {};
-  for (int i = 0; i < kN; ++i)
-    for (int s = 0; s < kLanes; ++s) {
-      const float v = xt[i][s], a = std::fabs(v);
-      extreme[s] = a > amax[s] ? v : extreme[s];
-      amax[s] = a > amax[s] ? a : amax[s];
-    }
-  bool live[kLanes];
-  for (int s = 0; s < kLanes; ++s) {
-    live[s] = !(amax[s] < kGroupMaxEps);
-    if (!live[s]) extreme[s] = -static_cast<float>(nmax);  // finite trial values; the lane is zeroed at the end
-  }
-  float sum_lx[kLanes], sum_l2[kLanes], best[kLanes], iscale[kLanes];
-  int32_t trial[kN][kLanes], kept[kN][kLanes];
-  int32_t take[kLanes];
-  const float lo = static_cast<float>(-nmax), hi = static_cast<float>(nmax - 1);
-  for (int is = -10; is <= 9; ++is) {  // -10: the first guess, nmax / extreme
-    if (is == 0) continue;
-    const float step = is == -10 ? 0.0f : 0.1f * is;
-    for (int s = 0; s < kLanes; ++s) {
-      iscale[s] = is == -10 ? -nmax / extreme[s] : -(nmax + step) / extreme[s];
-    }
-    for (int q = 0; q < kLanes / 4; ++q) {
-      const f4 sc = load4(iscale + 4 * q);
-      f4 lx = splat4(0), l2 = splat4(0);
-      for (int i = 0; i < kN; ++i) {
-        const f4 v = load4(&xt[i][4 * q]);
-        const i4 l = round_clamped4(sc * v, splat4(lo), splat4(hi));
-        store4(&trial[i][4 * q], l + nmax);
-        const f4 lf = __builtin_convertvector(l, f4);
-        const f4 w = v * v;
-        lx += w * v * lf;
-        l2 += w * lf * lf;
-      }
-      store4(sum_lx + 4 * q, lx);
-      store4(sum_l2 + 4 * q, l2);
-    }
-    for (int s = 0; s < kLanes; ++s) {
-      if (is == -10) {
-        scales[s] = sum_l2[s] != 0 ? sum_lx[s] / sum_l2[s] : 0.0f;
-        best[s] = scales[s] * sum_lx[s];
-        take[s] = 1;
-      } else {
-        take[s] = sum_l2[s] > 0 && sum_lx[s] * sum_lx[s] > best[s] * sum_l2[s];
-        if (take[s]) {
-          scales[s] = sum_lx[s] / sum_l2[s];
-          best[s] = scales[s] * sum_lx[s];
-        }
-      }
-    }
-    for (int i = 0; i < kN; ++i)
-      for (int s = 0; s < kLanes; ++s) kept[i][s] = take[s] ? trial[i][s] : kept[i][s];
-  }
-  for (int s = 0; s < kLanes; ++s) {
-    for (int i = 0; i < kN; ++i) L[kN * s + i] = live[s] ? static_cast<int8_t>(kept[i][s]) : 0;
-    if (!live[s]) scales[s] = 0.0f;
-  }
-}
-
-// search_scale_min(32, nmax, ...) on the 8 sub-blocks of a 256-element block at
-// once, sub-block s in lane s.
-void search_scales_min8(const float* x, const float* w, int nmax, uint8_t* L, float* scales, float* mins, float rmin,
-                        float rdelta, int nstep) {
-  constexpr int kLanes = 8, kN = 32;
-  float xt[kN][kLanes], wt[kN][kLanes];
-  for (int s = 0; s < kLanes; ++s)
-    for (int i = 0; i < kN; ++i) {
-      xt[i][s] = x[kN * s + i];
-      wt[i][s] = w[kN * s + i];
-    }
-  float lo[kLanes], hi[kLanes], sum_w[kLanes] = {}, sum_x[kLanes] = {};
-  for (int s = 0; s < kLanes; ++s) lo[s] = hi[s] = xt[0][s];
-  for (int i = 0; i < kN; ++i)
-    for (int s = 0; s < kLanes; ++s) {
-      lo[s] = std::min(lo[s], xt[i][s]);
-      hi[s] = std::max(hi[s], xt[i][s]);
-      sum_w[s] += wt[i][s];
-      sum_x[s] += wt[i][s] * xt[i][s];
-    }
-  bool flat[kLanes];
-  float range[kLanes], iscale[kLanes], scale[kLanes], best_min[kLanes], best_error[kLanes];
-  for (int s = 0; s < kLanes; ++s) {
-    if (lo[s] > 0) lo[s] = 0;
-    flat[s] = hi[s] == lo[s];
-    range[s] = flat[s] ? 1.0f : hi[s] - lo[s];  // finite trial values; the lane is set at the end
-  }
-  const f4 zero = splat4(0), top = splat4(static_cast<float>(nmax));
-  // Levels of x at iscale: round_to_int(iscale * (x - lo)) clamped to 0..nmax.
-  const auto levels = [&](f4 sc, f4 vlo, f4 v) { return round_clamped4(sc * (v - vlo), zero, top); };
-  int32_t kept[kN][kLanes], trial[kN][kLanes];
-  for (int s = 0; s < kLanes; ++s) {
-    iscale[s] = nmax / range[s];
-    scale[s] = 1.0f / iscale[s];
-  }
-  for (int q = 0; q < kLanes / 4; ++q) {
-    const f4 sc = load4(iscale + 4 * q), vlo = load4(lo + 4 * q), vscale = load4(scale + 4 * q);
-    f4 err = zero;
-    for (int i = 0; i < kN; ++i) {
-      const f4 v = load4(&xt[i][4 * q]), wv = load4(&wt[i][4 * q]);
-      const i4 l = levels(sc, vlo, v);
-      store4(&kept[i][4 * q], l);
-      const f4 diff = vscale * __builtin_convertvector(l, f4) + vlo - v;
-      err += wv * diff * diff;
-    }
-    store4(best_error + 4 * q, err);
-  }
-  for (int s = 0; s < kLanes; ++s) best_min[s] = lo[s];
-  float sum_l[kLanes], sum_l2[kLanes], sum_xl[kLanes], this_scale[kLanes], this_min[kLanes], trial_error[kLanes];
-  bool ok[kLanes];
-  for (int is = 0; is <= nstep; ++is) {
-    for (int s = 0; s < kLanes; ++s) iscale[s] = (rmin + rdelta * is + nmax) / range[s];
-    for (int q = 0; q < kLanes / 4; ++q) {
-      const f4 sc = load4(iscale + 4 * q), vlo = load4(lo + 4 * q);
-      f4 sl = zero, sl2 = zero, sxl = zero;
-      for (int i = 0; i < kN; ++i) {
-        const f4 v = load4(&xt[i][4 * q]), wv = load4(&wt[i][4 * q]);
-        const i4 l = levels(sc, vlo, v);
-        store4(&trial[i][4 * q], l);
-        const f4 lf = __builtin_convertvector(l, f4);
-        sl += wv * lf;
-        sl2 += wv * lf * lf;
-        sxl += wv * lf * v;
-      }
-      store4(sum_l + 4 * q, sl);
-      store4(sum_l2 + 4 * q, sl2);
-      store4(sum_xl + 4 * q, sxl);
-    }
-    for (int s = 0; s < kLanes; ++s) {
-      const float det = sum_w[s] * sum_l2[s] - sum_l[s] * sum_l[s];
-      ok[s] = det > 0;
-      this_scale[s] = ok[s] ? (sum_w[s] * sum_xl[s] - sum_x[s] * sum_l[s]) / det : 0.0f;
-      this_min[s] = ok[s] ? (sum_l2[s] * sum_x[s] - sum_l[s] * sum_xl[s]) / det : 0.0f;
-      if (ok[s] && this_min[s] > 0) {
-        this_min[s] = 0;
-        this_scale[s] = sum_xl[s] / sum_l2[s];
-      }
-    }
-    for (int q = 0; q < kLanes / 4; ++q) {
-      const f4 vs = load4(this_scale + 4 * q), vm = load4(this_min + 4 * q);
-      f4 err = zero;
-      for (int i = 0; i < kN; ++i) {
-        const f4 lf = __builtin_convertvector(load4(&trial[i][4 * q]), f4);
-        const f4 diff = vs * lf + vm - load4(&xt[i][4 * q]);
-        err += load4(&wt[i][4 * q]) * diff * diff;
-      }
-      store4(trial_error + 4 * q, err);
-    }
-    bool take[kLanes];
-    for (int s = 0; s < kLanes; ++s) {
-      take[s] = ok[s] && trial_error[s] < best_error[s];
-      if (take[s]) {
-        best_error[s] = trial_error[s];
-        scale[s] = this_scale[s];
-        best_min[s] = this_min[s];
-      }
-    }
-    for (int i = 0; i < kN; ++i)
-      for (int s = 0; s < kLanes; ++s) kept[i][s] = take[s] ? trial[i][s] : kept[i][s];
-  }
-  for (int s = 0; s < kLanes; ++s) {
-    for (int i = 0; i < kN; ++i) L[kN * s + i] = flat[s] ? 0 : static_cast<uint8_t>(kept[i][s]);
-    scales[s] = flat[s] ? 0.0f : scale[s];
-    mins[s] = flat[s] ? -lo[s] : -best_min[s];
-  }
-}
-
-// Shared by Q4_K and Q5_K: levels L[256] in 0..nmax, and the 6-bit scales/mins
-// with their f16 super-scales written into (d, dmin, scales).
-// kLanes: the eight sub-blocks' searches at once (search_scales_min8), else one at a
-// time (the reference).
+// Shared by Q4_K and Q5_K. The searches of up to two blocks' sub-blocks: levels
+// L[256·count] in 0..nmax, scales and mins [8·count]. kLanes: all sixteen at once
+// (search_scales_min16; a lone block is padded with zero sub-blocks, whose lanes are
+// dropped), else one at a time (the reference).
 template <bool kLanes>
-void quantize_k_asym(const float* x, int nmax, float rmin, float rdelta, int nstep, uint8_t* L, uint16_t* d_out,
-                     uint16_t* dmin_out, uint8_t* packed) {
-  float scales[8], mins[8], weights[256];
-  uint8_t trial[32];
-  float max_scale = 0, max_min = 0;
-  for (int j = 0; j < 8; ++j) {
+void search_k_asym(const float* x, int count, int nmax, float rmin, float rdelta, int nstep, uint8_t* L,
+                   float* scales, float* mins) {
+  alignas(64) float weights[512] = {};
+  for (int j = 0; j < 8 * count; ++j) {
     const float* xs = x + 32 * j;
     float sum_x2 = 0;
     for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
     const float av_x = std::sqrt(sum_x2 / 32);
     for (int l = 0; l < 32; ++l) weights[32 * j + l] = av_x + std::fabs(xs[l]);
-    if constexpr (!kLanes)
-      scales[j] = search_scale_min(32, nmax, xs, weights + 32 * j, L + 32 * j, &mins[j], trial, rmin, rdelta, nstep);
   }
-  if constexpr (kLanes) search_scales_min8(x, weights, nmax, L, scales, mins, rmin, rdelta, nstep);
+  if constexpr (kLanes) {
+    if (count == 2) {
+      search_scales_min16(x, weights, nmax, L, scales, mins, rmin, rdelta, nstep);
+      return;
+    }
+    alignas(64) float padded[512] = {};
+    std::memcpy(padded, x, 256 * sizeof(float));
+    uint8_t levels[512];
+    float s16[16], m16[16];
+    search_scales_min16(padded, weights, nmax, levels, s16, m16, rmin, rdelta, nstep);
+    std::memcpy(L, levels, 256);
+    std::memcpy(scales, s16, 8 * sizeof(float));
+    std::memcpy(mins, m16, 8 * sizeof(float));
+  } else {
+    uint8_t trial[32];
+    for (int j = 0; j < 8 * count; ++j) {
+      scales[j] = search_scale_min(32, nmax, x + 32 * j, weights + 32 * j, L + 32 * j, &mins[j], trial, rmin, rdelta,
+                                   nstep);
+    }
+  }
+}
+
+// One block's 6-bit scales/mins and f16 super-scales (d, dmin, packed) from its
+// searches, and its levels L[256] re-rounded against the scales they decode with
+// (kLanes: on SIMD vectors, round_levels; else the reference's loop).
+template <bool kLanes>
+void pack_k_asym(const float* x, int nmax, const float* scales, const float* mins, uint8_t* L, uint16_t* d_out,
+                 uint16_t* dmin_out, uint8_t* packed) {
+  float max_scale = 0, max_min = 0;
   for (int j = 0; j < 8; ++j) {
     max_scale = std::max(max_scale, scales[j]);
     max_min = std::max(max_min, mins[j]);
@@ -371,14 +190,39 @@ void quantize_k_asym(const float* x, int nmax, float rmin, float rdelta, int nst
   *d_out = f32_to_f16(max_scale / 63.0f);
   *dmin_out = f32_to_f16(max_min / 63.0f);
   const float d = f16_to_f32(*d_out), dmin = f16_to_f32(*dmin_out);
+  float ds[8], dm[8];
   for (int j = 0; j < 8; ++j) {
     uint8_t sc, m;
     unpack_scale_min_k4(j, packed, &sc, &m);
-    const float ds = d * sc;
-    if (ds == 0.0f) continue;
-    const float dm = dmin * m;
+    ds[j] = d * sc;
+    dm[j] = dmin * m;
+  }
+  if constexpr (kLanes) {
+    round_levels(x, 32, 8, ds, dm, 0, nmax, 0, L);
+    return;
+  }
+  for (int j = 0; j < 8; ++j) {
+    if (ds[j] == 0.0f) continue;
     for (int l = 0; l < 32; ++l) {
-      L[32 * j + l] = static_cast<uint8_t>(std::clamp(round_to_int((x[32 * j + l] + dm) / ds), 0, nmax));
+      L[32 * j + l] = static_cast<uint8_t>(std::clamp(round_to_int((x[32 * j + l] + dm[j]) / ds[j]), 0, nmax));
+    }
+  }
+}
+
+// Each block's scales packed, then pack_levels(L, block) stores its levels; the
+// searches run two blocks at a time.
+template <bool kLanes, typename Block, typename PackLevels>
+void quantize_k_asym_blocks(const float* x, Block* y, int64_t nblocks, int nmax, float rmin, float rdelta, int nstep,
+                            PackLevels pack_levels) {
+  uint8_t L[512];
+  float scales[16], mins[16];
+  for (int64_t b = 0; b < nblocks; b += 2) {
+    const int count = nblocks - b >= 2 ? 2 : 1;
+    search_k_asym<kLanes>(x + 256 * b, count, nmax, rmin, rdelta, nstep, L, scales, mins);
+    for (int c = 0; c < count; ++c) {
+      Block& out = y[b + c];
+      pack_k_asym<kLanes>(x + 256 * (b + c), nmax, scales + 8 * c, mins + 8 * c, L + 256 * c, &out.d, &out.dmin, out.scales);
+      pack_levels(L + 256 * c, out);
     }
   }
 }
@@ -387,13 +231,11 @@ void quantize_k_asym(const float* x, int nmax, float rmin, float rdelta, int nst
 
 template <bool kLanes>
 void quantize_q4_k_blocks(const float* x, BlockQ4_K* y, int64_t nblocks) {
-  uint8_t L[256];
-  for (int64_t b = 0; b < nblocks; ++b, x += 256) {
-    quantize_k_asym<kLanes>(x, 15, -1.0f, 0.1f, 20, L, &y[b].d, &y[b].dmin, y[b].scales);
+  quantize_k_asym_blocks<kLanes>(x, y, nblocks, 15, -1.0f, 0.1f, 20, [](const uint8_t* L, BlockQ4_K& out) {
     for (int c = 0; c < 4; ++c) {
-      for (int l = 0; l < 32; ++l) y[b].qs[32 * c + l] = static_cast<uint8_t>(L[64 * c + l] | (L[64 * c + l + 32] << 4));
+      for (int l = 0; l < 32; ++l) out.qs[32 * c + l] = static_cast<uint8_t>(L[64 * c + l] | (L[64 * c + l + 32] << 4));
     }
-  }
+  });
 }
 
 void quantize_q4_k(const float* x, BlockQ4_K* y, int64_t nblocks) { quantize_q4_k_blocks<true>(x, y, nblocks); }
@@ -417,19 +259,17 @@ void dequantize_q4_k(const BlockQ4_K* x, float* y, int64_t nblocks) {
 
 template <bool kLanes>
 void quantize_q5_k_blocks(const float* x, BlockQ5_K* y, int64_t nblocks) {
-  uint8_t L[256];
-  for (int64_t b = 0; b < nblocks; ++b, x += 256) {
-    quantize_k_asym<kLanes>(x, 31, -0.5f, 0.1f, 15, L, &y[b].d, &y[b].dmin, y[b].scales);
-    std::memset(y[b].qh, 0, 32);
+  quantize_k_asym_blocks<kLanes>(x, y, nblocks, 31, -0.5f, 0.1f, 15, [](const uint8_t* L, BlockQ5_K& out) {
+    std::memset(out.qh, 0, 32);
     for (int c = 0; c < 4; ++c) {
       for (int l = 0; l < 32; ++l) {
         const int lo = L[64 * c + l], hi = L[64 * c + l + 32];
-        if (lo > 15) y[b].qh[l] |= static_cast<uint8_t>(1u << (2 * c));
-        if (hi > 15) y[b].qh[l] |= static_cast<uint8_t>(2u << (2 * c));
-        y[b].qs[32 * c + l] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
+        if (lo > 15) out.qh[l] |= static_cast<uint8_t>(1u << (2 * c));
+        if (hi > 15) out.qh[l] |= static_cast<uint8_t>(2u << (2 * c));
+        out.qs[32 * c + l] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
       }
     }
-  }
+  });
 }
 
 void quantize_q5_k(const float* x, BlockQ5_K* y, int64_t nblocks) { quantize_q5_k_blocks<true>(x, y, nblocks); }
@@ -482,11 +322,17 @@ void quantize_q6_k_blocks(const float* x, BlockQ6_K* y, int64_t nblocks) {
     y[b].d = f32_to_f16(1.0f / iscale);
     for (int s = 0; s < 16; ++s) y[b].scales[s] = static_cast<int8_t>(std::min(127, round_to_int(iscale * scales[s])));
     const float d = f16_to_f32(y[b].d);
-    for (int s = 0; s < 16; ++s) {
-      const float ds = d * y[b].scales[s];
-      if (ds == 0.0f) continue;
-      for (int i = 0; i < 16; ++i) {
-        L[16 * s + i] = static_cast<int8_t>(std::clamp(round_to_int(x[16 * s + i] / ds), -32, 31) + 32);
+    float ds[16];
+    for (int s = 0; s < 16; ++s) ds[s] = d * y[b].scales[s];
+    if constexpr (kLanes) {
+      static constexpr float kNoOffset[16] = {};
+      round_levels(x, 16, 16, ds, kNoOffset, -32, 31, 32, reinterpret_cast<uint8_t*>(L));
+    } else {
+      for (int s = 0; s < 16; ++s) {
+        if (ds[s] == 0.0f) continue;
+        for (int i = 0; i < 16; ++i) {
+          L[16 * s + i] = static_cast<int8_t>(std::clamp(round_to_int(x[16 * s + i] / ds[s]), -32, 31) + 32);
+        }
       }
     }
     for (int h = 0; h < 2; ++h) {

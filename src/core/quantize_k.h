@@ -1,5 +1,6 @@
-// The K block types' row codecs (quantize_k.cc), behind quantize_row_ref and
-// dequantize_row_ref (quantize.cc). nblocks whole 256-element blocks.
+// The block types' row codecs behind quantize_row_ref and dequantize_row_ref
+// (quantize.cc): the K types' (quantize_k.cc, nblocks whole 256-element blocks), and
+// Q8_0's and Q4_0's quantizers (quantize_q8_0_q4_0.cc, blocks of 32).
 #pragma once
 
 #include <cmath>
@@ -21,6 +22,25 @@ void quantize_q6_k(const float* src, BlockQ6_K* dst, int64_t nblocks);
 void quantize_q4_k_ref(const float* src, BlockQ4_K* dst, int64_t nblocks);
 void quantize_q5_k_ref(const float* src, BlockQ5_K* dst, int64_t nblocks);
 void quantize_q6_k_ref(const float* src, BlockQ6_K* dst, int64_t nblocks);
+
+// Q8_0 and Q4_0 on SIMD vectors, and the scalar references they give the bytes of.
+void quantize_q8_0(const float* src, BlockQ8_0* dst, int64_t nblocks);
+void quantize_q4_0(const float* src, BlockQ4_0* dst, int64_t nblocks);
+void quantize_q8_0_ref(const float* src, BlockQ8_0* dst, int64_t nblocks);
+void quantize_q4_0_ref(const float* src, BlockQ4_0* dst, int64_t nblocks);
+
+// The searches over 16 sub-blocks at once (quantize_k_search.cc, one lane each, the
+// bits of the scalar searches): the 16 sub-blocks of 16 of a Q6_K block (levels
+// L[256] + nmax, scales[16]), and the 16 sub-blocks of 32 of two Q4_K/Q5_K blocks
+// with weights w (levels L[512], scales[16], mins[16] as positive offsets).
+void search_scales_symmetric16(const float* x, int nmax, int8_t* L, float* scales);
+void search_scales_min16(const float* x, const float* w, int nmax, uint8_t* L, float* scales, float* mins, float rmin,
+                         float rdelta, int nstep);
+// Levels of sub-blocks of n elements (n a multiple of 16) against the scales they
+// decode with, where ds[s] != 0: L = clamp(round_to_int((x + dm[s]) / ds[s]), lo, hi)
+// + offset, the scalar loops' bits.
+void round_levels(const float* x, int n, int subblocks, const float* ds, const float* dm, int lo, int hi, int offset,
+                  uint8_t* L);
 
 // llama.cpp's nearest_int: round to nearest, ties to even. Adding 1.5·2^23 leaves
 // the rounded integer in the low mantissa bits (exact for |v| < 2^22, checked

@@ -3,7 +3,9 @@
 #include "loom/core/quantize.h"
 
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -235,37 +237,125 @@ namespace loom {
 namespace {
 
 // The K quantizers' searches over all sub-blocks at once (a lane each) give the
-// scalar references' bytes: sub-blocks of every shape (zeros, below the search's
-// epsilon, one outlier, one sign, ties, constant).
+// scalar references' bytes on every Highway target they are compiled for: sub-blocks
+// of every shape (zeros, below the search's epsilon, one outlier, one sign, ties,
+// constant), in an odd number of blocks (Q4_K/Q5_K search two blocks at a time, a
+// lone last one padded).
 TEST(Quantize, KQuantLaneSearchesEqualTheReferencesByteForByte) {
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  constexpr int kBlocks = 64;
-  for (int shape = 0; shape < 8; ++shape) {
-    std::vector<float> x(256 * kBlocks);
-    for (size_t i = 0; i < x.size(); ++i) {
-      float v = normal(rng);
-      switch (shape) {
-        case 1: v = (i / 16) % 3 == 0 ? 0.0f : v; break;             // whole zero sub-blocks
-        case 2: v = (i / 16) % 2 == 0 ? v * 1e-17f : v; break;       // below the epsilon
-        case 3: v = i % 97 == 0 ? v * 1000.0f : v; break;            // outliers
-        case 4: v = std::fabs(v); break;                              // one sign
-        case 5: v = static_cast<float>(static_cast<int>(v * 4)) / 4; break;  // exact ties
-        case 6: v = v * 1e-3f + ((i / 16) % 2 ? 5.0f : -5.0f); break;  // offset sub-blocks
-        case 7: v = (i / 32) % 2 ? 0.75f : v; break;                  // constant sub-blocks
+  constexpr int kBlocks = 65;
+  int targets = 0;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    ++targets;
+    for (int shape = 0; shape < 8; ++shape) {
+      std::vector<float> x(256 * kBlocks);
+      for (size_t i = 0; i < x.size(); ++i) {
+        float v = normal(rng);
+        switch (shape) {
+          case 1: v = (i / 16) % 3 == 0 ? 0.0f : v; break;             // whole zero sub-blocks
+          case 2: v = (i / 16) % 2 == 0 ? v * 1e-17f : v; break;       // below the epsilon
+          case 3: v = i % 97 == 0 ? v * 1000.0f : v; break;            // outliers
+          case 4: v = std::fabs(v); break;                              // one sign
+          case 5: v = static_cast<float>(static_cast<int>(v * 4)) / 4; break;  // exact ties
+          case 6: v = v * 1e-3f + ((i / 16) % 2 ? 5.0f : -5.0f); break;  // offset sub-blocks
+          case 7: v = (i / 32) % 2 ? 0.75f : v; break;                  // constant sub-blocks
+        }
+        x[i] = v;
       }
-      x[i] = v;
+      const auto same = [&](auto lanes_fn, auto ref_fn, auto block, const char* type) {
+        std::vector<decltype(block)> lanes(kBlocks), ref(kBlocks);
+        lanes_fn(x.data(), lanes.data(), kBlocks);
+        ref_fn(x.data(), ref.data(), kBlocks);
+        EXPECT_EQ(std::memcmp(lanes.data(), ref.data(), sizeof(block) * kBlocks), 0) << type << ", shape " << shape;
+      };
+      same(detail::quantize_q4_k, detail::quantize_q4_k_ref, BlockQ4_K{}, "Q4_K");
+      same(detail::quantize_q5_k, detail::quantize_q5_k_ref, BlockQ5_K{}, "Q5_K");
+      same(detail::quantize_q6_k, detail::quantize_q6_k_ref, BlockQ6_K{}, "Q6_K");
     }
-    const auto same = [&](auto lanes_fn, auto ref_fn, auto block, const char* type) {
-      std::vector<decltype(block)> lanes(kBlocks), ref(kBlocks);
-      lanes_fn(x.data(), lanes.data(), kBlocks);
-      ref_fn(x.data(), ref.data(), kBlocks);
-      EXPECT_EQ(std::memcmp(lanes.data(), ref.data(), sizeof(block) * kBlocks), 0) << type << ", shape " << shape;
-    };
-    same(detail::quantize_q4_k, detail::quantize_q4_k_ref, BlockQ4_K{}, "Q4_K");
-    same(detail::quantize_q5_k, detail::quantize_q5_k_ref, BlockQ5_K{}, "Q5_K");
-    same(detail::quantize_q6_k, detail::quantize_q6_k_ref, BlockQ6_K{}, "Q6_K");
   }
+  hwy::SetSupportedTargetsForTest(0);
+  EXPECT_GE(targets, 1);
+}
+
+// round_levels gives the scalar formula's levels on every Highway target, right at the
+// rounding boundaries: x within an ulp of (k + 1/2)·ds, where a product with 1/ds
+// instead of the quotient, or a fused (x + dm)/ds, would land on the other side.
+TEST(Quantize, RoundLevelsEqualTheScalarFormulaAtHalves) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> scale(0.001f, 3.0f);
+  constexpr int kN = 32, kSubs = 16;
+  std::vector<float> x(kN * kSubs), ds(kSubs), dm(kSubs);
+  int compared = 0;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (int trial = 0; trial < 200; ++trial) {
+      for (int s = 0; s < kSubs; ++s) {
+        ds[s] = s == 3 ? 0.0f : scale(rng);  // a zero scale keeps its levels
+        dm[s] = trial % 2 ? scale(rng) : 0.0f;
+        for (int i = 0; i < kN; ++i) {
+          const float half = (static_cast<float>(static_cast<int>(rng() % 40) - 20) + 0.5f) * ds[s] - dm[s];
+          const int side = static_cast<int>(rng() % 3);
+          x[kN * s + i] = side == 0 ? half : std::nextafter(half, side == 1 ? 1e9f : -1e9f);
+        }
+      }
+      std::vector<uint8_t> got(kN * kSubs, 0xAA), want(kN * kSubs, 0xAA);
+      detail::round_levels(x.data(), kN, kSubs, ds.data(), dm.data(), -16, 15, 16, got.data());
+      for (int s = 0; s < kSubs; ++s) {
+        if (ds[s] == 0.0f) continue;
+        for (int i = 0; i < kN; ++i) {
+          const int l = std::clamp(detail::round_to_int((x[kN * s + i] + dm[s]) / ds[s]), -16, 15) + 16;
+          want[kN * s + i] = static_cast<uint8_t>(l);
+        }
+      }
+      ASSERT_EQ(got, want) << "trial " << trial;
+      ++compared;
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  EXPECT_GE(compared, 200);
+}
+
+// Q8_0 and Q4_0 on SIMD vectors give the scalar references' bytes on every Highway
+// target: blocks of every shape, among them exact halves after scaling (Q8_0 rounds
+// them away from zero), −0 and all-zero blocks, and +a / −a ties for the extreme
+// (the first one sets Q4_0's sign).
+TEST(Quantize, Q8_0AndQ4_0EqualTheReferencesByteForByte) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  constexpr int kBlocks = 257;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (int shape = 0; shape < 7; ++shape) {
+      std::vector<float> x(32 * kBlocks);
+      for (size_t i = 0; i < x.size(); ++i) {
+        float v = normal(rng);
+        const size_t j = i % 32;
+        switch (shape) {
+          case 1: v = (i / 32) % 2 ? 0.0f : -0.0f; break;                       // zero blocks, −0 too
+          case 2: v = j == 5 ? 127.0f : static_cast<float>(static_cast<int>(v * 8)) + 0.5f; break;  // halves
+          case 3: v = j == 3 ? 2.0f : j == 20 ? -2.0f : v * 0.5f; break;         // +a first, then −a
+          case 4: v = j == 3 ? -2.0f : j == 20 ? 2.0f : v * 0.5f; break;         // −a first
+          case 5: v = j == 31 ? 1e3f * v : v; break;                              // the extreme last
+          case 6: v = static_cast<float>(static_cast<int>(v * 4)) / 4; break;   // exact ties
+        }
+        x[i] = v;
+      }
+      std::vector<BlockQ8_0> q8(kBlocks), q8_ref(kBlocks);
+      detail::quantize_q8_0(x.data(), q8.data(), kBlocks);
+      detail::quantize_q8_0_ref(x.data(), q8_ref.data(), kBlocks);
+      EXPECT_EQ(std::memcmp(q8.data(), q8_ref.data(), sizeof(BlockQ8_0) * kBlocks), 0) << "Q8_0, shape " << shape;
+      std::vector<BlockQ4_0> q4(kBlocks), q4_ref(kBlocks);
+      detail::quantize_q4_0(x.data(), q4.data(), kBlocks);
+      detail::quantize_q4_0_ref(x.data(), q4_ref.data(), kBlocks);
+      EXPECT_EQ(std::memcmp(q4.data(), q4_ref.data(), sizeof(BlockQ4_0) * kBlocks), 0) << "Q4_0, shape " << shape;
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 }  // namespace
