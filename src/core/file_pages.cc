@@ -73,25 +73,29 @@ size_t release_file_pages(const void* p, size_t bytes) {
   return last - first;
 }
 
-// madvise(advice) over the pages [p, p + bytes) touches, when it lies in a registered
-// mapping. Outside the lock: a caller reading [p, p + bytes) holds the mapping open.
-static void advise_file_pages(const void* p, size_t bytes, int advice) {
+// madvise(advice) over the pages [p, p + bytes) touches.
+static void advise_pages(const void* p, size_t bytes, int advice) {
   if (!p || bytes == 0) return;
   static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
-  if (!in_file_mapping(p, bytes)) return;
   const uintptr_t first = lo / page * page, last = (hi + page - 1) / page * page;
   (void)madvise(reinterpret_cast<void*>(first), last - first, advice);
 }
 
-void prefault_file_pages(const void* p, size_t bytes) {
-#if defined(__linux__)
-  constexpr int kPopulateRead = 22;  // MADV_POPULATE_READ, not in every libc's headers
-  advise_file_pages(p, bytes, kPopulateRead);
-#endif
+void populate_pages(const void* p, size_t bytes, bool for_writing) {
+  constexpr int kPopulateRead = 22, kPopulateWrite = 23;  // not in every libc's headers
+  advise_pages(p, bytes, for_writing ? kPopulateWrite : kPopulateRead);
 }
 
-void read_file_pages_sparsely(const void* p, size_t bytes) { advise_file_pages(p, bytes, MADV_RANDOM); }
+// The two below only within a registered mapping. Outside its lock: a caller reading
+// [p, p + bytes) holds the mapping open.
+void prefault_file_pages(const void* p, size_t bytes) {
+  if (in_file_mapping(p, bytes)) populate_pages(p, bytes, false);
+}
+
+void read_file_pages_sparsely(const void* p, size_t bytes) {
+  if (in_file_mapping(p, bytes)) advise_pages(p, bytes, MADV_RANDOM);
+}
 
 bool in_file_mapping(const void* p, size_t bytes) {
   if (!p) return false;

@@ -29,10 +29,13 @@ void unregister_file_mapping(const void* begin);
 // turns it off.
 size_t release_file_pages(const void* p, size_t bytes);
 
-// Maps the pages of [p, p + bytes) in one call (MADV_POPULATE_READ) when it lies in a
-// registered mapping, before a copy reads them all: a fault per page cost ~2 µs in
-// a VM (1 s over a 2.3 GB file), populating them ~0.05 s. Best effort: a kernel
-// without it (before 5.14) leaves the pages to fault in as they are read.
+// Maps the pages [p, p + bytes) touches, of any mapping, in one call before a copy
+// reads them all or writes them all (MADV_POPULATE_READ / MADV_POPULATE_WRITE): a
+// fault per page cost ~2 µs in a VM (1 s over a 2.3 GB file), populating them ~0.05 s.
+// Best effort: a kernel without it (before 5.14) leaves the pages to fault in.
+void populate_pages(const void* p, size_t bytes, bool for_writing);
+
+// populate_pages for reading, when [p, p + bytes) lies in a registered mapping.
 void prefault_file_pages(const void* p, size_t bytes);
 
 // Reads the pages of [p, p + bytes), when it lies in a registered mapping, without

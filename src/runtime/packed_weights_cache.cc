@@ -42,9 +42,6 @@ constexpr int kFormat = 3;
 constexpr size_t kPage = 4096;  // the header's size and every region's alignment
 // Packing a small matrix costs less than a record and a page of alignment.
 constexpr size_t kMinCachedBytes = size_t{64} << 10;
-// A fault per page costs ~2 µs in some VMs (1 s over the 1B bf16 model); populating
-// a range in one call (Linux 5.14; not in every libc's headers) costs ~0.05 s.
-constexpr int kPopulateRead = 22, kPopulateWrite = 23;
 constexpr uint64_t kRecordMagic = 0x31434552504d4f4cull;  // "LOMPREC1"
 
 // One packed tensor, appended to the .idx file once its bytes are in the .bin file.
@@ -391,8 +388,7 @@ std::shared_ptr<void> PackedFile::find(const Record& want) {
     }
     if (at == SIZE_MAX) return nullptr;
     const uint8_t* data = map_ + r.data_offset;
-    // One call a region, not a fault a page: ~2 µs a fault in some VMs.
-    (void)::madvise(const_cast<uint8_t*>(data), round_up(r.data_bytes, kPage), kPopulateRead);
+    populate_pages(data, r.data_bytes, false);  // one call a region, not a fault a page
     std::shared_ptr<void> out;
     if (read_in_place(r)) {
       out = std::shared_ptr<void>(shared_from_this(), const_cast<uint8_t*>(data));  // keeps the mapping
@@ -455,7 +451,7 @@ Result<PackedFile::Region> PackedFile::reserve_region(size_t bytes) {
     ::munmap(q, rounded);
     keep.reset();
   });
-  (void)::madvise(p, rounded, kPopulateWrite);  // one call, not a fault per page
+  populate_pages(p, rounded, true);  // one call, not a fault per page
   if (const size_t whole = whole_huge_pages(region.offset, bytes);
       tells_page_size(whole) && g_file_pages.load(std::memory_order_relaxed) != FilePages::kHuge) {
     region.huge_pages = mapped_in_huge_pages(whole, file_pmd_mapped_bytes(p));
