@@ -56,7 +56,8 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
   t.defined_ = true;
-  t.storage_ = allocate_aligned(t.nbytes());
+  // Large tensors (a checkpoint's matrices made at load) in 2 MB pages.
+  t.storage_ = allocate_streamed(t.nbytes());
   t.data_ = t.storage_.get();
   return t;
 }
