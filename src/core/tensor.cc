@@ -117,13 +117,22 @@ Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
 
 Tensor Tensor::to(DType dtype) const {
   Tensor t = empty(dtype, shape_);
+  convert_into(t);
+  return t;
+}
+
+void Tensor::convert_into(const Tensor& t) const {
+  if (t.shape_ != shape_) {
+    throw Error(invalid_argument("convert_into: " + describe() + " into " + t.describe() + ", another shape"));
+  }
+  const DType dtype = t.dtype_;
   // Rows on every thread when there are many (quantizing a model's matrices at load
   // was a single thread's 26 s): no block crosses a row, so the bytes are the same.
   const int64_t n = numel(), cols = rank() >= 2 ? dim(-1) : n, rows = cols > 0 ? n / cols : 0;
   const bool whole_blocks = cols % dtype_block_elements(dtype_) == 0 && cols % dtype_block_elements(dtype) == 0;
   if (n < (int64_t{1} << 18) || rows < 2 || !whole_blocks) {
     convert_elements(data_, dtype_, t.data_, dtype, static_cast<size_t>(n));
-    return t;
+    return;
   }
   const size_t src_row = dtype_bytes(dtype_, cols), dst_row = dtype_bytes(dtype, cols);
   ThreadPool::global().parallel_for(rows, [&](int64_t r0, int64_t r1, int) {
@@ -131,7 +140,6 @@ Tensor Tensor::to(DType dtype) const {
                      static_cast<char*>(t.data_) + dst_row * static_cast<size_t>(r0), dtype,
                      static_cast<size_t>((r1 - r0) * cols));
   });
-  return t;
 }
 
 Tensor Tensor::clone() const { return to(dtype_); }

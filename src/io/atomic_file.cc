@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 namespace loom::io {
 
@@ -14,7 +15,7 @@ Result<AtomicFile> AtomicFile::create(const std::string& path) {
   static std::atomic<uint64_t> counter{0};
   for (int attempt = 0; attempt < 100; ++attempt) {
     std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    const int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd >= 0) return AtomicFile(path, std::move(tmp), fd);
     if (errno != EEXIST) return io_error(path + ": cannot create " + tmp + ": " + std::strerror(errno));
   }
@@ -45,6 +46,13 @@ Status AtomicFile::write(const void* data, size_t n) {
     p += w;
     n -= static_cast<size_t>(w);
   }
+  return Status::Ok();
+}
+
+Status AtomicFile::reserve(uint64_t bytes) {
+  if (fd_ < 0) return io_error(path_ + ": reserve after the file was committed");
+  if (const int err = ::posix_fallocate(fd_, 0, static_cast<off_t>(bytes)); err != 0)
+    return io_error(path_ + ": cannot reserve " + std::to_string(bytes) + " bytes: " + std::strerror(err));
   return Status::Ok();
 }
 

@@ -22,6 +22,10 @@ class AtomicFile {
 
   // kIoError naming the final path.
   Status write(const void* data, size_t n);
+  // Sizes the file to `bytes` with its blocks allocated (zeros), for writing through a
+  // mapping of fd().
+  Status reserve(uint64_t bytes);
+  int fd() const { return fd_; }
   Status commit();
 
  private:

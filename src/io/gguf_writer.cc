@@ -3,9 +3,14 @@
 #include "loom/io/gguf_writer.h"
 #include "io/quoted.h"
 
+#include <sys/mman.h>
+
+#include <cerrno>
 #include <cstring>
 #include <set>
+#include <utility>
 
+#include "core/file_pages.h"
 #include "io/atomic_file.h"
 #include "io/gguf_format.h"
 
@@ -111,9 +116,10 @@ struct Layout {
   std::string header;              // through the padding before the data section
   std::vector<uint64_t> offsets;   // of each tensor, relative to the data section
   std::vector<uint64_t> nbytes;
+  uint64_t data_bytes = 0;         // the data section, padding after the last tensor included
 };
 
-Result<Layout> plan(const GgufMetadata& metadata, const GgufTensors& tensors, uint64_t alignment) {
+Result<Layout> plan(const GgufMetadata& metadata, const std::vector<GgufTensorSpec>& tensors, uint64_t alignment) {
   if (!gguf_format::is_power_of_two(alignment) || alignment > (uint64_t{1} << 30))
     return invalid_argument("GGUF writer: alignment " + std::to_string(alignment) + " is not a power of two up to 2^30");
   Layout l;
@@ -151,36 +157,42 @@ Result<Layout> plan(const GgufMetadata& metadata, const GgufTensors& tensors, ui
 
   std::set<std::string_view> names;
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
+  for (const GgufTensorSpec& t : tensors) {
+    const std::string& name = t.name;
     const std::string ctx = "GGUF writer: tensor " + squote(name) + ": ";
     if (!names.insert(name).second) return invalid_argument("GGUF writer: duplicate tensor name " + squote(name));
-    if (!t.defined()) return invalid_argument(ctx + "undefined");
-    const std::optional<uint32_t> ggml_type = ggml_type_from_dtype(t.dtype());
+    const std::optional<uint32_t> ggml_type = ggml_type_from_dtype(t.dtype);
     if (!ggml_type)
-      return invalid_argument(ctx + "dtype " + std::string(dtype_name(t.dtype())) + " has no GGUF type");
-    if (t.rank() > gguf_format::kMaxDims)
-      return invalid_argument(ctx + "rank " + std::to_string(t.rank()) + " is more than GGUF's " +
+      return invalid_argument(ctx + "dtype " + std::string(dtype_name(t.dtype)) + " has no GGUF type");
+    const int rank = static_cast<int>(t.shape.size());
+    if (rank > gguf_format::kMaxDims)
+      return invalid_argument(ctx + "rank " + std::to_string(rank) + " is more than GGUF's " +
                               std::to_string(gguf_format::kMaxDims) + " dimensions");
-    for (int d = 0; d < t.rank(); ++d)
-      if (t.dim(d) <= 0)
-        return invalid_argument(ctx + "shape " + shape_to_string(t.shape()) + " has an empty dimension, which GGUF cannot hold");
-    const int64_t block = dtype_block_elements(t.dtype());
-    const int64_t last = t.rank() == 0 ? 1 : t.dim(-1);
+    int64_t numel = 1;
+    for (int64_t d : t.shape) {
+      if (d <= 0)
+        return invalid_argument(ctx + "shape " + shape_to_string(t.shape) + " has an empty dimension, which GGUF cannot hold");
+      numel *= d;
+    }
+    const int64_t block = dtype_block_elements(t.dtype);
+    const int64_t last = rank == 0 ? 1 : t.shape.back();
     if (last % block != 0)
       return invalid_argument(ctx + "last dimension " + std::to_string(last) + " is not a multiple of the " +
-                              std::string(dtype_name(t.dtype())) + " block of " + std::to_string(block));
+                              std::string(dtype_name(t.dtype)) + " block of " + std::to_string(block));
     put_string(h, name);
     // A scalar is stored as one element of one dimension, as ggml has no rank 0.
-    put<uint32_t>(h, static_cast<uint32_t>(std::max(t.rank(), 1)));
-    if (t.rank() == 0) put<uint64_t>(h, 1);
-    for (int d = t.rank() - 1; d >= 0; --d) put<uint64_t>(h, static_cast<uint64_t>(t.dim(d)));
+    put<uint32_t>(h, static_cast<uint32_t>(std::max(rank, 1)));
+    if (rank == 0) put<uint64_t>(h, 1);
+    for (int d = rank - 1; d >= 0; --d) put<uint64_t>(h, static_cast<uint64_t>(t.shape[static_cast<size_t>(d)]));
     put<uint32_t>(h, *ggml_type);
     put<uint64_t>(h, offset);
+    const uint64_t nbytes = dtype_bytes(t.dtype, numel);
     l.offsets.push_back(offset);
-    l.nbytes.push_back(t.nbytes());
-    offset = gguf_format::align_up(offset + t.nbytes(), alignment);
+    l.nbytes.push_back(nbytes);
+    offset = gguf_format::align_up(offset + nbytes, alignment);
   }
   h.append(gguf_format::align_up(h.size(), alignment) - h.size(), '\0');
+  l.data_bytes = offset;
   return l;
 }
 
@@ -188,7 +200,12 @@ Result<Layout> plan(const GgufMetadata& metadata, const GgufTensors& tensors, ui
 
 Status write_gguf(const std::string& path, const GgufMetadata& metadata, const GgufTensors& tensors,
                   uint64_t alignment) {
-  LOOM_ASSIGN_OR_RETURN(Layout l, plan(metadata, tensors, alignment));
+  std::vector<GgufTensorSpec> specs;
+  for (const auto& [name, t] : tensors) {
+    if (!t.defined()) return invalid_argument("GGUF writer: tensor " + squote(name) + ": undefined");
+    specs.push_back({name, t.dtype(), t.shape()});
+  }
+  LOOM_ASSIGN_OR_RETURN(Layout l, plan(metadata, specs, alignment));
   LOOM_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(path));
   LOOM_RETURN_IF_ERROR(out.write(l.header.data(), l.header.size()));
   const std::string padding(alignment, '\0');
@@ -199,6 +216,52 @@ Status write_gguf(const std::string& path, const GgufMetadata& metadata, const G
     LOOM_RETURN_IF_ERROR(out.write(padding.data(), pad));
   }
   return out.commit();
+}
+
+struct GgufInPlaceWriter::State {
+  explicit State(AtomicFile f) : file(std::move(f)) {}
+  ~State() {
+    if (map) ::munmap(map, map_bytes);
+  }
+  AtomicFile file;
+  void* map = nullptr;
+  size_t map_bytes = 0;
+  std::vector<void*> data;
+};
+
+GgufInPlaceWriter::GgufInPlaceWriter(std::unique_ptr<State> state) : state_(std::move(state)) {}
+GgufInPlaceWriter::GgufInPlaceWriter(GgufInPlaceWriter&& other) noexcept = default;
+GgufInPlaceWriter::~GgufInPlaceWriter() = default;
+
+Result<GgufInPlaceWriter> GgufInPlaceWriter::create(const std::string& path, const GgufMetadata& metadata,
+                                                    const std::vector<GgufTensorSpec>& tensors, uint64_t alignment) {
+  LOOM_ASSIGN_OR_RETURN(Layout l, plan(metadata, tensors, alignment));
+  LOOM_ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::create(path));
+  const uint64_t total = l.header.size() + l.data_bytes;
+  // Blocks reserved up front: a full disk is an error here, not a SIGBUS when the
+  // mapping's pages are written back.
+  LOOM_RETURN_IF_ERROR(file.reserve(total));
+  auto state = std::make_unique<State>(std::move(file));
+  void* map = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, state->file.fd(), 0);
+  if (map == MAP_FAILED) return io_error(path + ": cannot map the file being written: " + std::strerror(errno));
+  state->map = map;
+  state->map_bytes = total;
+  // Every page is about to be written: mapped in one call, not a fault per 4 KB page
+  // (--quantize q4_0's first load 4.3-4.7 -> 3.7-3.8 s on a Zen 5 VM).
+  populate_pages(map, total, true);
+  auto* base = static_cast<uint8_t*>(map);
+  std::memcpy(base, l.header.data(), l.header.size());
+  for (uint64_t offset : l.offsets) state->data.push_back(base + l.header.size() + offset);
+  return GgufInPlaceWriter(std::move(state));
+}
+
+void* GgufInPlaceWriter::data(size_t i) const { return state_->data.at(i); }
+
+Status GgufInPlaceWriter::commit() {
+  if (!state_ || !state_->map) return io_error("GgufInPlaceWriter: committed twice");
+  ::munmap(state_->map, state_->map_bytes);  // the pages stay in the page cache; the commit syncs them
+  state_->map = nullptr;
+  return state_->file.commit();
 }
 
 }  // namespace loom::io

@@ -170,43 +170,69 @@ Status map_weights_through_cache(const WeightsCacheKey& key, const std::vector<C
     log_warn("ignoring the weights cache " + cached.status().message() + "; writing it again");
   }
 
-  if (to_quantize > 0) {
-    const auto start = std::chrono::steady_clock::now();
+  // Quantizes (or copies) job j's weight into out, a tensor of j.to; its source is read
+  // once, so its file pages need not stay beside the quantized copy.
+  auto make = [&](const CachedWeight& j, const Tensor& out) -> Status {
+    const Tensor& t = params->at(j.name);
+    try {
+      t.convert_into(out);
+    } catch (const Error& e) {
+      return e.status().with_context("quantizing '" + j.name + "' to " + std::string(dtype_name(j.to)));
+    }
+    if (t.dtype() != j.to) release_file_pages(t.data(), t.nbytes());
+    return Status::Ok();
+  };
+  const auto start = std::chrono::steady_clock::now();
+  auto log_quantized = [&] {
+    if (to_quantize == 0) return;
+    log_info(key.checkpoint + ": quantized in " +
+             std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) + " s");
+  };
+  if (to_quantize > 0)
     log_info(key.checkpoint + ": quantizing " + std::to_string(to_quantize) + " weights to " + key.recipe);
+
+  // Each weight made straight into the cache file's mapping (io::GgufInPlaceWriter says
+  // why), else, without a usable cache, in memory.
+  Status written = path.empty() ? failed_precondition("no cache directory") : Status::Ok();
+  if (written.ok()) {
+    log_info(key.checkpoint + ": writing " + std::to_string(jobs.size()) + " weights made at load to " + path);
+    fs::create_directories(dir, ec);
+    if (ec) written = io_error("cannot create the cache directory " + dir + ": " + ec.message());
+  }
+  if (written.ok()) {
+    std::vector<io::GgufTensorSpec> specs;
+    for (const CachedWeight& j : jobs) specs.push_back({j.name, j.to, params->at(j.name).shape()});
+    auto writer = io::GgufInPlaceWriter::create(
+        path,
+        {{kKeyField, io::GgufValue::string(hash)},
+         {"loom.weights_cache.checkpoint", io::GgufValue::string(checkpoint)},
+         {"loom.weights_cache.recipe", io::GgufValue::string(key.recipe)},
+         {"loom.weights_cache.extra", io::GgufValue::string(key.extra)}},
+        specs);
+    written = writer.status();
+    for (size_t i = 0; written.ok() && i < jobs.size(); ++i) {
+      const Tensor out = Tensor::wrap(writer->data(i), jobs[i].to, specs[i].shape);
+      LOOM_RETURN_IF_ERROR(make(jobs[i], out));
+    }
+    if (written.ok()) written = writer->commit();
+    if (written.ok()) {
+      log_quantized();
+      auto cached = open_cached(path, hash, jobs, *params);
+      written = cached.ok() ? Status::Ok() : cached.status();
+      if (cached.ok()) use(**cached);  // the sources go with their last reference
+    }
+  }
+  if (!written.ok()) {
+    // No cache file: the weights are made in memory.
     for (const CachedWeight& j : jobs) {
       Tensor& t = params->at(j.name);
       if (t.dtype() == j.to) continue;
-      Tensor q;
-      try {
-        q = t.to(j.to);
-      } catch (const Error& e) {
-        return e.status().with_context("quantizing '" + j.name + "' to " + std::string(dtype_name(j.to)));
-      }
-      // The source is read once: its file pages need not stay beside the quantized copy.
-      release_file_pages(t.data(), t.nbytes());
+      Tensor q = Tensor::empty(j.to, t.shape());
+      LOOM_RETURN_IF_ERROR(make(j, q));
       t = q;
     }
-    log_info(key.checkpoint + ": quantized in " +
-             std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()) + " s");
-  }
-  if (path.empty()) return Status::Ok();
-
-  log_info(key.checkpoint + ": writing " + std::to_string(jobs.size()) + " weights made at load to " + path);
-  fs::create_directories(dir, ec);
-  Status written = ec ? io_error("cannot create the cache directory " + dir + ": " + ec.message()) : Status::Ok();
-  if (written.ok()) {
-    io::GgufTensors tensors;
-    for (const CachedWeight& j : jobs) tensors.emplace_back(j.name, params->at(j.name));
-    written = io::write_gguf(path, {{kKeyField, io::GgufValue::string(hash)},
-                                    {"loom.weights_cache.checkpoint", io::GgufValue::string(checkpoint)},
-                                    {"loom.weights_cache.recipe", io::GgufValue::string(key.recipe)},
-                                    {"loom.weights_cache.extra", io::GgufValue::string(key.extra)}},
-                             tensors);
-  }
-  if (written.ok()) {
-    auto cached = open_cached(path, hash, jobs, *params);
-    written = cached.ok() ? Status::Ok() : cached.status();
-    if (cached.ok()) use(**cached);  // the copies in memory go with their last reference
+    log_quantized();
+    if (path.empty()) return Status::Ok();
   }
   if (written.ok()) {
     // The file this one replaces (the checkpoint changed, or loom did) would only take space.

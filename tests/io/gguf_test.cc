@@ -190,6 +190,39 @@ TEST(Gguf, EveryDtypeRoundTripsByteForByte) {
   }
 }
 
+// A file written in place (each tensor's bytes filled through the mapping) has
+// write_gguf's bytes; dropped before commit() it leaves nothing; rejected specs are
+// write_gguf's errors.
+TEST(Gguf, WrittenInPlaceEqualsWrittenWhole) {
+  for (uint64_t alignment : {32u, 64u}) {
+    testing::TempDir dir;
+    std::mt19937 rng(99);
+    const io::GgufTensors ts = every_dtype(rng);
+    const io::GgufMetadata meta = {{"general.architecture", GgufValue::string("llama")}};
+    ASSERT_TRUE(io::write_gguf(dir.file("whole.gguf"), meta, ts, alignment).ok());
+    std::vector<io::GgufTensorSpec> specs;
+    for (const auto& [name, t] : ts) specs.push_back({name, t.dtype(), t.shape()});
+    {
+      auto dropped = io::GgufInPlaceWriter::create(dir.file("dropped.gguf"), meta, specs, alignment);
+      ASSERT_TRUE(dropped.ok()) << dropped.status().to_string();
+    }
+    auto w = io::GgufInPlaceWriter::create(dir.file("in_place.gguf"), meta, specs, alignment);
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    for (size_t i = 0; i < ts.size(); ++i) std::memcpy(w->data(i), ts[i].second.data(), ts[i].second.nbytes());
+    ASSERT_TRUE(w->commit().ok());
+    EXPECT_FALSE(w->commit().ok());  // once
+    EXPECT_EQ(testing::read_file(dir.file("in_place.gguf")), testing::read_file(dir.file("whole.gguf"))) << alignment;
+    size_t files = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++files;
+    EXPECT_EQ(files, 2u);  // whole.gguf and in_place.gguf: no temporary, nothing of the dropped one
+  }
+  testing::TempDir dir;
+  auto bad = io::GgufInPlaceWriter::create(dir.file("bad.gguf"), {}, {{"q", DType::kQ4_K, {2, 128}}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("multiple of the Q4_K block"), std::string::npos) << bad.status().message();
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
 TEST(Gguf, ViewsOutliveTheFileObject) {
   testing::TempDir dir;
   const std::string path = dir.file("v.gguf");

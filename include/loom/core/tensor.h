@@ -50,6 +50,9 @@ class Tensor {
 
   // Copies.
   Tensor to(DType dtype) const;
+  // to(out.dtype()), written into out's storage (a mapped file's, say); out must have
+  // this tensor's shape (InvalidArgument otherwise).
+  void convert_into(const Tensor& out) const;
   Tensor clone() const;
   std::vector<float> to_f32_vector() const;
   std::string describe() const;  // "BF16[2, 3]"
