@@ -52,7 +52,7 @@ LOOM_TARGET_X8_AVX512 void q6_Kx8_rows(const QdotArgs& a) {
     for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < a.blocks; ++b) {
       const uint8_t* o = w + static_cast<size_t>(b) * kQ6_Kx8BlockBytes;
-      if (a.stream) prefetch_group_stream(ahead, o, kQ6_Kx8BlockBytes, kPrefetchBytes);
+      if (a.stream) prefetch_group_stream<_MM_HINT_T1>(ahead, o, kQ6_Kx8BlockBytes, kPrefetchBytes);
       const uint8_t* scales = o + kQ6_Kx8ScalesOffset;
       __m512i isum[kRows];
       for (int r = 0; r < kRows; ++r) isum[r] = _mm512_setzero_si512();
