@@ -44,7 +44,7 @@ template <int kHint = _MM_HINT_NTA>
 LOOM_TARGET_AVX2 LOOM_INLINE void prefetch_group_stream(const char*& ahead, const uint8_t* o, size_t block_bytes,
                                                         size_t distance) {
   for (const char* end = reinterpret_cast<const char*>(o) + block_bytes + distance; ahead < end; ahead += 64) {
-    _mm_prefetch(ahead, static_cast<_mm_hint>(kHint));
+    __builtin_prefetch(ahead, 0, kHint & 3);  // what _mm_prefetch(ahead, kHint) expands to
   }
 }
 
