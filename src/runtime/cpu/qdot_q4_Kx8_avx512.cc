@@ -24,12 +24,17 @@ constexpr size_t kPrefetchBytes = 8192;
 
 // A sub-block's scale bytes of rows 0..7 → each row's scale in the two int32 lanes of
 // its run slot (rows 0, 1, 4, 5 in the low 256 bits, 2, 3, 6, 7 in the high).
-alignas(16) constexpr int8_t kSpreadScalesDw[16] = {0, 0, 1, 1, 4, 4, 5, 5, 2, 2, 3, 3, 6, 6, 7, 7};
+alignas(16) constexpr int8_t kSpreadScales[16] = {0, 0, 1, 1, 4, 4, 5, 5, 2, 2, 3, 3, 6, 6, 7, 7};
+
+LOOM_TARGET_X8_AVX512 LOOM_INLINE __m512i scales_by_lane(const uint8_t* sub_block_scales, __m128i spread) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sub_block_scales));
+  return _mm512_maskz_cvtepu8_epi32(0xFFFF, _mm_shuffle_epi8(bytes, spread));
+}
 
 template <int kRows>
 LOOM_TARGET_X8_AVX512 void q4_Kx8_rows(const QdotArgs& a) {
   const __m512i low4z = _mm512_set1_epi8(0x0F);
-  const __m128i spread_dw = _mm_load_si128(reinterpret_cast<const __m128i*>(kSpreadScalesDw));
+  const __m128i spread = _mm_load_si128(reinterpret_cast<const __m128i*>(kSpreadScales));
   const size_t group_bytes = static_cast<size_t>(a.blocks) * kQ4_Kx8BlockBytes;
   const ActBlockQ8K* x[kRows];
   const int16_t* sub_sums[kRows];
@@ -59,8 +64,8 @@ LOOM_TARGET_X8_AVX512 void q4_Kx8_rows(const QdotArgs& a) {
           lo[h] = _mm512_and_si512(v, low4z);
           hi[h] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4z);
         }
-        const __m512i sc_lo = _mm512_maskz_cvtepu8_epi32(0xFFFF, _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 16 * c)), spread_dw));
-        const __m512i sc_hi = _mm512_maskz_cvtepu8_epi32(0xFFFF, _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 16 * c + 8)), spread_dw));
+        const __m512i sc_lo = scales_by_lane(scales + 16 * c, spread);
+        const __m512i sc_hi = scales_by_lane(scales + 16 * c + 8, spread);
         for (int r = 0; r < kRows; ++r) {
           const int8_t* xq = x[r][b].qs + 64 * c;
           __m512i s_lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast8_512(xq));
