@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
 """loom next to llama.cpp on the same GGUF files, measured alternately in one run:
-decode at batch 1 (128 tokens), prefill of 512 tokens, and 32-sequence decode
-(128-token prompts, 128 decode steps), tok/s of each and loom's ratio.
+decode at batch 1 (128 tokens, from an empty context and after 512 tokens), prefill of 512
+tokens, and 32-sequence decode (128-token prompts, 128 decode steps), tok/s of each and
+loom's ratio.
 
-loom's figures come from `loom bench` (batch 1: 128 decode tokens after a 512-token
-prompt), `build/bench/batching_bench`'s BM_DecodeAtBatch (32-sequence decode without
-the prefill) and `loom batch` (the same 32 requests end to end, prefill included).
-llama.cpp's come from its own upstream tools, built outside this repository (their
-folder is an argument): `llama-bench -p 512 -n 128 -o json` (pp512 and tg128; its tg128
-starts from an empty context, loom's decode follows the 512-token prompt) and
+loom's figures come from `loom bench` (batch 1: 128 decode tokens after a 1-token prompt,
+and after a 512-token prompt, whose prefill is the pp512 figure),
+`build/bench/batching_bench`'s BM_DecodeAtBatch (32-sequence decode without the prefill)
+and `loom batch` (the same 32 requests end to end, prefill included). llama.cpp's come from
+its own upstream tools, built outside this repository (their folder is an argument):
+`llama-bench -p 512 -n 128 -o json` (pp512, and tg128, which starts from an empty context),
+`llama-bench -p 0 -n 128 -d 512` (tg128 after 512 tokens in the cache) and
 `llama-batched-bench -npp 128 -ntg 128 -npl 32` (S_TG is the 32-sequence decode; the
-end-to-end figure is its 32·128 generated tokens over T_PP + T_TG). Load: wall time and
+end-to-end figure is its 32·128 generated tokens over T_PP + T_TG). Both engines decode at
+the same depths, so each reads the same amount of KV cache (each in its default cache
+type: loom f32, llama.cpp f16). Load: wall time and
 peak RSS of loading the file and generating one token (`loom generate -n 1` against
 `llama-bench -p 4 -n 1 -r 1`, under /usr/bin/time), the least of the repeats. loom's caches
 (the packed or interleaved weights it maps on later loads) go to a fresh folder unless
@@ -18,9 +22,10 @@ peak RSS of loading the file and generating one token (`loom generate -n 1` agai
 and then waited for (sync), so the writing back of those pages does not run under the
 measurements that follow. Each repeat runs loom then llama.cpp for every measurement, so
 both see the same machine state; the best of --repeats is kept on both sides. Random prompt
-ids on both sides. Batch-1 decode is also put against the read bound `loom bench` measures
-right after its run (weights bytes per token over a plain read of memory on the same
-threads): the share of it each engine reaches says how far either can go on this machine.
+ids on both sides. Batch-1 decode from an empty context is also put against the read bound
+`loom bench` measures right after its run (weights bytes per token over a plain read of
+memory on the same threads): the share of it each engine reaches says how far either can go
+on this machine.
 
   /usr/bin/python3 bench/gguf_vs_llama_cpp.py --llama-cpp-bin /tmp/llamacpp-src/build/bin \\
       --threads 2 --repeats 3 /tmp/llama1b-q8_0.gguf [more.gguf ...]
@@ -58,19 +63,31 @@ def cpu_name():
     return "unknown CPU"
 
 
-def loom_batch1(args, model):
-    """Decode and prefill tok/s, and the decode read bound (tok/s) measured after them."""
-    out = run([args.loom, "bench", "--model", model, "--threads", str(args.threads), "--repeats", "1",
-               "--prompt-tokens", str(PROMPT), "--decode-tokens", str(DECODE)]).stdout
+def loom_bench_table(args, model, prompt, bounds):
+    cmd = [args.loom, "bench", "--model", model, "--threads", str(args.threads), "--repeats", "1",
+           "--prompt-tokens", str(prompt), "--decode-tokens", str(DECODE)]
+    out = run(cmd if bounds else cmd + ["--no-bounds"]).stdout
     rows = [l for l in out.splitlines() if l.startswith("|")]
     header = [c.strip() for c in rows[0].strip("|").split("|")]
     values = [c.strip() for c in rows[2].strip("|").split("|")]
-    row = dict(zip(header, values))
+    return dict(zip(header, values)), rows
+
+
+def loom_batch1(args, model):
+    """Decode tok/s after a PROMPT-token prompt, that prefill's tok/s, and the decode read bound
+    (tok/s) measured after them."""
+    row, rows = loom_bench_table(args, model, PROMPT, bounds=True)
     bound = [l for l in rows if l.startswith("| decode |")]
     if not bound:
-        sys.exit(f"loom bench printed no decode bound:\n{out[-1000:]}")
+        sys.exit(f"loom bench printed no decode bound:\n{rows}")
     bound_tok_s = float(bound[0].strip("|").split("|")[2])
     return float(row[f"decode tok/s ({DECODE})"]), float(row[f"prefill tok/s ({PROMPT})"]), bound_tok_s
+
+
+def loom_decode_from_empty(args, model):
+    """Decode tok/s of DECODE tokens after a 1-token prompt: the depth llama-bench's tg starts at."""
+    row, _ = loom_bench_table(args, model, 1, bounds=False)
+    return float(row[f"decode tok/s ({DECODE})"])
 
 
 def loom_decode_at_batch(args, model):
@@ -94,6 +111,7 @@ def loom_batch_end_to_end(args, model, prompts):
 
 
 def llama_bench(args, model):
+    """tg128 from an empty context and pp512."""
     out = run([os.path.join(args.llama_cpp_bin, "llama-bench"), "-m", model, "-t", str(args.threads),
                "-p", str(PROMPT), "-n", str(DECODE), "-r", "1", "-o", "json"], retries=2).stdout
     tests = json.loads(out)
@@ -102,6 +120,16 @@ def llama_bench(args, model):
     if not tg or not pp:
         sys.exit(f"llama-bench gave no tg{DECODE} / pp{PROMPT} result:\n{out[-1000:]}")
     return tg[0], pp[0]
+
+
+def llama_bench_at_depth(args, model):
+    """tg128 after PROMPT tokens in the cache (llama-bench -d)."""
+    out = run([os.path.join(args.llama_cpp_bin, "llama-bench"), "-m", model, "-t", str(args.threads),
+               "-p", "0", "-n", str(DECODE), "-d", str(PROMPT), "-r", "1", "-o", "json"], retries=2).stdout
+    tg = [t["avg_ts"] for t in json.loads(out) if t["n_gen"] == DECODE and t.get("n_depth") == PROMPT]
+    if not tg:
+        sys.exit(f"llama-bench gave no tg{DECODE} @ d{PROMPT} result:\n{out[-1000:]}")
+    return tg[0]
 
 
 def llama_batched_bench(args, model):
@@ -160,7 +188,8 @@ def main():
         if not os.path.exists(path):
             sys.exit(f"not found: {path}")
     print(f"{cpu_name()}, {args.threads} threads, best of {args.repeats}; loom and llama.cpp alternate per measurement")
-    print(f"decode b1: {DECODE} tokens (loom after a {PROMPT}-token prompt, llama-bench tg{DECODE}); pp{PROMPT}: "
+    print(f"decode b1: {DECODE} tokens from an empty context (llama-bench tg{DECODE}), @{PROMPT}: after {PROMPT} "
+          f"tokens (llama-bench -d {PROMPT}); pp{PROMPT}: "
           f"prefill; {SEQS}-seq: {SEQS} × ({SEQ_PROMPT}-token prompt + {SEQ_GEN} decode steps), decode-only tok/s; "
           f"e2e: the same with the prefill, generated tok/s (loom batch, llama-batched-bench)")
     rows, loads, bounds = [], [], []
@@ -170,6 +199,7 @@ def main():
         write_prompts(prompts, 1)
         for model in args.gguf:
             best = [0.0] * 8  # loom tg, llama tg, loom pp, llama pp, loom seq, llama seq, loom e2e, llama e2e
+            deep = [0.0, 0.0]  # decode after PROMPT tokens: loom, llama.cpp
             first_load = timed([args.loom, "generate", "--model", model, "--prompt-ids", "1,2,3,4", "-n", "1",
                                 "--threads", str(args.threads)])[0]
             os.sync()
@@ -179,9 +209,12 @@ def main():
             for _ in range(args.repeats):
                 for side, got in enumerate(load_one_token(args, model)):
                     load[side] = (min(load[side][0], got[0]), max(load[side][1], got[1]))
-                l_tg, l_pp, l_bound = loom_batch1(args, model)
+                l_deep, l_pp, l_bound = loom_batch1(args, model)
                 bound = max(bound, l_bound)
                 b_tg, b_pp = llama_bench(args, model)
+                l_tg = loom_decode_from_empty(args, model)
+                b_deep = llama_bench_at_depth(args, model)
+                deep = [max(deep[0], l_deep), max(deep[1], b_deep)]
                 got = [l_tg, b_tg, l_pp, b_pp]
                 if not args.skip_batched:
                     l_seq = loom_decode_at_batch(args, model)
@@ -194,7 +227,7 @@ def main():
             note = "" if generated == SEQS * SEQ_GEN else f" (loom batch generated {generated}: EOS came early)"
             rows.append((os.path.basename(model) + note, *best))
             loads.append((os.path.basename(model), first_load, load))
-            bounds.append((os.path.basename(model), bound, best[0], best[1]))
+            bounds.append((os.path.basename(model), *deep, bound, best[0], best[1]))
     print()
     print(f"| file | decode b1 loom | llama.cpp | ratio | pp{PROMPT} loom | llama.cpp | ratio | "
           f"{SEQS}-seq decode loom | llama.cpp | ratio | {SEQS}-seq e2e loom | llama.cpp | ratio |")
@@ -203,10 +236,12 @@ def main():
         print(f"| {name} | {l_tg:.2f} | {b_tg:.2f} | {ratio(l_tg, b_tg)} | {l_pp:.1f} | {b_pp:.1f} | {ratio(l_pp, b_pp)} | "
               f"{l_seq:.1f} | {b_seq:.1f} | {ratio(l_seq, b_seq)} | {l_e2e:.1f} | {b_e2e:.1f} | {ratio(l_e2e, b_e2e)} |")
     print()
-    print("| file | decode b1 read bound tok/s | loom / bound | llama.cpp / bound |")
-    print("|---|" + "---:|" * 3)
-    for name, bound, l_tg, b_tg in bounds:
-        print(f"| {name} | {bound:.2f} | {l_tg / bound:.0%} | {b_tg / bound:.0%} |")
+    print(f"| file | decode b1 @{PROMPT} loom | llama.cpp | ratio | decode b1 read bound tok/s | "
+          f"loom b1 / bound | llama.cpp b1 / bound |")
+    print("|---|" + "---:|" * 6)
+    for name, l_deep, b_deep, bound, l_tg, b_tg in bounds:
+        print(f"| {name} | {l_deep:.2f} | {b_deep:.2f} | {ratio(l_deep, b_deep)} | {bound:.2f} | "
+              f"{l_tg / bound:.0%} | {b_tg / bound:.0%} |")
     print()
     print("| file | first load + 1 token loom s | load + 1 token loom s | llama.cpp s | llama.cpp / loom | "
           "peak RSS loom GB | llama.cpp GB |")
