@@ -89,22 +89,25 @@ BENCHMARK(BM_AttentionDecode)
     ->Args({136, 32, 2})  // the batching benchmark's 32-concurrent decode step
     ->Unit(benchmark::kMicrosecond);
 
-// As in a model's decode step: 32 sequences decoding one token each, a different layer's K/V
-// each call, enough layers (24 at context 136, 430 MB in f32) to exceed this machine's L3, so
-// K/V come from memory. Context 136 is the batching benchmark's 32-concurrent case, 448 the
-// mean context of its 64-request run. Pages come from one mapping, as the batching KV pool's
+// As in a model's decode step: sequences decoding one token each, a different layer's K/V
+// each call, enough layers to exceed this machine's L3 (at least 24 and 3× 32 MB), so K/V
+// come from memory. 32 sequences at context 136 is the batching benchmark's 32-concurrent
+// case, 448 the mean context of its 64-request run; one sequence at context 576 in one page
+// of 656 tokens is the middle of `loom bench --prompt-tokens 512 --decode-tokens 128`'s decode
+// (its contiguous cache holds a sequence as one page of its capacity, 641, rounded up to 16). Pages come from one mapping, as the batching KV pool's
 // do. Args: threads, whether that mapping is advised for transparent huge pages, the cache's
-// element type (kv_cache_dtype: 0 float32, 1 bfloat16), context, tokens per page.
+// element type (kv_cache_dtype: 0 float32, 1 bfloat16), context, tokens per page, sequences.
 // bytes_per_second counts the bytes of K/V actually read.
 void BM_AttentionDecodeFromMemory(benchmark::State& state) {
   const bool bf16 = state.range(2) != 0;
   const size_t elem = bf16 ? 2 : 4;
   const int64_t context = state.range(3), page_tokens = state.range(4);
-  const int64_t num_layers = 24 * 136 / context + 1;
-  constexpr int64_t kBatch = 32;
+  const int64_t kBatch = state.range(5);
   ThreadPool& pool = pool_of(static_cast<int>(state.range(0)));
   const int64_t pages = (context + page_tokens - 1) / page_tokens;
   const size_t page_floats = static_cast<size_t>(page_tokens * kHkv * kD);
+  const int64_t layer_bytes = kBatch * pages * 2 * static_cast<int64_t>(page_floats * elem);
+  const int64_t num_layers = std::max<int64_t>(24 * 136 / context + 1, (int64_t{96} << 20) / layer_bytes + 1);
   const size_t bytes = static_cast<size_t>(num_layers * kBatch * pages * 2) * page_floats * elem;
   void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
@@ -147,18 +150,21 @@ void BM_AttentionDecodeFromMemory(benchmark::State& state) {
   munmap(mem, bytes);
 }
 BENCHMARK(BM_AttentionDecodeFromMemory)
-    ->ArgNames({"threads", "huge_pages", "bf16", "ctx", "page"})
-    ->Args({1, 0, 0, 136, 64})
-    ->Args({2, 0, 0, 136, 64})
-    ->Args({1, 1, 0, 136, 64})
-    ->Args({2, 1, 0, 136, 64})
-    ->Args({1, 1, 1, 136, 64})
-    ->Args({2, 1, 1, 136, 64})
-    ->Args({2, 1, 0, 448, 64})
-    ->Args({2, 1, 1, 448, 64})
-    ->Args({2, 1, 0, 448, 256})
-    ->Args({2, 1, 1, 448, 256})
-    ->Args({2, 1, 0, 448, 512})
+    ->ArgNames({"threads", "huge_pages", "bf16", "ctx", "page", "seqs"})
+    ->Args({1, 0, 0, 136, 64, 32})
+    ->Args({2, 0, 0, 136, 64, 32})
+    ->Args({1, 1, 0, 136, 64, 32})
+    ->Args({2, 1, 0, 136, 64, 32})
+    ->Args({1, 1, 1, 136, 64, 32})
+    ->Args({2, 1, 1, 136, 64, 32})
+    ->Args({2, 1, 0, 448, 64, 32})
+    ->Args({2, 1, 1, 448, 64, 32})
+    ->Args({2, 1, 0, 448, 256, 32})
+    ->Args({2, 1, 1, 448, 256, 32})
+    ->Args({2, 1, 0, 448, 512, 32})
+    ->Args({2, 1, 0, 576, 656, 1})
+    ->Args({2, 1, 1, 576, 656, 1})
+    ->Args({2, 1, 0, 576, 256, 1})
     ->Unit(benchmark::kMicrosecond);
 
 void BM_AttentionDecodeRef(benchmark::State& state) {
