@@ -163,6 +163,28 @@ TEST_P(QuantizedLinearIsaTest, InterleavedEqualsRowsBitwise) {
   }
 }
 
+// Q4_K rows of 16 blocks or more: on AVX-512 with VNNI the interleaved kernel takes eight
+// activation rows a call there (kQ4_Kx8Avx512Rows), one to eight of them, bitwise the rows.
+TEST_P(QuantizedLinearIsaTest, InterleavedQ4_KLongRowsEqualRowsBitwise) {
+  ThreadPool pool(2);
+  ScopedIsa force(GetParam());
+  uint32_t seed = 900;
+  for (int64_t blocks : {16, 17}) {
+    for (int64_t N : {8, 45}) {
+      ++seed;
+      const int64_t K = blocks * dtype_block_elements(DType::kQ4_K);
+      const Tensor weight = quantized_weight(N, K, DType::kQ4_K, seed);
+      auto rows = PackedLinear::pack(weight, nullptr, QuantLayout::kRows);
+      auto grouped = PackedLinear::pack(weight, nullptr, QuantLayout::kInterleaved);
+      ASSERT_TRUE(rows.ok() && grouped.ok());
+      for (int64_t M : {5, 8, 9, 15, 32, 33}) {
+        const std::vector<float> x = random_floats(static_cast<size_t>(M * K), seed + static_cast<uint32_t>(M));
+        ASSERT_EQ(run(x, M, *grouped, pool), run(x, M, *rows, pool)) << "M=" << M << " K=" << K << " N=" << N;
+      }
+    }
+  }
+}
+
 std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); }
 INSTANTIATE_TEST_SUITE_P(Isa, QuantizedLinearIsaTest, ::testing::ValuesIn(supported_isas()), isa_param_name);
 

@@ -32,7 +32,7 @@ struct QdotArgs {
   // types) at act + r * act_row_bytes, r < m.
   const uint8_t* act = nullptr;
   size_t act_row_bytes = 0;
-  int m = 1;  // 1..kQTileRows
+  int m = 1;  // 1..kQTileRows (1..kQ4_Kx8Avx512Rows for qdot_q4_Kx8_avx512)
   float* y = nullptr;  // output n of activation row r at y[r * ldy + n]
   int64_t ldy = 0;
   const float* bias = nullptr;  // `outputs` values, or null
@@ -94,6 +94,11 @@ void qdot_q6_Kx8_avx2(const QdotArgs& a);
 // AVX512-VNNI (qdot_x8_avx512.h).
 void qdot_q4_0x8_avx512(const QdotArgs& a);
 void qdot_q4_Kx8_avx512(const QdotArgs& a);
+// qdot_q4_Kx8_avx512 takes up to this many activation rows per call: each group block's
+// levels, once unpacked, serve twice the rows of the other kernels (batched decode).
+constexpr int kQ4_Kx8Avx512Rows = 8;
+// ... where rows have at least this many blocks (qlinear.cc).
+constexpr int64_t kQ4_Kx8Avx512MinBlocks = 16;
 void qdot_q6_Kx8_avx512(const QdotArgs& a);
 void qdot_q8_0x8_avx512(const QdotArgs& a);
 void qdot_q8_0_avxvnni(const QdotArgs& a);

@@ -1,11 +1,13 @@
-// Q4_K × int8 activations for up to kQTileRows rows (decode and small batches),
+// Q4_K × int8 activations for up to kQ4_Kx8Avx512Rows rows (decode and small batches),
 // AVX-512 (BW, VNNI), over weights interleaved in groups of 8 rows
 // (qlayout_q4_Kx8.h): both runs of a pair in one zmm (qdot_x8_avx512.h), each
 // sub-block's levels summed against the activations by vpdpbusd into int32 lanes
 // (four instructions a sub-block, where maddubs took four plus three adds and a
 // vpdpwssd), then times its scale (vpmulld): the same exact int32 sums, 2-5% faster
 // on a Zen 4 (M = 1 and 4, weights in cache). The f32 steps are the row kernels'
-// (qdot_kernels.h), so results are bitwise theirs.
+// (qdot_kernels.h), so results are bitwise theirs. Up to eight activation rows a call
+// (kQ4_Kx8Avx512Rows): at 32 sequences the unpacking of each block's levels and scales
+// is shared by twice the rows.
 #include "runtime/cpu/matmul_kernels.h"
 #if defined(LOOM_MATMUL_X86)
 #include <immintrin.h>
@@ -101,8 +103,18 @@ LOOM_TARGET_X8_AVX512 void q4_Kx8_rows(const QdotArgs& a) {
 }  // namespace
 
 LOOM_TARGET_X8_AVX512 void qdot_q4_Kx8_avx512(const QdotArgs& a) {
-  LOOM_QDOT_X8_BY_ROWS(q4_Kx8_rows, a)
+  switch (a.m) {
+    case 1: q4_Kx8_rows<1>(a); break;
+    case 2: q4_Kx8_rows<2>(a); break;
+    case 3: q4_Kx8_rows<3>(a); break;
+    case 4: q4_Kx8_rows<4>(a); break;
+    case 5: q4_Kx8_rows<5>(a); break;
+    case 6: q4_Kx8_rows<6>(a); break;
+    case 7: q4_Kx8_rows<7>(a); break;
+    default: q4_Kx8_rows<8>(a); break;
+  }
 }
+static_assert(kQ4_Kx8Avx512Rows == 8, "qdot_q4_Kx8_avx512 instantiates 1..8 rows");
 
 }  // namespace loom::cpu::detail
 #endif
