@@ -94,8 +94,8 @@ BENCHMARK(BM_AttentionDecode)
 // come from memory. 32 sequences at context 136 is the batching benchmark's 32-concurrent
 // case, 448 the mean context of its 64-request run; one sequence at context 576 in one page
 // of 656 tokens is the middle of `loom bench --prompt-tokens 512 --decode-tokens 128`'s decode
-// (its contiguous cache holds a sequence as one page of its capacity, 641, rounded up to 16). Pages come from one mapping, as the batching KV pool's
-// do. Args: threads, whether that mapping is advised for transparent huge pages, the cache's
+// (its contiguous cache holds a sequence as one page of its capacity, 641, rounded up to 16).
+// Pages come from one mapping, as the batching KV pool's do. Args: threads, whether that mapping is advised for transparent huge pages, the cache's
 // element type (kv_cache_dtype: 0 float32, 1 bfloat16), context, tokens per page, sequences.
 // bytes_per_second counts the bytes of K/V actually read.
 void BM_AttentionDecodeFromMemory(benchmark::State& state) {

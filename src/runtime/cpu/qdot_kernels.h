@@ -95,10 +95,9 @@ void qdot_q6_Kx8_avx2(const QdotArgs& a);
 void qdot_q4_0x8_avx512(const QdotArgs& a);
 void qdot_q4_Kx8_avx512(const QdotArgs& a);
 // qdot_q4_Kx8_avx512 takes up to this many activation rows per call: each group block's
-// levels, once unpacked, serve twice the rows of the other kernels (batched decode).
+// levels, once unpacked, serve twice the rows of the other kernels (batched decode; the
+// driver gives it eight on long rows, grouped_rows_per_call in qlinear.cc).
 constexpr int kQ4_Kx8Avx512Rows = 8;
-// ... where rows have at least this many blocks (qlinear.cc).
-constexpr int64_t kQ4_Kx8Avx512MinBlocks = 16;
 void qdot_q6_Kx8_avx512(const QdotArgs& a);
 void qdot_q8_0x8_avx512(const QdotArgs& a);
 void qdot_q8_0_avxvnni(const QdotArgs& a);

@@ -153,6 +153,15 @@ int64_t grouped_tile_min_rows(DType dt) {
   return dt == DType::kQ6_K ? kAvx2MinRows : 32;
 }
 
+// Activation rows per call of grouped_kernel_for(dt). Eight for Q4_K on AVX-512 where rows
+// are long (down_proj's 8192): on a Zen 4, 8192->2048 took 0.74 ms at M = 8 and 2.14-2.18 at
+// M = 32 against 0.79-0.82 and 2.22-2.31 with four rows a call, but 2048->8192 at M = 32 took
+// 2.20-2.32 against 2.12-2.17 (matmul_bench 'quant/Q4_K/(2048->8192|8192->2048)/M=(8|32)/AVX512',
+// alternating).
+int64_t grouped_rows_per_call(DType dt, int64_t blocks) {
+  return dt == DType::kQ4_K && grouped_avx512() && blocks >= 16 ? kQ4_Kx8Avx512Rows : kQTileRows;
+}
+
 QdotFn grouped_kernel_for(DType dt) {
   const bool zmm = grouped_avx512();
   switch (dt) {
@@ -301,12 +310,7 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
       }
     }
     const QdotFn grouped_kernel = grouped_kernel_for(dt);
-    // Eight rows a call where K is long (down_proj's 8192): on a Zen 4, 8192->2048 took 0.74 ms
-    // at M = 8 and 2.14-2.18 at M = 32 against 0.79-0.82 and 2.22-2.31 with four rows a call,
-    // but 2048->8192 at M = 32 took 2.20-2.32 against 2.12-2.17 (matmul_bench
-    // 'quant/Q4_K/(2048->8192|8192->2048)/M=(8|32)/AVX512', alternating).
-    const int64_t rows_per_call =
-        grouped_kernel == qdot_q4_Kx8_avx512 && blocks >= kQ4_Kx8Avx512MinBlocks ? kQ4_Kx8Avx512Rows : kQTileRows;
+    const int64_t rows_per_call = grouped_rows_per_call(dt, blocks);
     share_chunks(pool, N, chunk, [&](int64_t n0, int64_t n1) {
       const int64_t g1 = std::min(n1, grouped);
       for (int64_t m0 = 0; n0 < g1 && m0 < M; m0 += rows_per_call) {
