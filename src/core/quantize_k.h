@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "loom/core/quantize.h"
 
@@ -46,8 +47,13 @@ void round_levels(const float* x, int n, int subblocks, const float* ds, const f
 // the rounded integer in the low mantissa bits (exact for |v| < 2^22, checked
 // against nearbyintf for every float of magnitude below 300): a few instructions
 // where nearbyintf was a libm call per element in the quantizers' inner loops.
+// NaN and magnitudes past int's range give INT_MIN, as x86's conversions (and so the SIMD
+// quantizers) do; a plain cast would be undefined there.
 inline int round_to_int(float v) {
-  if (!(std::fabs(v) < 4194304.0f)) return static_cast<int>(__builtin_nearbyintf(v));
+  if (!(std::fabs(v) < 4194304.0f)) {
+    if (!(std::fabs(v) < 2147483648.0f)) return std::numeric_limits<int>::min();
+    return static_cast<int>(__builtin_nearbyintf(v));
+  }
   const float shifted = v + 12582912.0f;
   int32_t bits;
   std::memcpy(&bits, &shifted, sizeof bits);
