@@ -130,15 +130,16 @@ TEST_P(QuantizedLinearIsaTest, RowsAreBitwiseTheSameWhateverMPositionAndThreads)
   }
 }
 
-// Q4_0, Q4_K, Q6_K and Q8_0 interleaved in groups of 8 rows against the rows as stored,
-// bitwise, at decode (the AVX2 interleaved kernels), small batches (the row
-// kernels on rows copied out) and batches the tiles take (their unpacking reads
-// both layouts); N with and without a tail past the last group.
+// Q4_0, Q4_K, Q5_K, Q6_K and Q8_0 interleaved in groups of 8 rows against the rows as
+// stored, bitwise, at decode (the interleaved kernels; Q5_K's groups copied out as rows
+// where it has none), small batches (the row kernels on rows copied out) and batches the
+// tiles take (their unpacking reads both layouts); N with and without a tail past the
+// last group.
 TEST_P(QuantizedLinearIsaTest, InterleavedEqualsRowsBitwise) {
   ThreadPool pool(2);
   ScopedIsa force(GetParam());
   uint32_t seed = 300;
-  for (DType dt : {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kQ8_0}) {
+  for (DType dt : {DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_0}) {
     for (int64_t N : {8, 13, 45, 136, 257}) {
       for (int64_t blocks : {1, 3, 8}) {
         ++seed;
@@ -163,23 +164,27 @@ TEST_P(QuantizedLinearIsaTest, InterleavedEqualsRowsBitwise) {
   }
 }
 
-// Q4_K rows of 16 blocks or more: on AVX-512 with VNNI the interleaved kernel takes eight
-// activation rows a call there (kQ4_Kx8Avx512Rows), one to eight of them, bitwise the rows.
+// Q4_K and Q5_K rows of 16 blocks or more: on AVX-512 with VNNI the interleaved kernels
+// take eight activation rows a call there (kQ4_Kx8Avx512Rows), one to eight of them,
+// bitwise the rows.
 TEST_P(QuantizedLinearIsaTest, InterleavedQ4_KLongRowsEqualRowsBitwise) {
   ThreadPool pool(2);
   ScopedIsa force(GetParam());
   uint32_t seed = 900;
-  for (int64_t blocks : {16, 17}) {
-    for (int64_t N : {8, 45}) {
-      ++seed;
-      const int64_t K = blocks * dtype_block_elements(DType::kQ4_K);
-      const Tensor weight = quantized_weight(N, K, DType::kQ4_K, seed);
-      auto rows = PackedLinear::pack(weight, nullptr, QuantLayout::kRows);
-      auto grouped = PackedLinear::pack(weight, nullptr, QuantLayout::kInterleaved);
-      ASSERT_TRUE(rows.ok() && grouped.ok());
-      for (int64_t M : {5, 8, 9, 15, 32, 33}) {
-        const std::vector<float> x = random_floats(static_cast<size_t>(M * K), seed + static_cast<uint32_t>(M));
-        ASSERT_EQ(run(x, M, *grouped, pool), run(x, M, *rows, pool)) << "M=" << M << " K=" << K << " N=" << N;
+  for (DType dt : {DType::kQ4_K, DType::kQ5_K}) {
+    for (int64_t blocks : {16, 17}) {
+      for (int64_t N : {8, 45}) {
+        ++seed;
+        const int64_t K = blocks * dtype_block_elements(dt);
+        const Tensor weight = quantized_weight(N, K, dt, seed);
+        auto rows = PackedLinear::pack(weight, nullptr, QuantLayout::kRows);
+        auto grouped = PackedLinear::pack(weight, nullptr, QuantLayout::kInterleaved);
+        ASSERT_TRUE(rows.ok() && grouped.ok());
+        for (int64_t M : {5, 8, 9, 15, 32, 33}) {
+          const std::vector<float> x = random_floats(static_cast<size_t>(M * K), seed + static_cast<uint32_t>(M));
+          ASSERT_EQ(run(x, M, *grouped, pool), run(x, M, *rows, pool))
+              << dtype_name(dt) << " M=" << M << " K=" << K << " N=" << N;
+        }
       }
     }
   }
@@ -442,7 +447,7 @@ TEST(QuantizedLinear, Avx2ActivationQuantizersEqualCoreBitwise) {
 #endif
 
 TEST(QuantizedLinear, InterleavedLayoutsGiveBackEveryRowsBlocks) {
-  for (DType dt : {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kQ8_0}) {
+  for (DType dt : {DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_0}) {
     const int64_t N = 19, blocks = 5;
     const size_t block_bytes = dtype_bytes(dt, dtype_block_elements(dt));
     const Tensor weight = quantized_weight(N, blocks * dtype_block_elements(dt), dt, 77);
@@ -519,9 +524,10 @@ TEST(QuantizedLinear, AutoLayoutInterleavesMappedTensorsWhereDecodePrefersIt) {
         ASSERT_TRUE(packed.ok());
         EXPECT_EQ(packed->quant_group_rows(), detail::decode_prefers_interleaved(dt) ? 8 : 1)
             << dtype_name(dt) << " " << isa_name(isa);
-        // Every type but Q5_K has an interleaved layout; every SIMD path decodes it.
-        EXPECT_EQ(detail::decode_prefers_interleaved(dt),
-                  dt != DType::kQ5_K && std::string(detail::quantized_kernels_name()) != "SCALAR")
+        // Every SIMD path decodes the interleaved layouts, Q5_K's only AVX-512 with VNNI.
+        const bool simd = std::string(detail::quantized_kernels_name()) != "SCALAR";
+        const bool zmm_groups = (isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16) && cpu_features().avx512_vnni;
+        EXPECT_EQ(detail::decode_prefers_interleaved(dt), simd && (dt != DType::kQ5_K || zmm_groups))
             << dtype_name(dt) << " " << isa_name(isa);
       }
       EXPECT_EQ(std::memcmp(map, weight.data(), weight.nbytes()), 0) << "released pages read back from the file";

@@ -32,7 +32,7 @@ struct QdotArgs {
   // types) at act + r * act_row_bytes, r < m.
   const uint8_t* act = nullptr;
   size_t act_row_bytes = 0;
-  int m = 1;  // 1..kQTileRows (1..kQ4_Kx8Avx512Rows for qdot_q4_Kx8_avx512)
+  int m = 1;  // 1..kQTileRows (1..kQ4_Kx8Avx512Rows for qdot_q4_Kx8_avx512 and qdot_q5_Kx8_avx512)
   float* y = nullptr;  // output n of activation row r at y[r * ldy + n]
   int64_t ldy = 0;
   const float* bias = nullptr;  // `outputs` values, or null
@@ -42,7 +42,7 @@ struct QdotArgs {
   // times the level offset the kernel takes off (Q4_0: 8, Q8_0 + 128: 128), row
   // r's at act_offset_sums + r * blocks.
   const int32_t* act_offset_sums = nullptr;
-  // qdot_q4_Kx8_avx2 only: the 8 sub-block sums (32 qs each) of each activation
+  // The Q4_Kx8 and Q5_Kx8 kernels only: the 8 sub-block sums (32 qs each) of each activation
   // block, row r's at act_sub_sums + r * blocks * 8.
   const int16_t* act_sub_sums = nullptr;
 };
@@ -98,6 +98,9 @@ void qdot_q4_Kx8_avx512(const QdotArgs& a);
 // levels, once unpacked, serve twice the rows of the other kernels (batched decode; the
 // driver gives it eight on long rows, grouped_rows_per_call in qlinear.cc).
 constexpr int kQ4_Kx8Avx512Rows = 8;
+// Q5_K interleaved in groups of 8 rows (qlayout_q5_Kx8.h), as qdot_q4_Kx8_avx512 (up to
+// kQ4_Kx8Avx512Rows rows); AVX-512 only: on other paths Q5_K stays as rows.
+void qdot_q5_Kx8_avx512(const QdotArgs& a);
 void qdot_q6_Kx8_avx512(const QdotArgs& a);
 void qdot_q8_0x8_avx512(const QdotArgs& a);
 void qdot_q8_0_avxvnni(const QdotArgs& a);

@@ -1,6 +1,6 @@
 // Which quantized types PackedLinear may keep interleaved in groups of rows
-// (Q4_0x8: qlayout_q4_0x8.h, Q4_Kx8: qlayout_q4_Kx8.h, Q6_Kx8: qlayout_q6_Kx8.h,
-// Q8_0x8: qlayout_q8_0x8.h), and reading a row's
+// (Q4_0x8: qlayout_q4_0x8.h, Q4_Kx8: qlayout_q4_Kx8.h, Q5_Kx8: qlayout_q5_Kx8.h,
+// Q6_Kx8: qlayout_q6_Kx8.h, Q8_0x8: qlayout_q8_0x8.h), and reading a row's
 // blocks back whatever the layout, for the paths that read rows.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include "loom/runtime/cpu/matmul.h"
 #include "runtime/cpu/qlayout_q4_0x8.h"
 #include "runtime/cpu/qlayout_q4_Kx8.h"
+#include "runtime/cpu/qlayout_q5_Kx8.h"
 #include "runtime/cpu/qlayout_q6_Kx8.h"
 #include "runtime/cpu/qlayout_q8_0x8.h"
 
@@ -21,6 +22,7 @@ constexpr int interleaved_group_rows(DType dt) {
   switch (dt) {
     case DType::kQ4_0: return kQ4_0GroupRows;
     case DType::kQ4_K: return kQ4_KGroupRows;
+    case DType::kQ5_K: return kQ5_KGroupRows;
     case DType::kQ6_K: return kQ6_KGroupRows;
     case DType::kQ8_0: return kQ8_0GroupRows;
     default: return 1;
@@ -35,6 +37,8 @@ inline void interleave_group(DType dt, const uint8_t* rows, size_t row_bytes, in
     interleave_q8_0x8(rows, row_bytes, blocks, dst);
   } else if (dt == DType::kQ6_K) {
     interleave_q6_Kx8(rows, row_bytes, blocks, dst);
+  } else if (dt == DType::kQ5_K) {
+    interleave_q5_Kx8(rows, row_bytes, blocks, dst);
   } else {
     interleave_q4_Kx8(rows, row_bytes, blocks, dst);
   }
@@ -57,6 +61,8 @@ inline const uint8_t* quant_row_blocks(const PackedLinear& w, int64_t n, int64_t
     q8_0x8_row_blocks(first, r, b0, nb, reinterpret_cast<BlockQ8_0*>(scratch));
   } else if (dt == DType::kQ6_K) {
     q6_Kx8_row_blocks(first, r, b0, nb, reinterpret_cast<BlockQ6_K*>(scratch));
+  } else if (dt == DType::kQ5_K) {
+    q5_Kx8_row_blocks(first, r, b0, nb, reinterpret_cast<BlockQ5_K*>(scratch));
   } else {
     q4_Kx8_row_blocks(first, r, b0, nb, reinterpret_cast<BlockQ4_K*>(scratch));
   }

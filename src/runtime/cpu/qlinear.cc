@@ -70,7 +70,8 @@ thread_local std::vector<uint8_t> t_rows;  // interleaved rows copied out for th
 // copy and the kernel.
 constexpr int64_t kCopiedRows = 32;
 static_assert(kCopiedRows % kQ4_0GroupRows == 0 && kCopiedRows % kQ4_KGroupRows == 0 &&
-              kCopiedRows % kQ6_KGroupRows == 0 && kCopiedRows % kQ8_0GroupRows == 0);
+              kCopiedRows % kQ5_KGroupRows == 0 && kCopiedRows % kQ6_KGroupRows == 0 &&
+              kCopiedRows % kQ8_0GroupRows == 0);
 
 // From this many rows AMX wins although its tiles are 16 rows and it unpacks
 // the weights per call: 2048×2048, 2 threads, at M = 8 it took 0.56 ms for Q4_K
@@ -149,7 +150,7 @@ bool grouped_avx512() { return avx512_path() && avx512_vnni_usable(); }
 // (same CPU) the group kernels win for Q4_0, Q4_K and Q8_0 at M = 8 and 16 and are
 // even at 32; Q6_K's tiles win from 8.
 int64_t grouped_tile_min_rows(DType dt) {
-  if (grouped_avx512()) return dt == DType::kQ4_K ? 128 : dt == DType::kQ6_K ? 32 : 16;
+  if (grouped_avx512()) return dt == DType::kQ4_K || dt == DType::kQ5_K ? 128 : dt == DType::kQ6_K ? 32 : 16;
   return dt == DType::kQ6_K ? kAvx2MinRows : 32;
 }
 
@@ -159,8 +160,13 @@ int64_t grouped_tile_min_rows(DType dt) {
 // 2.20-2.32 against 2.12-2.17 (matmul_bench 'quant/Q4_K/(2048->8192|8192->2048)/M=(8|32)/AVX512',
 // alternating).
 int64_t grouped_rows_per_call(DType dt, int64_t blocks) {
-  return dt == DType::kQ4_K && grouped_avx512() && blocks >= 16 ? kQ4_Kx8Avx512Rows : kQTileRows;
+  return (dt == DType::kQ4_K || dt == DType::kQ5_K) && grouped_avx512() && blocks >= 16 ? kQ4_Kx8Avx512Rows
+                                                                                          : kQTileRows;
 }
+
+// Whether dt's interleaved groups have a decode kernel on this path: Q5_Kx8 only in
+// AVX-512 (elsewhere its groups are copied out as rows).
+bool grouped_kernel_runs(DType dt) { return dt != DType::kQ5_K || grouped_avx512(); }
 
 QdotFn grouped_kernel_for(DType dt) {
   const bool zmm = grouped_avx512();
@@ -168,6 +174,7 @@ QdotFn grouped_kernel_for(DType dt) {
     case DType::kQ4_0: return zmm ? qdot_q4_0x8_avx512 : qdot_q4_0x8_avx2;
     case DType::kQ4_K: return zmm ? qdot_q4_Kx8_avx512 : qdot_q4_Kx8_avx2;
     case DType::kQ6_K: return zmm ? qdot_q6_Kx8_avx512 : qdot_q6_Kx8_avx2;
+    case DType::kQ5_K: return qdot_q5_Kx8_avx512;  // grouped_kernel_runs
     default: return zmm ? qdot_q8_0x8_avx512 : qdot_q8_0x8_avx2;
   }
 }
@@ -279,14 +286,14 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
     return;
   }
 
-  // Interleaved groups (Q4_0x8, Q4_Kx8, Q6_Kx8, Q8_0x8); the rows past the last group are stored as rows.
+  // Interleaved groups (Q4_0x8, Q4_Kx8, Q5_Kx8, Q6_Kx8, Q8_0x8); the rows past the last group are stored as rows.
   const int64_t grouped = N / group * group;
 #if defined(LOOM_MATMUL_X86)
-  if (&table != &qdot_scalar()) {
+  if (&table != &qdot_scalar() && grouped_kernel_runs(dt)) {
     // Per activation block, the sums the interleaved kernels subtract (Q4_0: 8·Σq;
     // Q8_0 on AVX-512, whose levels are biased by 128: 128·Σq) or weigh by the mins
-    // (Q4_K: per sub-block of 32).
-    const bool q4_k = dt == DType::kQ4_K;
+    // (Q4_K, Q5_K: per sub-block of 32).
+    const bool q4_k = dt == DType::kQ4_K || dt == DType::kQ5_K;
     const int32_t level_offset = dt == DType::kQ4_0 ? 8 : dt == DType::kQ8_0 && grouped_avx512() ? 128 : 0;
     std::vector<int32_t>& offset_sums = t_act_offset_sums;
     std::vector<int16_t>& sub_sums = t_act_sub_sums;
@@ -352,9 +359,12 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
 // 2 threads, 2048->8192, plain read 34 GB/s) they read Q8_0 at 35 GB/s against the
 // VNNI row kernels' 28, Q4_0 32 / 24, Q4_K 30 / 27, and at M = 4 twice as fast;
 // the tiles read the groups as fast as rows from M = 512 and 0-20% slower at M = 32.
+// Q5_K only where its AVX-512 group kernel runs: on a Zen 4 (2 threads, 2048->8192 and
+// 8192->2048 at batch 1, weights in L3: matmul_bench's from_l3 cases) it reads 62-75 GB/s
+// against the VNNI row kernel's 29-36, and at M = 4 it is 2.5-3x faster from memory.
 bool decode_prefers_interleaved(DType dt) {
 #if defined(LOOM_MATMUL_X86)
-  return interleaved_group_rows(dt) > 1 && &active_table() != &qdot_scalar();
+  return interleaved_group_rows(dt) > 1 && &active_table() != &qdot_scalar() && grouped_kernel_runs(dt);
 #else
   return false;
 #endif
