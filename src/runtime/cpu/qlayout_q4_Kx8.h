@@ -39,19 +39,34 @@ constexpr size_t q4_Kx8_qs_offset(int r, int c, int h) {
   return kQ4_Kx8QsOffset + static_cast<size_t>(c) * 256 + static_cast<size_t>(h) * 64 + x8_run_slot_offset(r);
 }
 
+// Row r's d, dmin, scale bytes and qs of one block into the group block at `out`, and
+// back (what Q4_Kx8 and Q5_Kx8 share).
+inline void put_k4x8_row(uint8_t* out, int r, const uint16_t& d, const uint16_t& dmin, const uint8_t* scales,
+                         const uint8_t* qs) {
+  std::memcpy(out + 2 * r, &d, 2);
+  std::memcpy(out + 16 + 2 * r, &dmin, 2);
+  for (int t = 0; t < 12; ++t) out[kQ4_Kx8ScalesOffset + 8 * t + r] = scales[t];
+  for (int c = 0; c < 4; ++c) {
+    for (int h = 0; h < 4; ++h) std::memcpy(out + q4_Kx8_qs_offset(r, c, h), qs + 32 * c + 8 * h, 8);
+  }
+}
+inline void get_k4x8_row(const uint8_t* in, int r, uint16_t& d, uint16_t& dmin, uint8_t* scales, uint8_t* qs) {
+  std::memcpy(&d, in + 2 * r, 2);
+  std::memcpy(&dmin, in + 16 + 2 * r, 2);
+  for (int t = 0; t < 12; ++t) scales[t] = in[kQ4_Kx8ScalesOffset + 8 * t + r];
+  for (int c = 0; c < 4; ++c) {
+    for (int h = 0; h < 4; ++h) std::memcpy(qs + 32 * c + 8 * h, in + q4_Kx8_qs_offset(r, c, h), 8);
+  }
+}
+
 // The 8 rows at `rows` (row_bytes apart, `blocks` blocks each) → one group at dst.
 void interleave_q4_Kx8(const uint8_t* rows, size_t row_bytes, int64_t blocks, uint8_t* dst);
 
 // Blocks [b0, b0 + nb) of row r of the group at `group`, as stored: BlockQ4_Ks.
 inline void q4_Kx8_row_blocks(const uint8_t* group, int r, int64_t b0, int64_t nb, BlockQ4_K* dst) {
   for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* in = group + static_cast<size_t>(b0 + i) * kQ4_Kx8BlockBytes;
-    std::memcpy(&dst[i].d, in + 2 * r, 2);
-    std::memcpy(&dst[i].dmin, in + 16 + 2 * r, 2);
-    for (int t = 0; t < 12; ++t) dst[i].scales[t] = in[kQ4_Kx8ScalesOffset + 8 * t + r];
-    for (int c = 0; c < 4; ++c) {
-      for (int h = 0; h < 4; ++h) std::memcpy(dst[i].qs + 32 * c + 8 * h, in + q4_Kx8_qs_offset(r, c, h), 8);
-    }
+    get_k4x8_row(group + static_cast<size_t>(b0 + i) * kQ4_Kx8BlockBytes, r, dst[i].d, dst[i].dmin, dst[i].scales,
+                 dst[i].qs);
   }
 }
 

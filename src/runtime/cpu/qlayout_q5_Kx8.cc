@@ -23,12 +23,7 @@ void interleave_q5_Kx8(const uint8_t* rows, size_t row_bytes, int64_t blocks, ui
     uint64_t masks[4][2][4] = {};  // [c][high][h]
     for (int r = 0; r < kQ5_KGroupRows; ++r) {
       const auto* src = reinterpret_cast<const BlockQ5_K*>(rows + static_cast<size_t>(r) * row_bytes) + b;
-      std::memcpy(out + 2 * r, &src->d, 2);
-      std::memcpy(out + 16 + 2 * r, &src->dmin, 2);
-      for (int t = 0; t < 12; ++t) out[kQ4_Kx8ScalesOffset + 8 * t + r] = src->scales[t];
-      for (int c = 0; c < 4; ++c) {
-        for (int h = 0; h < 4; ++h) std::memcpy(out + q4_Kx8_qs_offset(r, c, h), src->qs + 32 * c + 8 * h, 8);
-      }
+      put_k4x8_row(out, r, src->d, src->dmin, src->scales, src->qs);
       for (int h = 0; h < 4; ++h) {
         // qh bytes 8h..8h+7 (byte l: bit j is the fifth bit of sub-block j's element
         // 8h + l) → byte j, bit l: row r's eight bits of each mask.
@@ -50,12 +45,7 @@ void q5_Kx8_row_blocks(const uint8_t* group, int r, int64_t b0, int64_t nb, Bloc
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* in = group + static_cast<size_t>(b0 + i) * kQ5_Kx8BlockBytes;
     BlockQ5_K& out = dst[i];
-    std::memcpy(&out.d, in + 2 * r, 2);
-    std::memcpy(&out.dmin, in + 16 + 2 * r, 2);
-    for (int t = 0; t < 12; ++t) out.scales[t] = in[kQ4_Kx8ScalesOffset + 8 * t + r];
-    for (int c = 0; c < 4; ++c) {
-      for (int h = 0; h < 4; ++h) std::memcpy(out.qs + 32 * c + 8 * h, in + q4_Kx8_qs_offset(r, c, h), 8);
-    }
+    get_k4x8_row(in, r, out.d, out.dmin, out.scales, out.qs);
     for (int h = 0; h < 4; ++h) {
       uint64_t bits = 0;  // byte j: row r's bits of sub-block j's mask
       for (int j = 0; j < 8; ++j) {
