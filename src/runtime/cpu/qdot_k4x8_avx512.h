@@ -40,7 +40,6 @@ LOOM_TARGET_X8_AVX512 LOOM_INLINE __m512i scales_by_lane(const uint8_t* sub_bloc
   return _mm512_maskz_cvtepu8_epi32(0xFFFF, _mm_shuffle_epi8(bytes, spread));
 }
 
-// kQ5: Q5_Kx8 group blocks, else Q4_Kx8.
 // 64 bits at p as a byte mask (bit i: byte i of a zmm).
 LOOM_TARGET_X8_AVX512 LOOM_INLINE __mmask64 load_mask64(const uint8_t* p) {
   uint64_t m;
@@ -48,6 +47,7 @@ LOOM_TARGET_X8_AVX512 LOOM_INLINE __mmask64 load_mask64(const uint8_t* p) {
   return static_cast<__mmask64>(m);
 }
 
+// kQ5: Q5_Kx8 group blocks, else Q4_Kx8.
 template <bool kQ5, int kRows>
 LOOM_TARGET_X8_AVX512 void k4x8_rows(const QdotArgs& a) {
   constexpr size_t kBlockBytes = kQ5 ? kQ5_Kx8BlockBytes : kQ4_Kx8BlockBytes;

@@ -164,18 +164,17 @@ int64_t grouped_rows_per_call(DType dt, int64_t blocks) {
                                                                                           : kQTileRows;
 }
 
-// Whether dt's interleaved groups have a decode kernel on this path: Q5_Kx8 only in
-// AVX-512 (elsewhere its groups are copied out as rows).
-bool grouped_kernel_runs(DType dt) { return dt != DType::kQ5_K || grouped_avx512(); }
-
+// The decode kernel over dt's interleaved groups on this path, or null where there is
+// none (Q5_Kx8 has only an AVX-512 one; elsewhere its groups are copied out as rows).
 QdotFn grouped_kernel_for(DType dt) {
   const bool zmm = grouped_avx512();
   switch (dt) {
     case DType::kQ4_0: return zmm ? qdot_q4_0x8_avx512 : qdot_q4_0x8_avx2;
     case DType::kQ4_K: return zmm ? qdot_q4_Kx8_avx512 : qdot_q4_Kx8_avx2;
+    case DType::kQ5_K: return zmm ? qdot_q5_Kx8_avx512 : nullptr;
     case DType::kQ6_K: return zmm ? qdot_q6_Kx8_avx512 : qdot_q6_Kx8_avx2;
-    case DType::kQ5_K: return qdot_q5_Kx8_avx512;  // grouped_kernel_runs
-    default: return zmm ? qdot_q8_0x8_avx512 : qdot_q8_0x8_avx2;
+    case DType::kQ8_0: return zmm ? qdot_q8_0x8_avx512 : qdot_q8_0x8_avx2;
+    default: return nullptr;
   }
 }
 #endif
@@ -289,20 +288,21 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
   // Interleaved groups (Q4_0x8, Q4_Kx8, Q5_Kx8, Q6_Kx8, Q8_0x8); the rows past the last group are stored as rows.
   const int64_t grouped = N / group * group;
 #if defined(LOOM_MATMUL_X86)
-  if (&table != &qdot_scalar() && grouped_kernel_runs(dt)) {
+  const QdotFn grouped_kernel = &table != &qdot_scalar() ? grouped_kernel_for(dt) : nullptr;
+  if (grouped_kernel) {
     // Per activation block, the sums the interleaved kernels subtract (Q4_0: 8·Σq;
     // Q8_0 on AVX-512, whose levels are biased by 128: 128·Σq) or weigh by the mins
     // (Q4_K, Q5_K: per sub-block of 32).
-    const bool q4_k = dt == DType::kQ4_K || dt == DType::kQ5_K;
+    const bool k4 = dt == DType::kQ4_K || dt == DType::kQ5_K;
     const int32_t level_offset = dt == DType::kQ4_0 ? 8 : dt == DType::kQ8_0 && grouped_avx512() ? 128 : 0;
     std::vector<int32_t>& offset_sums = t_act_offset_sums;
     std::vector<int16_t>& sub_sums = t_act_sub_sums;
     if (level_offset) {
       offset_sums.resize(static_cast<size_t>(M * blocks));
-    } else if (q4_k) {
+    } else if (k4) {
       sub_sums.resize(static_cast<size_t>(M * blocks * 8));
     }
-    for (int64_t r = 0; r < M && (level_offset || q4_k); ++r) {
+    for (int64_t r = 0; r < M && (level_offset || k4); ++r) {
       const uint8_t* row = act_data + act_row_bytes * static_cast<size_t>(r);
       for (int64_t b = 0; b < blocks; ++b) {
         const size_t i = static_cast<size_t>(r * blocks + b);
@@ -316,7 +316,6 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
         }
       }
     }
-    const QdotFn grouped_kernel = grouped_kernel_for(dt);
     const int64_t rows_per_call = grouped_rows_per_call(dt, blocks);
     share_chunks(pool, N, chunk, [&](int64_t n0, int64_t n1) {
       const int64_t g1 = std::min(n1, grouped);
@@ -325,7 +324,7 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
         a.m = static_cast<int>(std::min(rows_per_call, M - m0));
         if (level_offset) {
           a.act_offset_sums = offset_sums.data() + static_cast<size_t>(m0 * blocks);
-        } else if (q4_k) {
+        } else if (k4) {
           a.act_sub_sums = sub_sums.data() + static_cast<size_t>(m0 * blocks * 8);
         }
         grouped_kernel(a);
@@ -364,7 +363,7 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
 // against the VNNI row kernel's 29-36, and at M = 4 it is 2.5-3x faster from memory.
 bool decode_prefers_interleaved(DType dt) {
 #if defined(LOOM_MATMUL_X86)
-  return interleaved_group_rows(dt) > 1 && &active_table() != &qdot_scalar() && grouped_kernel_runs(dt);
+  return interleaved_group_rows(dt) > 1 && &active_table() != &qdot_scalar() && grouped_kernel_for(dt) != nullptr;
 #else
   return false;
 #endif
