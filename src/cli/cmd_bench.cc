@@ -5,6 +5,7 @@
 // where each phase's time goes, per op and layer-independent scope.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -21,6 +22,7 @@
 #include "loom/runtime/collectives.h"
 #include "loom/runtime/kv_cache_contiguous.h"
 #include "loom/runtime/op_profile.h"
+#include "runtime/shared_packs.h"
 
 namespace loom::cli {
 
@@ -36,8 +38,19 @@ struct BenchFlags {
   bool warmup = true;
 };
 
+// The read bandwidth around one decode run: its weights read with a plain loop just before
+// and just after it. These VMs' memory changes speed from one minute to the next (30 to 60
+// GB/s), so a bound measured at another moment than the run says little about it.
+struct ReadAround {
+  double before = 0, after = 0;
+  double mean() const { return (before + after) / 2; }
+  // The two differ so much that the memory probably changed speed during the run, and
+  // the share printed is uncertain.
+  bool changed() const { return std::max(before, after) > 1.15 * std::min(before, after); }
+};
+
 void print_bounds(const BenchFlags& f, const models::Model& model, ThreadPool& pool, double prefill_tps,
-                  double decode_tps) {
+                  double decode_tps, const ReadAround* around) {
   const graph::StepCost cost = graph::step_cost(*model.step_graph());
   const ModelConfig& c = model.config();
   const double T = static_cast<double>(f.prompt_tokens);
@@ -47,8 +60,8 @@ void print_bounds(const BenchFlags& f, const models::Model& model, ThreadPool& p
   const double prefill_flops =
       2.0 * cost.per_token_matrix_elements + attn_flops + 2.0 * cost.per_sequence_matrix_elements / T;
 
-  std::fprintf(stderr, "measuring read bandwidth and oneDNN matmul throughput...\n");
-  const double gbps = cpu::measure_read_bandwidth_gbps(pool);
+  std::fprintf(stderr, "measuring %soneDNN matmul throughput...\n", around ? "" : "read bandwidth and ");
+  const double gbps = around ? around->mean() : cpu::measure_read_bandwidth_gbps(pool);
   const std::map<DType, int64_t> per = model.checkpoint().parameters_per_dtype();
   DType main_dtype = DType::kF32;
   int64_t most = -1;
@@ -58,8 +71,15 @@ void print_bounds(const BenchFlags& f, const models::Model& model, ThreadPool& p
 
   const double decode_bound = gbps * 1e9 / cost.decode_weight_bytes;
   std::printf("\n| bound | what it is | bound tok/s | loom tok/s | loom / bound |\n|---|---|---|---|---|\n");
-  std::printf("| decode | %.3f GB of weights per token ÷ %.1f GB/s read (%d threads) | %.2f | %.2f | %.0f%% |\n",
-              cost.decode_weight_bytes / 1e9, gbps, pool.num_threads(), decode_bound, decode_tps,
+  std::string how = std::to_string(pool.num_threads()) + " threads";
+  if (around) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "; the weights read just before and after the run: %.1f, %.1f GB/s%s", around->before,
+                  around->after, around->changed() ? ", more than 15% apart" : "");
+    how += buf;
+  }
+  std::printf("| decode | %.3f GB of weights per token ÷ %.1f GB/s read (%s) | %.2f | %.2f | %.0f%% |\n",
+              cost.decode_weight_bytes / 1e9, gbps, how.c_str(), decode_bound, decode_tps,
               100.0 * decode_tps / decode_bound);
   if (gemm.ok()) {
     const double prefill_bound = gemm.value() * 1e9 / prefill_flops;
@@ -142,6 +162,11 @@ void run_bench(const BenchFlags& f) {
   for (auto& id : prompt) id = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
 
   double best_prefill = 0, best_decode = 0;
+  // The read bound is measured around each decode run on the weights it reads (one
+  // process's: tensor-parallel runs measure it once, after the runs, as before).
+  const bool probe_around = f.bounds && !group;
+  std::vector<cpu::ByteRange> streamed;  // taken after the first prefill, which has packed every weight
+  ReadAround best_around;
   // The profile is of the last run. Timing a node costs two clock reads and a map update,
   // microseconds against a step's tens of milliseconds.
   runtime::OpProfile& profile = runtime::OpProfile::global();
@@ -174,6 +199,11 @@ void run_bench(const BenchFlags& f) {
       const float* l = logits.data_as<float>();
       for (int64_t i = 1; i < vocab; ++i) if (l[i] > l[next]) next = static_cast<int32_t>(i);
     }
+    ReadAround around;
+    if (probe_around && !warming) {
+      if (streamed.empty()) streamed = runtime::live_packed_weights();
+      around.before = cpu::measure_read_bandwidth_gbps(runner->pool(), streamed);
+    }
     auto t1 = Clock::now();
     for (int64_t i = 0; i < decode_tokens; ++i) {
       Tensor out = runner->step({{&next, 1, f.prompt_tokens + i}}, cache).value();
@@ -184,6 +214,7 @@ void run_bench(const BenchFlags& f) {
     }
     const double decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
     if (warming) continue;
+    if (probe_around) around.after = cpu::measure_read_bandwidth_gbps(runner->pool(), streamed);
     if (group) decode_comm = {group->stats(), decode_s, f.decode_tokens};
     if (profiled) {
       decode_profile = profile.table();
@@ -191,7 +222,10 @@ void run_bench(const BenchFlags& f) {
       profile.reset();
     }
     best_prefill = std::max(best_prefill, f.prompt_tokens / prefill_s);
-    best_decode = std::max(best_decode, f.decode_tokens / decode_s);
+    if (f.decode_tokens / decode_s > best_decode) {
+      best_decode = f.decode_tokens / decode_s;
+      best_around = around;
+    }
   }
   // The weights as they run (quantized at load, or as the file stores them).
   std::map<DType, int64_t> per;
@@ -223,7 +257,10 @@ void run_bench(const BenchFlags& f) {
     check_ok(runner->end_steps());
     print_rank_memory(*group, weight_bytes, last_kv_bytes(f, *runner));
   }
-  if (f.bounds) print_bounds(f, *model, runner->pool(), best_prefill, best_decode);
+  if (f.bounds) {
+    const bool measured_around = probe_around && best_around.before > 0 && best_around.after > 0;
+    print_bounds(f, *model, runner->pool(), best_prefill, best_decode, measured_around ? &best_around : nullptr);
+  }
   if (f.profile) {
     std::printf("\nPrefill of %lld tokens, time per op:\n%s", static_cast<long long>(f.prompt_tokens),
                 prefill_profile.c_str());
@@ -243,7 +280,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype, "KV cache elements: float32 (default) or bfloat16")
       ->check(CLI::IsMember({"float32", "bfloat16"}));
   cmd->add_flag("!--no-bounds", f->bounds,
-                "Skip measuring this machine's bounds (read bandwidth, oneDNN matmul) and loom's share of them");
+                "Skip measuring this machine's bounds (the weights' read bandwidth just before and after each decode run, oneDNN matmul) and loom's share of them");
   cmd->add_flag("!--no-warmup", f->warmup,
                 "Skip the unreported warm-up run (the prompt and one decode step) before the measured ones");
   cmd->add_flag("--profile", f->profile,

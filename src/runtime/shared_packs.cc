@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <set>
 #include <tuple>
 
 #include "loom/runtime/cpu/cpu_features.h"
@@ -49,6 +50,26 @@ Result<std::shared_ptr<const cpu::PackedLinear>> shared_packed_linear(const Tens
   auto shared = std::make_shared<const cpu::PackedLinear>(std::move(packed));
   slot->packed = shared;
   return shared;
+}
+
+std::vector<cpu::ByteRange> live_packed_weights() {
+  std::vector<std::shared_ptr<Slot>> held;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    for (const auto& [key, slot] : slots()) held.push_back(slot);
+  }
+  std::vector<cpu::ByteRange> ranges;
+  std::set<const void*> seen;
+  for (const auto& slot : held) {
+    // A slot being packed holds its mutex until the copy is there; its weights are
+    // not live yet, so it is skipped rather than waited for.
+    std::unique_lock<std::mutex> lock(slot->mu, std::try_to_lock);
+    if (!lock.owns_lock()) continue;
+    const std::shared_ptr<const cpu::PackedLinear> p = slot->packed.lock();
+    if (!p || p->streamed_weight_bytes() == 0 || !seen.insert(p->streamed_weights()).second) continue;
+    ranges.push_back({p->streamed_weights(), p->streamed_weight_bytes()});
+  }
+  return ranges;
 }
 
 }  // namespace loom::runtime

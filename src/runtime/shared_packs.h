@@ -6,9 +6,11 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "loom/core/status.h"
 #include "loom/core/tensor.h"
+#include "loom/runtime/cpu/machine_bounds.h"
 #include "loom/runtime/cpu/matmul.h"
 
 namespace loom::runtime {
@@ -16,5 +18,10 @@ namespace loom::runtime {
 // The packed copy of weight (+ bias), packed by the first caller and shared while
 // anyone holds it. Safe to call from parallel prepares.
 Result<std::shared_ptr<const cpu::PackedLinear>> shared_packed_linear(const Tensor& weight, const Tensor* bias);
+
+// The weights every packed copy still held streams per call (PackedLinear::streamed_weights),
+// each copy once: the bytes a decode step of the models loaded now reads, which `loom
+// bench` reads with a plain loop to measure its read bound on them.
+std::vector<cpu::ByteRange> live_packed_weights();
 
 }  // namespace loom::runtime

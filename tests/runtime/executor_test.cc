@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -157,6 +158,13 @@ TEST(Executor, TiedEmbeddingReadsItsRowsFromTheLinearsPackedCopy) {
     const auto a = shared_packed_linear(table.tensor, nullptr).value();
     EXPECT_EQ(a.get(), shared_packed_linear(table.tensor, nullptr).value().get());
     EXPECT_NE(a.get(), shared_packed_linear(table.tensor.reshape({vocab / 2, 2 * hidden}), nullptr).value().get());
+    // What `loom bench` reads as the decode read bound: every live copy's streamed bytes, once.
+    const std::vector<cpu::ByteRange> live = live_packed_weights();
+    const auto held = std::count_if(live.begin(), live.end(), [&](const cpu::ByteRange& r) {
+      return r.data == a->streamed_weights() && r.bytes == a->streamed_weight_bytes();
+    });
+    EXPECT_EQ(held, 1) << dtype_name(dt);
+    EXPECT_GE(a->streamed_weight_bytes(), static_cast<size_t>(table.tensor.nbytes())) << dtype_name(dt);
     // And the reference backend, which reads the table as stored, agrees.
     auto ref = Executor::create(g, reference_backend()).value();
     std::vector<Tensor> ref_out;

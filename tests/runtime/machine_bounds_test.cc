@@ -3,6 +3,8 @@
 #include "loom/runtime/cpu/machine_bounds.h"
 
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -24,6 +26,19 @@ TEST(MachineBounds, ReadBandwidthIsPositiveForEveryThreadCount) {
 TEST(MachineBounds, ReadBandwidthHandlesBuffersSmallerThanOneChunkPerThread) {
   ThreadPool pool(2);
   EXPECT_GT(measure_read_bandwidth_gbps(pool, 100, 1), 0.0);
+}
+
+TEST(MachineBounds, ReadBandwidthOverGivenRangesReadsThemAndNothingElse) {
+  ThreadPool pool(2);
+  std::vector<uint64_t> a(size_t{1} << 20, 1), b(size_t{1} << 18, 2);
+  // Ends that are not whole words (and a range of fewer bytes than a word) are left out, not read past.
+  const std::vector<ByteRange> ranges = {{a.data(), a.size() * 8}, {reinterpret_cast<const char*>(b.data()) + 3, b.size() * 8 - 5},
+                                         {b.data(), 7}};
+  const double gbps = measure_read_bandwidth_gbps(pool, ranges, 2);
+  EXPECT_TRUE(std::isfinite(gbps));
+  EXPECT_GT(gbps, 0.0);
+  EXPECT_EQ(measure_read_bandwidth_gbps(pool, std::vector<ByteRange>{}, 2), 0.0);
+  EXPECT_EQ(measure_read_bandwidth_gbps(pool, {{nullptr, 4096}, {b.data(), 7}}, 2), 0.0);
 }
 
 TEST(MachineBounds, OnednnMatmulRejectsWhatItCannotMeasure) {

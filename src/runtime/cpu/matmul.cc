@@ -454,6 +454,13 @@ void PackedLinear::adopt_layout(const Tensor& weight, const Tensor* bias, const 
   }
 }
 
+size_t PackedLinear::streamed_weight_bytes() const {
+  if (data_ == nullptr) return 0;
+  // Quantized groups take the bytes their rows would (quant_row).
+  if (row_bytes_ > 0) return row_bytes_ * static_cast<size_t>(n_);
+  return panel_bytes_ * static_cast<size_t>(num_panels());
+}
+
 Result<PackedLinear> PackedLinear::from_packed(const Tensor& weight, const Tensor* bias, const Layout& layout,
                                                std::shared_ptr<void> packed) {
   const QuantLayout choice = layout.group_rows > 1 ? QuantLayout::kInterleaved : QuantLayout::kRows;

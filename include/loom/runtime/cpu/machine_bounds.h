@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "loom/core/dtype.h"
 #include "loom/core/status.h"
@@ -18,6 +19,17 @@ namespace loom::cpu {
 // streaming its own contiguous share of a `bytes`-sized buffer (far larger than
 // the last-level cache), best of `repeats` passes after one warm-up pass.
 double measure_read_bandwidth_gbps(ThreadPool& pool, size_t bytes = size_t{1} << 30, int repeats = 4);
+
+struct ByteRange {
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+// Read bandwidth in GB/s over memory that is already there (the weights a decode step
+// streams, where they are resident): every thread reads its contiguous share of each
+// range in turn, without waiting for the others between ranges; best of `passes`.
+// Allocates nothing, so measuring it between runs does not raise a process's peak
+// RSS. 0 when the ranges hold nothing.
+double measure_read_bandwidth_gbps(ThreadPool& pool, const std::vector<ByteRange>& ranges, int passes = 2);
 
 // GFLOP/s of oneDNN's matmul y[M, N] = x[M, K]·Wᵀ with F32 or BF16 weights
 // (bf16 weights take x rounded to bf16, as PyTorch does), best of `repeats`

@@ -89,6 +89,12 @@ class PackedLinear {
   // rows read in place count 0 here (their tensor holds them), interleaved ones count.
   size_t packed_bytes() const { return bytes_; }
 
+  // The weight bytes linear() streams on every call, from streamed_weights(): the panels,
+  // or the quantized rows and groups (the bias not included). `loom bench` reads them
+  // with a plain loop to measure the read bound on the very bytes decode reads.
+  const uint8_t* streamed_weights() const { return static_cast<const uint8_t*>(data_.get()); }
+  size_t streamed_weight_bytes() const;
+
   // For the kernels (src/runtime/cpu/): panel p starts at panel_stride_bytes() * p.
   int64_t num_panels() const { return (n_ + kPanel - 1) / kPanel; }
   size_t panel_stride_bytes() const { return panel_bytes_; }
