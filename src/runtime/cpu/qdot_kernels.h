@@ -86,6 +86,8 @@ void qdot_q6_K_avx2(const QdotArgs& a);
 void qdot_q4_0x8_avx2(const QdotArgs& a);
 // Q4_K interleaved in groups of 8 rows (qlayout_q4_Kx8.h), likewise.
 void qdot_q4_Kx8_avx2(const QdotArgs& a);
+// Q5_K interleaved in groups of 8 rows (qlayout_q5_Kx8.h), likewise.
+void qdot_q5_Kx8_avx2(const QdotArgs& a);
 // Q8_0 interleaved in groups of 8 rows (qlayout_q8_0x8.h), likewise.
 void qdot_q8_0x8_avx2(const QdotArgs& a);
 // Q6_K interleaved in groups of 8 rows (qlayout_q6_Kx8.h), likewise.
@@ -99,7 +101,7 @@ void qdot_q4_Kx8_avx512(const QdotArgs& a);
 // driver gives it eight on long rows, grouped_rows_per_call in qlinear.cc).
 constexpr int kQ4_Kx8Avx512Rows = 8;
 // Q5_K interleaved in groups of 8 rows (qlayout_q5_Kx8.h), as qdot_q4_Kx8_avx512 (up to
-// kQ4_Kx8Avx512Rows rows); AVX-512 only: on other paths Q5_K stays as rows.
+// kQ4_Kx8Avx512Rows rows).
 void qdot_q5_Kx8_avx512(const QdotArgs& a);
 void qdot_q6_Kx8_avx512(const QdotArgs& a);
 void qdot_q8_0x8_avx512(const QdotArgs& a);

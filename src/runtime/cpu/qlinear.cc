@@ -165,13 +165,13 @@ int64_t grouped_rows_per_call(DType dt, int64_t blocks) {
 }
 
 // The decode kernel over dt's interleaved groups on this path, or null where there is
-// none (Q5_Kx8 has only an AVX-512 one; elsewhere its groups are copied out as rows).
+// none (then the groups are copied out as rows).
 QdotFn grouped_kernel_for(DType dt) {
   const bool zmm = grouped_avx512();
   switch (dt) {
     case DType::kQ4_0: return zmm ? qdot_q4_0x8_avx512 : qdot_q4_0x8_avx2;
     case DType::kQ4_K: return zmm ? qdot_q4_Kx8_avx512 : qdot_q4_Kx8_avx2;
-    case DType::kQ5_K: return zmm ? qdot_q5_Kx8_avx512 : nullptr;
+    case DType::kQ5_K: return zmm ? qdot_q5_Kx8_avx512 : qdot_q5_Kx8_avx2;
     case DType::kQ6_K: return zmm ? qdot_q6_Kx8_avx512 : qdot_q6_Kx8_avx2;
     case DType::kQ8_0: return zmm ? qdot_q8_0x8_avx512 : qdot_q8_0x8_avx2;
     default: return nullptr;

@@ -1,0 +1,13 @@
+// Q5_K × int8 activations over Q5_Kx8 groups (qlayout_q5_Kx8.h), AVX2 (maddubs):
+// qdot_k4x8_avx2.h with each level's fifth bit or-ed in from its mask.
+#include "runtime/cpu/qdot_k4x8_avx2.h"
+
+#if defined(LOOM_MATMUL_X86)
+namespace loom::cpu::detail {
+
+LOOM_TARGET_AVX2 void qdot_q5_Kx8_avx2(const QdotArgs& a) {
+  LOOM_QDOT_X8_BY_ROWS(q5_Kx8_rows_avx2, a)
+}
+
+}  // namespace loom::cpu::detail
+#endif
