@@ -251,6 +251,74 @@ LOOM_QGEMM_TARGET LOOM_INLINE void pack_group_block_q6_K(const uint8_t* in, int8
   }
 }
 
+// qs bytes [8p, 8p + 8) of row r of a Q4_Kx8 (or Q5_Kx8) group block, p = 4c + h: a
+// row's pieces in order are its qs bytes in order.
+constexpr size_t q4_Kx8_qs_piece_offset(int r, int p) { return q4_Kx8_qs_offset(r, p / 4, p % 4); }
+
+// 16 in byte j where bit j of m is set, else 0.
+LOOM_QGEMM_TARGET LOOM_INLINE __m256i sixteen_where_bits(uint32_t m) {
+  // Byte j takes byte j / 8 of m (each 128-bit lane holds m's four bytes), then its bit j % 8.
+  const __m256i byte_of = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                           2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit_of = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i bits = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(m)), byte_of), bit_of);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(bits, bit_of), _mm256_set1_epi8(0x10));
+}
+
+// The same for a Q4_Kx8 or Q5_Kx8 group block: rows 0..7's levels into their 8 A tiles
+// (row r of tile j at lv + j·kATile + 32·r), d and dmin to d16/dmin16[0..7], row r's
+// sub-block scales and mins to sc/mins[8·r + j]. A row's qs bytes 32c..32c+31 (sub-blocks
+// 2c, 2c + 1) are four pieces of one chunk, four rows a vector after one transposition
+// per run, as for Q6_Kx8; Q5_K's fifth bits are one byte of each piece's mask per row.
+// Through a copy out as BlockQ5_K (quant_row_blocks) the fifth bits took an 8×8 bit
+// transposition per piece and row: the AVX2 tiles at M = 32 ran a third slower than
+// over stored rows.
+template <bool kQ5>
+LOOM_QGEMM_TARGET LOOM_INLINE void pack_group_block_k4(const uint8_t* in, int8_t* lv, uint16_t* d16, uint16_t* dmin16,
+                                                       float* sc, float* mins, __m256i offset) {
+  std::memcpy(d16, in, 16);
+  std::memcpy(dmin16, in + 16, 16);
+  for (int r = 0; r < 8; ++r) {
+    uint8_t scales[12];
+    for (int t = 0; t < 12; ++t) scales[t] = in[kQ4_Kx8ScalesOffset + 8 * t + r];
+    for (int j = 0; j < 8; ++j) {
+      uint8_t s, m;
+      unpack_scale_min_k4(j, scales, &s, &m);
+      sc[8 * r + j] = s;
+      mins[8 * r + j] = m;
+    }
+  }
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  // Four masks' bytes 0..3 (one mask per piece h) → per slot s its byte of each: bits of levels 8h + i.
+  const __m128i by_slot = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  for (int run = 0; run < 2; ++run) {
+    for (int c = 0; c < 4; ++c) {
+      __m256i rows[4];
+      load_run_rows4<q4_Kx8_qs_piece_offset>(in, run, 4 * c, rows);
+      __m128i fifth[2];  // [low nibbles: sub-block 2c, high: 2c + 1], dword s for slot s
+      if constexpr (kQ5) {
+        for (int high = 0; high < 2; ++high) {
+          int32_t m[4];
+          for (int h = 0; h < 4; ++h) std::memcpy(&m[h], in + q5_Kx8_mask_offset(c, h, high) + 4 * run, 4);
+          fifth[high] = _mm_shuffle_epi8(_mm_setr_epi32(m[0], m[1], m[2], m[3]), by_slot);
+        }
+      }
+      for (int s = 0; s < 4; ++s) {
+        __m256i lo = _mm256_and_si256(rows[s], low4), hi = _mm256_and_si256(_mm256_srli_epi16(rows[s], 4), low4);
+        if constexpr (kQ5) {
+          lo = _mm256_or_si256(lo, sixteen_where_bits(static_cast<uint32_t>(_mm_cvtsi128_si32(fifth[0]))));
+          hi = _mm256_or_si256(hi, sixteen_where_bits(static_cast<uint32_t>(_mm_cvtsi128_si32(fifth[1]))));
+          fifth[0] = _mm_srli_si128(fifth[0], 4);
+          fifth[1] = _mm_srli_si128(fifth[1], 4);
+        }
+        int8_t* row = lv + 32 * x8_row_of(run, s);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + 2 * c * kATile), _mm256_add_epi8(lo, offset));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + (2 * c + 1) * kATile), _mm256_add_epi8(hi, offset));
+      }
+    }
+  }
+}
+
 template <DType dt>
 constexpr size_t pack_block_bytes() {
   return dt == DType::kQ8_0   ? sizeof(BlockQ8_0)
@@ -348,7 +416,7 @@ LOOM_QGEMM_TARGET void pack_chunk_of(const PackedLinear& w, int64_t n0, int64_t 
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t rows = std::min<int64_t>(kTile, n1 - n0 - g * kTile);
     int8_t* base = c.levels.data() + static_cast<size_t>(g) * group_bytes;
-    if constexpr (dt == DType::kQ4_0 || dt == DType::kQ8_0 || dt == DType::kQ6_K) {
+    if constexpr (dt == DType::kQ4_0 || dt == DType::kQ8_0 || dt == DType::kQ6_K || k4) {
       // A tile of two whole interleaved groups: a group block at a time.
       constexpr int x8 = 8;
       const int64_t first = n0 + g * kTile;
@@ -356,8 +424,10 @@ LOOM_QGEMM_TARGET void pack_chunk_of(const PackedLinear& w, int64_t n0, int64_t 
           first + kTile <= w.out_features() / x8 * x8) {
         constexpr size_t block_bytes = dt == DType::kQ4_0   ? kQ4_0x8BlockBytes
                                        : dt == DType::kQ8_0 ? kQ8_0x8BlockBytes
+                                       : dt == DType::kQ4_K ? kQ4_Kx8BlockBytes
+                                       : dt == DType::kQ5_K ? kQ5_Kx8BlockBytes
                                                             : kQ6_Kx8BlockBytes;
-        constexpr size_t tiles_per_block = dt == DType::kQ6_K ? 8 : 1;
+        constexpr size_t tiles_per_block = dt == DType::kQ4_0 || dt == DType::kQ8_0 ? 1 : 8;
         for (int half = 0; half < 2; ++half) {
           const uint8_t* group = w.quant_row(first + x8 * half);
           for (int64_t b = 0; b < blocks; ++b) {
@@ -366,6 +436,9 @@ LOOM_QGEMM_TARGET void pack_chunk_of(const PackedLinear& w, int64_t n0, int64_t 
             const size_t at = static_cast<size_t>(g) * per_group + static_cast<size_t>(b) * kTile + x8 * half;
             if constexpr (dt == DType::kQ6_K) {
               pack_group_block_q6_K(in, lv, &c.d16[at], &c.sc6[at * 16], offset);
+            } else if constexpr (k4) {
+              pack_group_block_k4<dt == DType::kQ5_K>(in, lv, &c.d16[at], &c.dmin16[at], &c.sc[at * 8], &c.mins[at * 8],
+                                                      offset);
             } else {
               pack_group_block<dt>(in, lv, &c.d16[at], offset);
             }
