@@ -1,5 +1,5 @@
 // Q4_K rows interleaved in groups of 8 ("Q4_Kx8"), the layout PackedLinear keeps
-// Q4_K weights in where the AVX2 decode kernel reads it (qdot_q4_Kx8_avx2.cc).
+// Q4_K weights in where the AVX2 decode kernel reads it (qdot_k4x8_avx2.h).
 // From rows, every 144-byte block costs its own scale unpacking, eight scale
 // shuffles and a reduction; from this layout one unpacking serves eight rows and
 // the sub-block scales are applied per row lane.

@@ -1,5 +1,5 @@
 // Q5_K rows interleaved in groups of 8 ("Q5_Kx8"), the layout PackedLinear keeps
-// Q5_K weights in where the AVX-512 decode kernel reads it (qdot_q5_Kx8_avx512.cc).
+// Q5_K weights in for the decode kernels (qdot_q5_Kx8_avx512.cc, qdot_q5_Kx8_avx2.cc).
 // It is Q4_Kx8 (qlayout_q4_Kx8.h) plus each level's fifth bit, stored as the byte
 // masks of the kernel's vectors: from rows, the kernel read Q5_K at 22-36 GB/s on a
 // Zen 4, under its read bandwidth, as every block and row paid its own scale

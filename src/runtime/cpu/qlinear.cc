@@ -358,9 +358,10 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
 // 2 threads, 2048->8192, plain read 34 GB/s) they read Q8_0 at 35 GB/s against the
 // VNNI row kernels' 28, Q4_0 32 / 24, Q4_K 30 / 27, and at M = 4 twice as fast;
 // the tiles read the groups as fast as rows from M = 512 and 0-20% slower at M = 32.
-// Q5_K only where its AVX-512 group kernel runs: on a Zen 4 (2 threads, 2048->8192 and
-// 8192->2048 at batch 1, weights in L3: matmul_bench's from_l3 cases) it reads 62-75 GB/s
-// against the VNNI row kernel's 29-36, and at M = 4 it is 2.5-3x faster from memory.
+// Q5_K too: on a Zen 4 (2 threads, 2048->8192 and 8192->2048 at batch 1, weights in L3:
+// matmul_bench's from_l3 cases) its AVX-512 group kernel reads 62-75 GB/s against the VNNI
+// row kernel's 29-36, and at M = 4 it is 2.5-3x faster from memory; forced to AVX2 there,
+// M = 4 takes half the row kernels' time.
 bool decode_prefers_interleaved(DType dt) {
 #if defined(LOOM_MATMUL_X86)
   return interleaved_group_rows(dt) > 1 && &active_table() != &qdot_scalar() && grouped_kernel_for(dt) != nullptr;
