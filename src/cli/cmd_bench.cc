@@ -39,8 +39,9 @@ struct BenchFlags {
 };
 
 // The read bandwidth around one decode run: its weights read with a plain loop just before
-// and just after it. These VMs' memory changes speed from one minute to the next (30 to 60
-// GB/s), so a bound measured at another moment than the run says little about it.
+// and just after it. These VMs' memory changes speed within seconds (17 to 57 GB/s on the
+// Zen 4 of docs/performance.md: other guests' traffic), so a bound measured at another
+// moment than the run says little about it.
 struct ReadAround {
   double before = 0, after = 0;
   double mean() const { return (before + after) / 2; }
