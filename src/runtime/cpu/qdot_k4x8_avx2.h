@@ -41,30 +41,11 @@ alignas(32) constexpr int8_t kSpreadScales[2][32] = {
 #undef LOOM_ROW
 };
 
-// Byte j of a vector → bit j % 8 of byte j / 8 of a broadcast 32-bit mask (each
-// 128-bit lane holds the mask's four bytes after vpbroadcastd).
-alignas(32) constexpr int8_t kMaskByteOfLane[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                                    2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
-alignas(32) constexpr uint8_t kMaskBitOfLane[32] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128,
-                                                    1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-
-// 16 in the bytes whose bit is set in the 32 bits at p (bit j: byte j), else 0.
-LOOM_TARGET_AVX2 LOOM_INLINE __m256i fifth_bits(const uint8_t* p, __m256i byte_of_lane, __m256i bit_of_lane,
-                                               __m256i sixteen) {
-  int32_t m;
-  std::memcpy(&m, p, 4);
-  const __m256i bits = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(m), byte_of_lane), bit_of_lane);
-  return _mm256_and_si256(_mm256_cmpeq_epi8(bits, bit_of_lane), sixteen);
-}
-
 // kQ5: Q5_Kx8 group blocks, else Q4_Kx8.
 template <bool kQ5, int kRows>
 LOOM_TARGET_AVX2 void k4x8_rows_avx2(const QdotArgs& a) {
   constexpr size_t kBlockBytes = kQ5 ? kQ5_Kx8BlockBytes : kQ4_Kx8BlockBytes;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i byte_of_lane = _mm256_load_si256(reinterpret_cast<const __m256i*>(kMaskByteOfLane));
-  const __m256i bit_of_lane = _mm256_load_si256(reinterpret_cast<const __m256i*>(kMaskBitOfLane));
-  const __m256i sixteen = _mm256_set1_epi8(0x10);
   const __m256i spread0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(kSpreadScales[0]));
   const __m256i spread1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(kSpreadScales[1]));
   const size_t group_bytes = static_cast<size_t>(a.blocks) * kBlockBytes;
@@ -99,10 +80,11 @@ LOOM_TARGET_AVX2 void k4x8_rows_avx2(const QdotArgs& a) {
             hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
             if constexpr (kQ5) {
               // This run set's half of the piece's 64-bit masks.
-              lo[h] = _mm256_or_si256(lo[h], fifth_bits(o + q5_Kx8_mask_offset(c, h, 0) + 4 * set, byte_of_lane,
-                                                        bit_of_lane, sixteen));
-              hi[h] = _mm256_or_si256(hi[h], fifth_bits(o + q5_Kx8_mask_offset(c, h, 1) + 4 * set, byte_of_lane,
-                                                        bit_of_lane, sixteen));
+              uint32_t m_lo, m_hi;
+              std::memcpy(&m_lo, o + q5_Kx8_mask_offset(c, h, 0) + 4 * set, 4);
+              std::memcpy(&m_hi, o + q5_Kx8_mask_offset(c, h, 1) + 4 * set, 4);
+              lo[h] = _mm256_or_si256(lo[h], sixteen_where_bits(m_lo));
+              hi[h] = _mm256_or_si256(hi[h], sixteen_where_bits(m_hi));
             }
           }
           const __m256i sc_lo = _mm256_shuffle_epi8(bcast8(scales + 16 * c), spread);

@@ -34,6 +34,18 @@ LOOM_TARGET_AVX2 LOOM_INLINE __m256i load256(const uint8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
+// 16 in byte j of the result where bit j of m is set, else 0: Q5_Kx8's fifth bits
+// (qlayout_q5_Kx8.h), 32 levels' worth, ready to be or-ed into their low nibbles. Byte j
+// takes byte j / 8 of m (vpbroadcastd puts m's four bytes in each 128-bit lane), then
+// its bit j % 8.
+LOOM_TARGET_AVX2 LOOM_INLINE __m256i sixteen_where_bits(uint32_t m) {
+  const __m256i byte_of = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                           2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit_of = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i bits = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(m)), byte_of), bit_of);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(bits, bit_of), _mm256_set1_epi8(0x10));
+}
+
 // Keeps `ahead` `distance` bytes past the end of the group block at o
 // (block_bytes long), one line at a time; non-temporal by default, as the weights
 // are read once. Q6_Kx8 prefetches into L2 (_MM_HINT_T1) instead: each of its

@@ -18,6 +18,7 @@
 
 #include "loom/core/quantize.h"
 #include "runtime/cpu/matmul_kernels.h"
+#include "runtime/cpu/qdot_x8_avx2.h"
 #include "runtime/cpu/qlayout.h"
 
 namespace loom::cpu::detail {
@@ -249,20 +250,6 @@ LOOM_QGEMM_TARGET LOOM_INLINE void pack_group_block_q6_K(const uint8_t* in, int8
       for (int s = 0; s < 4; ++s) unpack_q6_K_half(l0[s], l1[s], qh[s], h, lv + 32 * x8_row_of(run, s), kATile, offset);
     }
   }
-}
-
-// qs bytes [8p, 8p + 8) of row r of a Q4_Kx8 (or Q5_Kx8) group block, p = 4c + h: a
-// row's pieces in order are its qs bytes in order.
-constexpr size_t q4_Kx8_qs_piece_offset(int r, int p) { return q4_Kx8_qs_offset(r, p / 4, p % 4); }
-
-// 16 in byte j where bit j of m is set, else 0.
-LOOM_QGEMM_TARGET LOOM_INLINE __m256i sixteen_where_bits(uint32_t m) {
-  // Byte j takes byte j / 8 of m (each 128-bit lane holds m's four bytes), then its bit j % 8.
-  const __m256i byte_of = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
-                                           2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-  const __m256i bit_of = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-  const __m256i bits = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(m)), byte_of), bit_of);
-  return _mm256_and_si256(_mm256_cmpeq_epi8(bits, bit_of), _mm256_set1_epi8(0x10));
 }
 
 // The same for a Q4_Kx8 or Q5_Kx8 group block: rows 0..7's levels into their 8 A tiles

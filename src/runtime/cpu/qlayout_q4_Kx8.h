@@ -39,6 +39,10 @@ constexpr size_t q4_Kx8_qs_offset(int r, int c, int h) {
   return kQ4_Kx8QsOffset + static_cast<size_t>(c) * 256 + static_cast<size_t>(h) * 64 + x8_run_slot_offset(r);
 }
 
+// The same by piece: qs bytes [8p, 8p + 8) of row r, p = 4c + h (a row's pieces in order
+// are its qs bytes in order).
+constexpr size_t q4_Kx8_qs_piece_offset(int r, int p) { return q4_Kx8_qs_offset(r, p / 4, p % 4); }
+
 // Row r's d, dmin, scale bytes and qs of one block into the group block at `out`, and
 // back (what Q4_Kx8 and Q5_Kx8 share).
 inline void put_k4x8_row(uint8_t* out, int r, const uint16_t& d, const uint16_t& dmin, const uint8_t* scales,
