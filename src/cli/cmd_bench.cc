@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <map>
 
+#include "baselines/matmul_baselines.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "loom/batching/continuous_batching_config.h"
