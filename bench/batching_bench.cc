@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "baselines/matmul_baselines.h"
 #include "loom/batching/generate.h"
 #include "loom/batching/generate_batch.h"
 #include "loom/batching/model_runner.h"

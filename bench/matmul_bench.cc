@@ -27,7 +27,7 @@
 #include "loom/core/thread_pool.h"
 #include "loom/runtime/cpu/cpu_features.h"
 #include "loom/runtime/cpu/matmul.h"
-#include "runtime/cpu/matmul_baselines.h"
+#include "baselines/matmul_baselines.h"
 #include "runtime/cpu/matmul_kernels.h"
 #include "runtime/cpu/qlayout.h"
 #include "runtime/cpu/qlinear.h"

@@ -60,13 +60,7 @@ install(FILES ${PROJECT_BINARY_DIR}/loomConfig.cmake ${PROJECT_BINARY_DIR}/loomC
 
 # pkg-config: static libraries, so Libs lists every layer in link order and what they use.
 set(LOOM_PC_LIBS "-lloom_serve -lloom_export -lloom_batching -lloom_structured -lloom_tokenizer -lloom_generation -lloom_models -lloom_kernels -lloom_weights -lloom_io -lloom_runtime -lloom_graph -lloom_core -lloom_portable")
-set(LOOM_PC_EXTRA_LIBS "-lonnx_proto")
-if(NOT LOOM_HTTP_LIBRARY STREQUAL "beast")
-  string(APPEND LOOM_PC_EXTRA_LIBS " -lcpp-httplib")
-endif()
-if(LOOM_WITH_ONEDNN)
-  string(APPEND LOOM_PC_EXTRA_LIBS " -ldnnl")
-endif()
+set(LOOM_PC_EXTRA_LIBS "-lonnx_proto -lcpp-httplib")
 if(MPI_C_FOUND)
   list(JOIN MPI_C_LIBRARIES " " LOOM_PC_MPI_LIBS)
   string(APPEND LOOM_PC_EXTRA_LIBS " ${LOOM_PC_MPI_LIBS}")

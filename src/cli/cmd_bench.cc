@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <map>
 
+#include "baselines/matmul_baselines.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "loom/batching/continuous_batching_config.h"
@@ -22,7 +23,7 @@
 #include "loom/runtime/collectives.h"
 #include "loom/runtime/kv_cache_contiguous.h"
 #include "loom/runtime/op_profile.h"
-#include "runtime/shared_packs.h"
+#include "loom/runtime/shared_packs.h"
 
 namespace loom::cli {
 

@@ -1,8 +1,6 @@
 // The HTTP adapter over cpp-httplib, the one file that knows the library: it
 // parses requests, keeps connections alive, frames chunked streams and enforces
 // the body limit; the Router does the rest.
-#ifndef LOOM_HTTP_BEAST
-
 #include "serve/http_server.h"
 
 #include <sys/socket.h>
@@ -194,5 +192,3 @@ void HttpServer::stop() {
 }
 
 }  // namespace loom::serve
-
-#endif  // !LOOM_HTTP_BEAST

@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "loom/runtime/cpu/cpu_features.h"
-#include "runtime/cpu/matmul_baselines.h"
+#include "baselines/matmul_baselines.h"
 
 namespace loom::cpu {
 namespace {

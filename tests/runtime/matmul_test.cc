@@ -13,7 +13,7 @@
 
 #include "loom/runtime/cpu/cpu_features.h"
 #include "runtime/matmul_test_util.h"
-#include "runtime/cpu/matmul_baselines.h"
+#include "baselines/matmul_baselines.h"
 #include "runtime/cpu/matmul_kernels.h"
 #include "runtime/cpu/pack_panel_words.h"
 

@@ -9,8 +9,6 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/cpu/matmul_baselines.h"
-
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -95,31 +93,6 @@ double measure_read_bandwidth_gbps(ThreadPool& pool, const std::vector<ByteRange
     });
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (s > 0) best = std::max(best, static_cast<double>(total) / s / 1e9);
-  }
-  return best;
-}
-
-Result<double> measure_onednn_matmul_gflops(DType weight_dtype, int64_t M, int64_t N, int64_t K, int repeats) {
-  if (!baseline::OnednnLinear::available()) return unsupported("oneDNN matmul: loom was built without oneDNN");
-  if (weight_dtype != DType::kF32 && weight_dtype != DType::kBF16)
-    return invalid_argument("oneDNN matmul bound: weights must be F32 or BF16");
-  if (M < 1 || N < 1 || K < 1) return invalid_argument("oneDNN matmul bound: M, N, K must be ≥ 1");
-  Tensor w = Tensor::empty(weight_dtype, {N, K});
-  if (weight_dtype == DType::kF32) {
-    float* p = w.data_as<float>();
-    for (int64_t i = 0; i < N * K; ++i) p[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
-  } else {
-    uint16_t* p = static_cast<uint16_t*>(w.data());
-    for (int64_t i = 0; i < N * K; ++i) p[i] = f32_to_bf16(static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f);
-  }
-  LOOM_ASSIGN_OR_RETURN(auto lin, baseline::OnednnLinear::create(w, nullptr));
-  std::vector<float> x(static_cast<size_t>(M * K), 0.25f), y(static_cast<size_t>(M * N));
-  double best = 0.0;
-  for (int pass = 0; pass <= repeats; ++pass) {
-    const auto t0 = Clock::now();
-    lin->run(x.data(), M, y.data());
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (pass > 0 && s > 0) best = std::max(best, 2.0 * static_cast<double>(M) * N * K / s / 1e9);
   }
   return best;
 }

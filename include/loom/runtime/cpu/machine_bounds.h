@@ -1,8 +1,9 @@
 // What this machine can do at most, measured the moment a benchmark runs, so
 // `loom bench` can say how close loom gets: decode reads every weight once per
 // token (bounded by memory read bandwidth), prefill is GEMM work (bounded by
-// the best library matmul we can call). Measured rather than looked up because
-// the same model of CPU gives very different figures under VMs and load.
+// the best library matmul we can call: bench/baselines, measure_onednn_matmul_gflops).
+// Measured rather than looked up because the same model of CPU gives very
+// different figures under VMs and load.
 #pragma once
 
 #include <cstddef>
@@ -30,11 +31,5 @@ struct ByteRange {
 // Allocates nothing, so measuring it between runs does not raise a process's peak
 // RSS. 0 when the ranges hold nothing.
 double measure_read_bandwidth_gbps(ThreadPool& pool, const std::vector<ByteRange>& ranges, int passes = 2);
-
-// GFLOP/s of oneDNN's matmul y[M, N] = x[M, K]·Wᵀ with F32 or BF16 weights
-// (bf16 weights take x rounded to bf16, as PyTorch does), best of `repeats`
-// after a warm-up; oneDNN uses its own OpenMP threads. Unsupported when loom is
-// built without oneDNN.
-Result<double> measure_onednn_matmul_gflops(DType weight_dtype, int64_t M, int64_t N, int64_t K, int repeats = 3);
 
 }  // namespace loom::cpu

@@ -1,6 +1,7 @@
 // Library implementations of the same linear layer, kept so the benchmark can
-// justify loom's own kernels against them (bench/matmul_bench.cc) and the tests
-// can hold them to the same reference. Not used by linear().
+// justify loom's own kernels against them (bench/matmul_bench.cc), `loom bench`
+// can bound prefill by a library GEMM, and the tests can hold them to the same
+// reference. No layer of loom uses them.
 #pragma once
 
 #include <cstdint>
@@ -50,3 +51,13 @@ class OpenblasLinear {
 };
 
 }  // namespace loom::cpu::baseline
+
+namespace loom::cpu {
+
+// GFLOP/s of oneDNN's matmul y[M, N] = x[M, K]·Wᵀ with F32 or BF16 weights
+// (bf16 weights take x rounded to bf16, as PyTorch does), best of `repeats`
+// after a warm-up; oneDNN uses its own OpenMP threads. `loom bench` bounds
+// prefill by it. Unsupported when built without oneDNN.
+Result<double> measure_onednn_matmul_gflops(DType weight_dtype, int64_t M, int64_t N, int64_t K, int repeats = 3);
+
+}  // namespace loom::cpu

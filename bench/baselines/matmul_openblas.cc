@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "runtime/cpu/matmul_baselines.h"
+#include "baselines/matmul_baselines.h"
 
 namespace loom::cpu::baseline {
 
