@@ -22,7 +22,7 @@
 #include "loom/runtime/collectives.h"
 #include "loom/runtime/kv_cache_contiguous.h"
 #include "loom/runtime/op_profile.h"
-#include "runtime/shared_packs.h"
+#include "loom/runtime/shared_packs.h"
 
 namespace loom::cli {
 

@@ -9,9 +9,9 @@
 
 #include "cli/commands.h"
 #include "loom/core/status.h"
-#include "core/cache_dir.h"
-#include "runtime/packed_weights_cache.h"
-#include "weights/weights_cache.h"
+#include "loom/core/cache_dir.h"
+#include "loom/runtime/packed_weights_cache.h"
+#include "loom/weights/weights_cache.h"
 
 namespace loom::cli {
 

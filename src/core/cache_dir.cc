@@ -1,4 +1,4 @@
-#include "core/cache_dir.h"
+#include "loom/core/cache_dir.h"
 
 #include <cstdlib>
 #include <filesystem>

@@ -1,4 +1,4 @@
-#include "core/file_pages.h"
+#include "loom/core/file_pages.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
 #include "loom/io/checkpoint.h"
-#include "io/quoted.h"
+#include "loom/io/quoted.h"
 
 #include <cstring>
 #include <fstream>

@@ -11,7 +11,7 @@
 #include <optional>
 
 #include "io/gguf_format.h"
-#include "io/quoted.h"
+#include "loom/io/quoted.h"
 #include "io/mapped_file.h"
 #include "loom/io/gguf.h"
 

@@ -1,7 +1,7 @@
 // write_gguf: the whole header is serialised in memory first (so every check
 // runs before a byte reaches the disk), then the tensors are streamed after it.
 #include "loom/io/gguf_writer.h"
-#include "io/quoted.h"
+#include "loom/io/quoted.h"
 
 #include <sys/mman.h>
 
@@ -10,7 +10,7 @@
 #include <set>
 #include <utility>
 
-#include "core/file_pages.h"
+#include "loom/core/file_pages.h"
 #include "io/atomic_file.h"
 #include "io/gguf_format.h"
 

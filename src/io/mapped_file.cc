@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/file_pages.h"
+#include "loom/core/file_pages.h"
 
 namespace loom::io {
 

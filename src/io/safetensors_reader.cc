@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/mapped_file.h"
-#include "io/quoted.h"
+#include "loom/io/quoted.h"
 #include "io/safetensors_dtypes.h"
 #include "loom/io/safetensors.h"
 

@@ -9,8 +9,8 @@
 
 #include "loom/core/logging.h"
 #include "loom/models/architecture.h"
-#include "core/file_pages.h"
-#include "weights/weights_cache.h"
+#include "loom/core/file_pages.h"
+#include "loom/weights/weights_cache.h"
 
 namespace loom::models {
 

@@ -15,7 +15,7 @@
 #include "runtime/collective_kernels.h"
 #include "runtime/external_call_kernel.h"
 #include "runtime/moe_kernel.h"
-#include "runtime/shared_packs.h"
+#include "loom/runtime/shared_packs.h"
 
 namespace loom::runtime {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/packed_weights_cache.h"
+#include "loom/runtime/packed_weights_cache.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -24,8 +24,8 @@
 #define XXH_INLINE_ALL  // header-only: no link dependency on libxxhash
 #include <xxhash.h>
 
-#include "core/cache_dir.h"
-#include "core/file_pages.h"
+#include "loom/core/cache_dir.h"
+#include "loom/core/file_pages.h"
 #include "loom/core/logging.h"
 #include "loom/core/thread_pool.h"
 

@@ -1,4 +1,4 @@
-#include "runtime/shared_packs.h"
+#include "loom/runtime/shared_packs.h"
 
 #include <map>
 #include <mutex>
@@ -6,7 +6,7 @@
 #include <tuple>
 
 #include "loom/runtime/cpu/cpu_features.h"
-#include "runtime/packed_weights_cache.h"
+#include "loom/runtime/packed_weights_cache.h"
 
 namespace loom::runtime {
 namespace {

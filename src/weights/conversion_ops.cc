@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "core/file_pages.h"
+#include "loom/core/file_pages.h"
 #include "loom/weights/tensor_moves.h"
 
 namespace loom {

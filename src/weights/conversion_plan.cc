@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/core/logging.h"
-#include "io/quoted.h"
+#include "loom/io/quoted.h"
 #include "loom/weights/conversion_plan.h"
 
 namespace loom {

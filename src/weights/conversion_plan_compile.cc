@@ -7,7 +7,7 @@
 #include <set>
 
 #include "loom/weights/conversion_plan.h"
-#include "io/quoted.h"
+#include "loom/io/quoted.h"
 #include "loom/weights/weight_pattern.h"
 
 namespace loom {

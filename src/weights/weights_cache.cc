@@ -1,4 +1,4 @@
-#include "weights/weights_cache.h"
+#include "loom/weights/weights_cache.h"
 
 #include <sys/stat.h>
 
@@ -12,8 +12,8 @@
 #define XXH_INLINE_ALL  // header-only: no link dependency on libxxhash
 #include <xxhash.h>
 
-#include "core/cache_dir.h"
-#include "core/file_pages.h"
+#include "loom/core/cache_dir.h"
+#include "loom/core/file_pages.h"
 #include "loom/core/logging.h"
 #include "loom/io/gguf.h"
 #include "loom/io/gguf_writer.h"

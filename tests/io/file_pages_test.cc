@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/file_pages.h"
+#include "loom/core/file_pages.h"
 #include "io/io_test_util.h"
 #include "io/mapped_file.h"
 

@@ -12,14 +12,14 @@
 #include <fstream>
 #include <string>
 
-#include "core/file_pages.h"
+#include "loom/core/file_pages.h"
 #include "scoped_env.h"
 #include "loom/io/gguf.h"
 #include "loom/models/model.h"
 #include "loom/models/save_gguf.h"
 #include "loom/weights/quantization_recipe.h"
 #include "models/model_run_util.h"
-#include "weights/weights_cache.h"
+#include "loom/weights/weights_cache.h"
 
 namespace loom::models_test {
 namespace {

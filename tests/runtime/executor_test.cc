@@ -10,10 +10,10 @@
 #include <cstdio>
 #include <cstring>
 
-#include "core/file_pages.h"
+#include "loom/core/file_pages.h"
 #include "loom/graph/builder.h"
 #include "runtime/cpu/qlinear.h"
-#include "runtime/shared_packs.h"
+#include "loom/runtime/shared_packs.h"
 
 namespace loom::runtime {
 namespace {

@@ -19,12 +19,12 @@
 #include <thread>
 #include <vector>
 
-#include "core/file_pages.h"
+#include "loom/core/file_pages.h"
 #include "scoped_env.h"
 #include "loom/core/quantize.h"
 #include "loom/core/tensor.h"
 #include "runtime/cpu/qlinear.h"
-#include "runtime/packed_weights_cache.h"
+#include "loom/runtime/packed_weights_cache.h"
 
 namespace loom::runtime {
 namespace {

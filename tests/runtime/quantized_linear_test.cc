@@ -14,7 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/file_pages.h"
+#include "loom/core/file_pages.h"
 #include "loom/core/quantize.h"
 #include "loom/runtime/cpu/cpu_features.h"
 #include "runtime/matmul_test_util.h"

@@ -19,7 +19,7 @@
 #include <new>
 #include <string>
 
-#include "core/file_pages.h"
+#include "loom/core/file_pages.h"
 #include "loom/core/logging.h"
 #include "loom/runtime/cpu/cpu_features.h"
 #include "runtime/cpu/matmul_kernels.h"
