@@ -4,7 +4,6 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -65,28 +64,16 @@ struct Record {
 };
 static_assert(sizeof(Record) == 96, "records are written as they are laid out");
 
-std::string hex64(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
-// The first page of a .bin file: what it was packed from, as text.
-std::string header_text(const MappedFileIdentity& src) {
-  return "loom packed weights " + std::to_string(kFormat) + "\nloom " + LOOM_VERSION + "\nsource " + src.path +
-         "\nstamp " + std::to_string(src.device) + " " + std::to_string(src.inode) + " " + std::to_string(src.size) +
-         " " + std::to_string(src.mtime_ns) + "\n";
-}
+// The first page of a .bin file. What it was packed from is the entry's (its
+// manifest and name); the page says what the bytes after it are.
+std::string header_text() { return "loom packed weights " + std::to_string(kFormat) + "\n"; }
 
-// The checkpoint file a header names, or "" when it is not one of ours.
-std::string source_of_header(const std::string& header) {
-  if (header.rfind("loom packed weights ", 0) != 0) return std::string();
-  const size_t at = header.find("\nsource ");
-  if (at == std::string::npos) return std::string();
-  const size_t end = header.find('\n', at + 8);
-  return end == std::string::npos ? std::string() : header.substr(at + 8, end - at - 8);
+// The cache entry of a checkpoint file's packed weights.
+CacheEntryKey entry_key(const MappedFileIdentity& src) {
+  return {"packed", "packed into the kernels' layouts", src.path, source_stamp(src),
+          "layout format " + std::to_string(kFormat)};
 }
 
 std::string read_header(int fd) {
@@ -223,7 +210,8 @@ class PackedFile : public std::enable_shared_from_this<PackedFile> {
   Status commit(Record r, const Region& region);
 
  private:
-  PackedFile(std::string bin, int bin_fd, int idx_fd) : bin_path_(std::move(bin)), bin_fd_(bin_fd), idx_fd_(idx_fd) {}
+  PackedFile(std::string dir, std::string bin, int bin_fd, int idx_fd)
+      : dir_(std::move(dir)), bin_path_(std::move(bin)), bin_fd_(bin_fd), idx_fd_(idx_fd) {}
   bool usable(const Record& r) const {
     return r.magic == kRecordMagic && r.data_offset % kPage == 0 && r.data_offset >= kPage &&
            r.data_offset + r.data_bytes <= map_bytes_;
@@ -233,7 +221,7 @@ class PackedFile : public std::enable_shared_from_this<PackedFile> {
   // decided at the first such region, for the file.
   bool read_in_place(const Record& r);
 
-  std::string bin_path_;
+  std::string dir_, bin_path_;
   int bin_fd_ = -1, idx_fd_ = -1;
   std::mutex mu_;
   std::mutex file_mu_;  // FileLock's, for this process's threads
@@ -252,21 +240,6 @@ PackedFile::~PackedFile() {
   if (map_) ::munmap(const_cast<uint8_t*>(map_), map_bytes_);
   if (bin_fd_ >= 0) ::close(bin_fd_);
   if (idx_fd_ >= 0) ::close(idx_fd_);
-}
-
-// Other packings of the same checkpoint path (an older version of the file): the new
-// file replaces them. So do packings of weights the weights cache made and has since
-// replaced (a file of this directory that is gone).
-void remove_replaced(const std::string& dir, const std::string& keep, const std::string& source) {
-  std::error_code ec;
-  const fs::path here = fs::weakly_canonical(dir, ec);
-  for (const PackedWeightsFile& f : list_packed_weights_cache(dir)) {
-    const bool gone_from_here = !f.checkpoint_file.empty() && !fs::exists(f.checkpoint_file, ec) &&
-                                fs::weakly_canonical(fs::path(f.checkpoint_file).parent_path(), ec) == here;
-    if (f.path == keep || (f.checkpoint_file != source && !gone_from_here)) continue;
-    std::string why;
-    if (remove_packed_weights_file(f, &why)) log_info("packed weights cache: removed " + f.path + ", packed from an older " + source);
-  }
 }
 
 // The 2 MB pages wholly inside [offset, offset + bytes) of the file.
@@ -307,8 +280,10 @@ Result<std::shared_ptr<PackedFile>> PackedFile::open(const std::string& dir, con
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return io_error("cannot create the cache directory " + dir + ": " + ec.message());
-  const std::string header = header_text(src);
-  const std::string base = (fs::path(dir) / ("packed-" + hex64(XXH64(header.data(), header.size(), 0)))).string();
+  const CacheEntryKey key = entry_key(src);
+  bool known = find_cache_entry(dir, key).ok();
+  if (!known) LOOM_RETURN_IF_ERROR(make_room_in_cache(dir, kPage, true));
+  const std::string base = cache_entry_base(dir, key);
   const std::string bin = base + ".bin", idx = base + ".idx";
   const int bin_fd = ::open(bin.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (bin_fd < 0) return io_error("cannot open " + bin + ": " + errno_text());
@@ -318,21 +293,23 @@ Result<std::shared_ptr<PackedFile>> PackedFile::open(const std::string& dir, con
     ::close(bin_fd);
     return s;
   }
-  std::shared_ptr<PackedFile> f(new PackedFile(bin, bin_fd, idx_fd));
-  bool created = false;
+  std::shared_ptr<PackedFile> f(new PackedFile(dir, bin, bin_fd, idx_fd));
   {
     FileLock lock(idx_fd, f->file_mu_);
+    // Another process may have made the entry meanwhile: its records are kept.
+    if (!known) known = find_cache_entry(dir, key).ok();
     struct stat st {};
     if (::fstat(bin_fd, &st) != 0) return io_error("cannot stat " + bin + ": " + errno_text());
-    if (st.st_size == 0 || read_header(bin_fd) != header) {
-      // New, or not what its name says (written over): started again.
+    const std::string header = header_text();
+    if (!known || st.st_size == 0 || read_header(bin_fd) != header) {
+      // New, left without a manifest, or not what its name says (written over): started again.
       if (::ftruncate(bin_fd, 0) != 0 || ::ftruncate(idx_fd, 0) != 0)
         return io_error("cannot truncate " + bin + ": " + errno_text());
       std::string page = header;
       page.resize(kPage, '\0');
       if (::pwrite(bin_fd, page.data(), page.size(), 0) != static_cast<ssize_t>(page.size()))
         return io_error("cannot write " + bin + ": " + errno_text());
-      created = true;
+      LOOM_RETURN_IF_ERROR(commit_cache_entry(dir, key));
     } else {
       f->records_ = read_records(idx_fd);
     }
@@ -343,7 +320,6 @@ Result<std::shared_ptr<PackedFile>> PackedFile::open(const std::string& dir, con
     f->map_ = map_huge_congruent(bin_fd, f->map_bytes_, 0, PROT_READ);
     if (!f->map_) return io_error("cannot map " + bin + ": " + errno_text());
   }
-  if (created) remove_replaced(dir, bin, src.path);
   return f;
 }
 
@@ -415,23 +391,13 @@ Result<PackedFile::Region> PackedFile::reserve(size_t bytes) {
 
 Result<PackedFile::Region> PackedFile::reserve_region(size_t bytes) {
   const size_t rounded = round_up(bytes, kPage);
+  // The cache's one eviction rule decides whether the region fits (core/cache_dir.h).
+  LOOM_RETURN_IF_ERROR(make_room_in_cache(dir_, rounded, false));
   Region region;
   {
     FileLock lock(idx_fd_, file_mu_);  // the file's size is where the next region goes, for every process
     struct stat st {};
     if (::fstat(bin_fd_, &st) != 0) return io_error("cannot stat " + bin_path_ + ": " + errno_text());
-    // The cache doubles a checkpoint's disk use: it never takes a disk's last tenth
-    // (nor its last GB), where a user's other work would run out of room.
-    struct statvfs fs {};
-    if (::fstatvfs(bin_fd_, &fs) == 0) {
-      const uint64_t unit = fs.f_frsize ? fs.f_frsize : fs.f_bsize;
-      const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * unit;
-      const uint64_t keep = std::max<uint64_t>(uint64_t{1} << 30, static_cast<uint64_t>(fs.f_blocks) * unit / 10);
-      if (free_bytes < keep + rounded) {
-        return io_error("only " + std::to_string(free_bytes >> 20) + " MB free where " + bin_path_ +
-                        " is; the cache leaves " + std::to_string(keep >> 20) + " MB of it free");
-      }
-    }
     // A region of 2 MB or more starts on a 2 MB boundary: its first chunk is then one
     // of its own 2 MB pages, not a page it shares with the region before, which the
     // kernel makes of small folios (faulted in through a mapping that covers part of
@@ -496,7 +462,7 @@ OpenFiles& open_files() {
 
 std::shared_ptr<PackedFile> packed_file_for(const std::string& dir, const MappedFileIdentity& src) {
   OpenFiles& o = open_files();
-  const std::string key = dir + "\n" + header_text(src);
+  const std::string key = dir + "\n" + src.path + "\n" + source_stamp(src);
   std::lock_guard<std::mutex> lock(o.mu);
   if (auto held = o.files[key].lock()) return held;
   if (o.failed.count(key)) return nullptr;
@@ -558,43 +524,16 @@ Result<cpu::PackedLinear> pack_through_cache(const Tensor& weight, const Tensor*
   return cpu::PackedLinear::pack(weight, bias);
 }
 
-std::vector<PackedWeightsFile> list_packed_weights_cache(const std::string& dir) {
-  std::vector<PackedWeightsFile> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (!e.is_regular_file(ec) || name.rfind("packed-", 0) != 0 || e.path().extension() != ".bin") continue;
-    PackedWeightsFile f;
-    f.path = e.path().string();
-    fs::path idx = e.path();
-    idx.replace_extension(".idx");
-    f.bytes = e.file_size(ec) + (fs::exists(idx, ec) ? fs::file_size(idx, ec) : 0);
-    const int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
-    const int idx_fd = ::open(idx.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      f.problem = "cannot open: " + errno_text();
-    } else {
-      f.checkpoint_file = source_of_header(read_header(fd));
-      if (f.checkpoint_file.empty()) f.problem = "not written by loom's packed weights cache";
-      else if (idx_fd < 0) f.problem = "no index file";
-      else f.tensors = read_records(idx_fd).size();
-    }
-    if (fd >= 0) ::close(fd);
-    if (idx_fd >= 0) ::close(idx_fd);
-    out.push_back(std::move(f));
+size_t packed_weights_in(const CacheEntryInfo& entry) {
+  for (const std::string& f : entry.files) {
+    if (!f.ends_with(".idx")) continue;
+    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    const size_t n = read_records(fd).size();
+    ::close(fd);
+    return n;
   }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
-  return out;
-}
-
-bool remove_packed_weights_file(const PackedWeightsFile& file, std::string* why) {
-  std::error_code ec;
-  fs::path idx = file.path;
-  idx.replace_extension(".idx");
-  fs::remove(idx, ec);
-  if (!ec && fs::remove(file.path, ec) && !ec) return true;
-  if (why) *why = ec.message();
-  return false;
+  return 0;
 }
 
 }  // namespace loom::runtime

@@ -158,34 +158,57 @@ TEST(Cli, InspectGgufPrintsMetadataTensorsAndTotals) {
   fs::remove_all(dir);
 }
 
-// `loom cache` lists what --quantize left in LOOM_CACHE_DIR, and `clear --missing`
-// removes only what no checkpoint needs any more.
-TEST(Cli, CacheListsAndClearsWeightsMadeAtLoad) {
+// `loom cache` lists the entries of both kinds loads leave in LOOM_CACHE_DIR (weights
+// quantized with --quantize, weights packed into the kernels' layouts), and `clear
+// --missing` removes only what no checkpoint can use any more.
+TEST(Cli, CacheListsAndClearsEntriesOfBothKinds) {
   const fs::path dir = fs::temp_directory_path() / ("loom-cli-cache-" + std::to_string(getpid()));
   fs::remove_all(dir);
   const fs::path checkpoint = dir / "checkpoint";
   fs::create_directories(dir);
-  fs::copy(fixture("llama_mha_untied-f32"), checkpoint, fs::copy_options::recursive);
+  fs::copy(std::string(LOOM_SOURCE_DIR) + "/models/loom-kjv-tiny", checkpoint, fs::copy_options::recursive);
   const std::string env = "LOOM_CACHE_DIR=" + (dir / "cache").string() + " ";
   auto run = [&](const std::string& args) { return loom(args, env); };
   CommandResult empty = run("cache");
   ASSERT_EQ(empty.exit_code, 0) << empty.out;
   EXPECT_NE(empty.out.find("no cached weights"), std::string::npos) << empty.out;
 
+  // Its f32 matrices are packed (from the checkpoint's file), and quantized to q8_0.
+  ASSERT_EQ(run("generate -m " + checkpoint.string() + " --prompt-ids 1,2,3 -n 2").exit_code, 0);
   ASSERT_EQ(run("generate -m " + checkpoint.string() + " --prompt-ids 1,2,3 -n 2 --quantize q8_0").exit_code, 0);
   CommandResult listed = run("cache list");
   ASSERT_EQ(listed.exit_code, 0) << listed.out;
-  for (const char* s : {"quantized-q8_0-", "quantized to q8_0", "1 file(s)"})
+  for (const char* s : {"| weights-", "| weights |", "quantized to q8_0", "| packed-", "| packed |",
+                        "packed into the kernels' layouts", "| last use |"})
     EXPECT_NE(listed.out.find(s), std::string::npos) << s << "\n" << listed.out;
   EXPECT_NE(listed.out.find(checkpoint.string()), std::string::npos) << listed.out;
+  EXPECT_NE(listed.out.find((checkpoint / "model.safetensors").string()), std::string::npos) << listed.out;
 
   CommandResult kept = run("cache clear --missing");
-  EXPECT_NE(kept.out.find("removed 0 file(s)"), std::string::npos) << kept.out;
+  EXPECT_NE(kept.out.find("removed 0 entries"), std::string::npos) << kept.out;
   fs::rename(checkpoint, dir / "moved");
-  EXPECT_NE(run("cache").out.find("(gone)"), std::string::npos);
+  EXPECT_NE(run("cache").out.find("its source is gone"), std::string::npos);
   CommandResult cleared = run("cache clear --missing");
-  EXPECT_NE(cleared.out.find("removed 1 file(s)"), std::string::npos) << cleared.out;
-  EXPECT_NE(run("cache").out.find("no cached weights"), std::string::npos);
+  EXPECT_EQ(cleared.out.find("removed 0 entries"), std::string::npos) << cleared.out;
+  EXPECT_NE(run("cache").out.find("no cached weights"), std::string::npos)
+      << "packings of the weights entry went with it";
+
+  // One eviction rule for both kinds: under a budget that holds one load's entries,
+  // the next load's evict the least recently used, packed or not.
+  fs::rename(dir / "moved", checkpoint);
+  ASSERT_EQ(run("generate -m " + checkpoint.string() + " --prompt-ids 1,2,3 -n 2 --quantize q8_0").exit_code, 0);
+  const std::string quantized_first = run("cache").out;
+  EXPECT_NE(quantized_first.find("| weights |"), std::string::npos) << quantized_first;
+  // 5 MB: the q4_0 weights (2.2 MB) fit once every entry of the q8_0 load (7.6 MB, and
+  // the 20 MB packing of the checkpoint's file) is gone; then the packing of the new
+  // weights cannot grow, and is done in memory.
+  CommandResult limited = loom("generate -m " + checkpoint.string() + " --prompt-ids 1,2,3 -n 2 --quantize q4_0",
+                               env + "LOOM_CACHE_MAX_GB=0.005 LOOM_LOG_LEVEL=info ");
+  ASSERT_EQ(limited.exit_code, 0) << limited.out;
+  const std::string after = run("cache").out;
+  EXPECT_EQ(after.find("quantized to q8_0"), std::string::npos) << after;
+  EXPECT_NE(after.find("quantized to q4_0"), std::string::npos) << after;
+  EXPECT_NE(limited.out.find("the least recently used"), std::string::npos) << limited.out;
   fs::remove_all(dir);
 }
 

@@ -2,7 +2,8 @@
 // through a GGUF file in the cache directory: the first load writes it, later loads
 // map it (and the runtime can then copy them into its layouts with the pages handed
 // back), with the same logits bit for bit as keeping them in memory. A changed
-// checkpoint gets a new file; a broken or unwritable cache only costs the caching.
+// checkpoint gets a new entry (the old one is evicted); a broken entry is made again,
+// and an unwritable cache only costs the caching.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <string>
 
+#include "loom/core/cache_dir.h"
 #include "loom/core/file_pages.h"
 #include "scoped_env.h"
 #include "loom/io/gguf.h"
@@ -47,10 +49,19 @@ class WeightsCache : public ::testing::Test {
     lo.quantize = quantization_recipe("q4_k_m").value();
     return models::Model::load(checkpoint_.string(), lo).value();
   }
+  // The payloads of the cache's entries of weights made at load (packed entries aside).
   std::vector<fs::path> cache_files() const {
     std::vector<fs::path> out;
-    if (fs::exists(cache_))
-      for (const auto& e : fs::directory_iterator(cache_)) out.push_back(e.path());
+    for (const CacheEntryInfo& e : weights_entries())
+      for (const std::string& f : e.files)
+        if (f.ends_with(".gguf")) out.push_back(f);
+    return out;
+  }
+  std::vector<CacheEntryInfo> weights_entries() const {
+    std::vector<CacheEntryInfo> out;
+    if (!fs::exists(cache_)) return out;
+    for (CacheEntryInfo& e : list_cache_entries(cache_.string()))
+      if (e.kind == "weights") out.push_back(std::move(e));
     return out;
   }
   // Quantized parameters, and how many of them lie in a file mapping.
@@ -92,7 +103,7 @@ TEST_F(WeightsCache, FirstLoadWritesTheFileLaterLoadsMapItWithTheSameLogits) {
   EXPECT_EQ(cache_files().size(), 1u);
 }
 
-TEST_F(WeightsCache, AChangedCheckpointGetsANewFileAndABrokenOneIsReplaced) {
+TEST_F(WeightsCache, AChangedCheckpointGetsANewEntryAndABrokenOneIsMadeAgain) {
   const std::vector<int32_t> prompt = prompt_of("llama_mha_untied-f32");
   const std::vector<float> expected = logits_of(load(), prompt);
   ASSERT_EQ(cache_files().size(), 1u);
@@ -101,33 +112,46 @@ TEST_F(WeightsCache, AChangedCheckpointGetsANewFileAndABrokenOneIsReplaced) {
   ASSERT_TRUE(fs::exists(weights));
   fs::last_write_time(weights, fs::last_write_time(weights) + std::chrono::seconds(5));
   EXPECT_EQ(logits_diff(logits_of(load(), prompt), expected).max_abs, 0.0);
-  ASSERT_EQ(cache_files().size(), 1u) << "the new file replaces the old one";
+  ASSERT_EQ(cache_files().size(), 1u) << "the old entry, whose source changed, is evicted";
   EXPECT_NE(cache_files()[0], first) << "the checkpoint's new time is a new key";
   // Another recipe of the same checkpoint is another file, kept beside it.
   models::LoadOptions q8;
   q8.quantize = quantization_recipe("q8_0").value();
   models::Model::load(checkpoint_.string(), q8).value();
   ASSERT_EQ(cache_files().size(), 2u);
-  const std::vector<WeightsCacheFile> listed = list_weights_cache(cache_.string());
+  const std::vector<CacheEntryInfo> listed = weights_entries();
   ASSERT_EQ(listed.size(), 2u);
-  for (const WeightsCacheFile& f : listed) {
-    EXPECT_EQ(f.checkpoint, checkpoint_.string());
-    EXPECT_TRUE(f.recipe == "q4_k_m" || f.recipe == "q8_0") << f.recipe;
-    EXPECT_EQ(f.problem, "");
+  for (const CacheEntryInfo& e : listed) {
+    EXPECT_EQ(e.source, checkpoint_.string());
+    EXPECT_TRUE(e.what == "quantized to q4_k_m" || e.what == "quantized to q8_0") << e.what;
+    EXPECT_EQ(e.problem, "");
   }
 
-  // Cut every cache file short: the next load quantizes again and rewrites it.
+  // Cut every cache file short: each load finds its entry unreadable, warns, quantizes
+  // again and rewrites it.
   for (const fs::path& f : cache_files()) fs::resize_file(f, fs::file_size(f) / 2);
   auto reloaded = load();
   EXPECT_EQ(logits_diff(logits_of(reloaded, prompt), expected).max_abs, 0.0);
   const auto [quantized, mapped] = quantized_and_mapped(*reloaded);
   EXPECT_EQ(mapped, quantized);
-  int whole = 0;
-  for (const fs::path& f : cache_files()) whole += io::GgufFile::open(f.string()).ok() ? 1 : 0;
-  EXPECT_EQ(whole, 1) << "the q4_k_m file is whole again";
-  int unreadable = 0;
-  for (const WeightsCacheFile& f : list_weights_cache(cache_.string())) unreadable += f.problem.empty() ? 0 : 1;
-  EXPECT_EQ(unreadable, 1) << "the q8_0 file, cut short, is listed as unreadable";
+  auto whole = [&] {
+    int n = 0;
+    for (const fs::path& f : cache_files()) n += io::GgufFile::open(f.string()).ok() ? 1 : 0;
+    return n;
+  };
+  EXPECT_EQ(whole(), 1) << "the q4_k_m file is whole again";
+  models::Model::load(checkpoint_.string(), q8).value();
+  EXPECT_EQ(whole(), 2) << "and the q8_0 one";
+  EXPECT_EQ(cache_files().size(), 2u);
+
+  // A manifest damaged: the entry is made again too.
+  for (const CacheEntryInfo& e : weights_entries())
+    for (const std::string& f : e.files)
+      if (f.ends_with(".entry")) std::ofstream(f) << "loom cache entry 1\nkind weights\n";
+  auto remade = load();
+  EXPECT_EQ(remade->load_stats().skipped_params, 0u) << "its weights are not taken from a damaged entry";
+  EXPECT_EQ(logits_diff(logits_of(remade, prompt), expected).max_abs, 0.0);
+  EXPECT_EQ(load()->load_stats().skipped_params, static_cast<size_t>(quantized)) << "the entry is whole again";
 }
 
 // A Llama GGUF stores q/k rows in llama.cpp's rotary order; the rows put back are
@@ -139,7 +163,8 @@ TEST_F(WeightsCache, LlamaCppQueryAndKeyRowsPutBackAreCachedAndMapped) {
   const std::vector<int32_t> prompt = {4090, 1130, 258, 2081, 386, 3355, 258, 733, 267, 258, 616, 46};
   auto mapped = models::Model::load(gguf.string()).value();
   ASSERT_EQ(cache_files().size(), 1u);
-  EXPECT_EQ(cache_files()[0].filename().string().rfind("converted-", 0), 0u) << cache_files()[0];
+  EXPECT_EQ(cache_files()[0].filename().string().rfind("weights-", 0), 0u) << cache_files()[0];
+  EXPECT_EQ(weights_entries()[0].what, "converted at load");
   int rows_put_back = 0;
   for (const auto& [name, t] : mapped->parameters()) {
     const bool qk = name.find("q_proj.weight") != std::string::npos || name.find("k_proj.weight") != std::string::npos;
@@ -181,7 +206,7 @@ TEST_F(WeightsCache, AFileLackingAWeightIsWrittenAgainWithAllOfThem) {
   ASSERT_EQ(found.size(), 2u);
   EXPECT_EQ(found.at("a").to_f32_vector(), std::vector<float>(64 * 1024, 1.0f));
   EXPECT_EQ(found.at("b").to_f32_vector(), std::vector<float>(64 * 1024, 2.0f));
-  EXPECT_EQ(cache_files().size(), 1u) << "the same key's file, written again";
+  EXPECT_EQ(cache_files().size(), 1u) << "the same key's entry, written again";
 
   WeightsCacheKey other = key;
   other.loaded = "another plan";

@@ -1,9 +1,10 @@
 // The packed-weights cache (runtime/packed_weights_cache.h): the first pack of a
-// weight in a mapped checkpoint file writes its layout to the cache directory, later
-// packs read it back (mapped in 2 MB pages or copied, as the kernel allows) and hold
-// the same bytes as packing; a record whose bytes were damaged is packed again, a
-// changed checkpoint gets a new cache file and the old one goes, and a cache
-// directory that cannot be used costs only the caching.
+// weight in a mapped checkpoint file writes its layout to an entry of the cache
+// directory, later packs read it back (mapped in 2 MB pages or copied, as the kernel
+// allows) and hold the same bytes as packing; a record whose bytes were damaged, or
+// an entry whose manifest was, is packed again, a changed checkpoint gets a new entry
+// and the old one is evicted, and a cache directory that cannot be used (or has no
+// room under its budget) costs only the caching.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -14,11 +15,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "loom/core/cache_dir.h"
 #include "loom/core/file_pages.h"
 #include "scoped_env.h"
 #include "loom/core/quantize.h"
@@ -107,6 +110,13 @@ class MappedCheckpoint {
   int rewrites_ = 0;
 };
 
+// A packed-weights entry of the cache, as the listing gives it.
+struct PackedEntry {
+  std::string path;  // its .bin file
+  size_t tensors = 0;
+  std::string checkpoint_file, problem, manifest;
+};
+
 class PackedWeightsCache : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -120,8 +130,19 @@ class PackedWeightsCache : public ::testing::Test {
     cache_env_.reset();
     fs::remove_all(root_);
   }
-  std::vector<PackedWeightsFile> files() const {
-    return fs::exists(cache_) ? list_packed_weights_cache(cache_.string()) : std::vector<PackedWeightsFile>{};
+  std::vector<PackedEntry> files() const {
+    std::vector<PackedEntry> out;
+    if (!fs::exists(cache_)) return out;
+    for (const CacheEntryInfo& e : list_cache_entries(cache_.string())) {
+      if (e.kind != "packed") continue;
+      PackedEntry p{"", packed_weights_in(e), e.source, e.problem, ""};
+      for (const std::string& f : e.files) {
+        if (f.ends_with(".bin")) p.path = f;
+        if (f.ends_with(".entry")) p.manifest = f;
+      }
+      out.push_back(p);
+    }
+    return out;
   }
 
   fs::path root_, cache_;
@@ -186,7 +207,7 @@ TEST_F(PackedWeightsCache, FirstPackWritesTheLayoutAndLaterPacksReadIt) {
       ASSERT_TRUE(again.ok()) << again.status().message();
       expect_same_packing(*again, want, c.weight);
     }
-    for (const PackedWeightsFile& f : files()) {
+    for (const PackedEntry& f : files()) {
       EXPECT_TRUE(f.problem.empty()) << f.path << ": " << f.problem;
       EXPECT_EQ(f.tensors, 1u) << f.path;
     }
@@ -250,6 +271,33 @@ TEST_F(PackedWeightsCache, DamagedBytesArePackedAgain) {
   ASSERT_TRUE(third.ok());
   expect_same_packing(*third, reference_pack(w, nullptr), w);
   EXPECT_EQ(files()[0].tensors, 2u);
+}
+
+TEST_F(PackedWeightsCache, AnEntryWhoseManifestWasDamagedIsPackedAgain) {
+  const Tensor w = random_f32(64, 2048, 12).to(DType::kBF16);
+  MappedCheckpoint file(root_ / "weight.bin", w);
+  ASSERT_TRUE(pack_through_cache(file.tensor(), nullptr).ok());
+  ASSERT_EQ(files().size(), 1u);
+  std::ofstream(files()[0].manifest) << "junk";
+  const std::vector<CacheEntryInfo> damaged = list_cache_entries(cache_.string());
+  ASSERT_EQ(damaged.size(), 1u);
+  EXPECT_EQ(damaged[0].problem, "a manifest this loom cannot read");
+  auto again = pack_through_cache(file.tensor(), nullptr);
+  ASSERT_TRUE(again.ok());
+  expect_same_packing(*again, reference_pack(w, nullptr), w);
+  ASSERT_EQ(files().size(), 1u);
+  EXPECT_EQ(files()[0].problem, "");
+  EXPECT_EQ(files()[0].tensors, 1u) << "packed again into a new entry, not appended to the damaged one";
+}
+
+TEST_F(PackedWeightsCache, ARegionBeyondTheCacheBudgetIsPackedInMemory) {
+  const Tensor w = random_f32(64, 2048, 13).to(DType::kBF16);  // 256 KB packed
+  MappedCheckpoint file(root_ / "weight.bin", w);
+  test::ScopedEnv budget("LOOM_CACHE_MAX_GB", "0.0001");  // 100 KB
+  auto packed = pack_through_cache(file.tensor(), nullptr);
+  ASSERT_TRUE(packed.ok()) << packed.status().message();
+  expect_same_packing(*packed, reference_pack(w, nullptr), w);
+  for (const PackedEntry& f : files()) EXPECT_EQ(f.tensors, 0u);
 }
 
 TEST_F(PackedWeightsCache, ChangedCheckpointGetsANewFileThatReplacesTheOld) {

@@ -16,15 +16,17 @@
 // instead; where a file written elsewhere is read in 4 KB pages, its bytes are
 // copied into memory, which still saves the packing.
 //
-// A cache file belongs to one checkpoint file (a GGUF file, a safetensors shard,
-// or a file of weights cached at load): packed-<hash>.bin holds the packed bytes,
-// packed-<hash>.idx one record per packed tensor. The hash covers loom's version,
-// the layout format, and the checkpoint file's absolute path, device, inode, size
-// and modification time, so a changed file gets a new cache file (which replaces
-// the old one). A record names its tensor by offset in the checkpoint file,
-// dtype, shape and layout, and carries a hash of its packed bytes, checked each
-// time they are read: a record whose bytes do not match is packed again.
-// Processes that pack the same file at once append under a file lock.
+// A cache entry (core/cache_dir.h: naming, validation against the checkpoint
+// file, eviction and listing are the store's) belongs to one checkpoint file (a
+// GGUF file, a safetensors shard, or a file of weights cached at load): its .bin
+// file holds the packed bytes, its .idx file one record per packed tensor. The
+// entry's key is the checkpoint file's absolute path, device, inode, size and
+// modification time and the layout format, so a changed file gets a new entry (and
+// the old one is evicted as one whose source changed). A record names its tensor
+// by offset in the checkpoint file, dtype, shape and layout, and carries a hash of
+// its packed bytes, checked each time they are read: a record whose bytes do not
+// match is packed again. Processes that pack the same file at once append under a
+// file lock; every region appended goes through the cache's eviction rule first.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/cache_dir.h"
 #include "loom/core/status.h"
 #include "loom/core/tensor.h"
 #include "loom/runtime/cpu/matmul.h"
@@ -44,16 +47,7 @@ namespace loom::runtime {
 // A cache that cannot be used is a warning, never an error.
 Result<cpu::PackedLinear> pack_through_cache(const Tensor& weight, const Tensor* bias);
 
-// A packed-weights file of the cache directory, as `loom cache` lists it.
-struct PackedWeightsFile {
-  std::string path;   // the .bin file (its .idx is removed with it)
-  uint64_t bytes = 0;  // both files
-  std::string checkpoint_file;  // what it was packed from ("" when unreadable)
-  size_t tensors = 0;
-  std::string problem;  // why it cannot be used ("" when it can)
-};
-std::vector<PackedWeightsFile> list_packed_weights_cache(const std::string& dir);
-// Removes a listed file and its index; false (and why) when it cannot.
-bool remove_packed_weights_file(const PackedWeightsFile& file, std::string* why);
+// The tensors a packed-weights entry of the cache holds (`loom cache` lists them).
+size_t packed_weights_in(const CacheEntryInfo& entry);
 
 }  // namespace loom::runtime

@@ -9,13 +9,14 @@
 // quantizing again. The file is looked up before the checkpoint is read, so a later
 // load neither reads the tensors those weights were made from nor makes them again.
 //
-// The cache directory is core/cache_dir.h's; LOOM_CACHE_DIR=off keeps those
-// weights in memory. A file is
-// named by a hash of loom's version, the checkpoint's path, the size and
+// The file is an entry of the cache directory (core/cache_dir.h: its naming,
+// validation against the checkpoint's files, eviction and listing are the store's;
+// this layer supplies the GGUF payload). LOOM_CACHE_DIR=off keeps those weights in
+// memory. The entry's key is loom's version, the checkpoint's path, the size and
 // modification time of its files, the recipe, the tensor-parallel rank and what the
-// load makes of the checkpoint (its conversion plan and every parameter's name, dtype
-// and shape), all known before a tensor is read: a changed checkpoint gets a new file, and
-// writing it removes the file of the same checkpoint, recipe and rank it replaces.
+// load makes of the checkpoint (its conversion plan and every parameter's name,
+// dtype and shape), all known before a tensor is read: a changed checkpoint gets a
+// new entry, and the old one is evicted as one whose source changed.
 #pragma once
 
 #include <map>
@@ -39,19 +40,6 @@ struct WeightsCacheKey {
   std::string loaded;      // what the load makes of the checkpoint: its plan and parameters, as text
   bool cacheable = true;   // false: keep them in memory whatever the cache directory
 };
-
-// A file of the cache directory, as `loom cache` lists it.
-struct WeightsCacheFile {
-  std::string path;
-  uint64_t bytes = 0;
-  std::string checkpoint;  // what it was made from ("" when unreadable)
-  std::string recipe;      // "q4_k_m", "" for weights converted at load
-  std::string extra;       // WeightsCacheKey::extra (the tensor-parallel rank)
-  std::string problem;     // why it cannot be read ("" when it can), e.g. a write cut short
-};
-// loom's files in dir (converted-*.gguf, quantized-*.gguf, and temporaries left by an
-// interrupted write), sorted by name; none when dir does not exist.
-std::vector<WeightsCacheFile> list_weights_cache(const std::string& dir);
 
 // Whether a parameter is worth a place in the cache: made in memory (not a view of a
 // file mapping) and large enough that holding it twice matters.
