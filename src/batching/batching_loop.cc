@@ -265,6 +265,7 @@ void ContinuousBatchingManager::run_step() {
     commit(c.request, c.count, rows);
     rows += vocab_;
   }
+  sample_committed();
 }
 
 // The masks this step's sampling will need, computed while the forward runs: a
@@ -318,6 +319,7 @@ void ContinuousBatchingManager::fail_step(StepPlan& plan, const Status& error) {
       rows += (c.count - 1) * vocab_;
     }
     commit(r, c.count, rows);
+    sample_committed();  // before this chunk's logits go
   }
 }
 
@@ -330,12 +332,37 @@ void ContinuousBatchingManager::commit(RequestState* r, int64_t count, float* ro
   }
   if (r->num_computed == static_cast<int64_t>(r->tokens.size())) {
     if (!r->forks.empty()) fork_sequences(r, row);
-    if (!sample_into(r, row)) return;
-  } else {
-    r->status = RequestStatus::kPrefilling;
+    if (prepare_sample(r, row)) to_sample_.emplace_back(r, row);  // with the step's other rows
+    return;
   }
+  r->status = RequestStatus::kPrefilling;
   kv_->register_blocks(r->kv, r->tokens, r->num_computed);
   kv_->drop_out_of_window(r->kv, r->num_computed);
+}
+
+void ContinuousBatchingManager::sample_committed() {
+  if (to_sample_.empty()) return;
+  sample_jobs_.clear();
+  for (const auto& [r, row] : to_sample_) sample_jobs_.push_back(sample_job(r, row));
+  sampler_.run(sample_jobs_, vocab_, runner_->pool());
+  for (size_t i = 0; i < to_sample_.size(); ++i) {
+    RequestState* r = to_sample_[i].first;
+    if (!accept_sampled(r, sample_jobs_[i].result)) continue;
+    kv_->register_blocks(r->kv, r->tokens, r->num_computed);
+    kv_->drop_out_of_window(r->kv, r->num_computed);
+  }
+  to_sample_.clear();
+}
+
+generation::SampleJob ContinuousBatchingManager::sample_job(RequestState* r, float* row) const {
+  generation::SampleJob j;
+  j.logits = row;
+  j.params = &r->sampling;
+  j.context = r->tokens;
+  j.generated_begin = r->prompt.size();
+  j.rng = &r->rng;
+  j.with_logprob = r->want_logprobs;
+  return j;
 }
 
 void ContinuousBatchingManager::fork_sequences(RequestState* parent, const float* row) {
@@ -361,10 +388,9 @@ void ContinuousBatchingManager::fork_sequences(RequestState* parent, const float
     c->seed = parent->seed;
     // A distinct stream per sequence, fixed by (seed, index): reproducible whatever the batch.
     c->rng.reseed(parent->seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index));
-    c->eos_token_ids = parent->eos_token_ids;
-    c->stop_strings = parent->stop_strings;
     if (opts_.text_stream) c->text_stream = opts_.text_stream(c->prompt);
-    c->stops = generation::StopStringMatcher(c->stop_strings);
+    c->finisher = TokenFinisher(parent->finisher.eos_token_ids(), parent->finisher.stop_strings(), c->max_new_tokens,
+                                c->text_stream.get());
     c->constraint = parent->constraint;
     c->sequence_index = index;
     c->parent_id = parent->id;
@@ -386,58 +412,50 @@ void ContinuousBatchingManager::fork_sequences(RequestState* parent, const float
 }
 
 bool ContinuousBatchingManager::sample_into(RequestState* r, float* row) {
-  {
-    // Alternatives come from the raw row, before sample_next biases and penalizes it.
-    if (r->top_logprobs_k > 0) r->top_logprobs.push_back(generation::top_logprobs(row, vocab_, r->top_logprobs_k));
-    if (r->constraint) {
-      const ConstraintStep step = mask_for_constraint(*r->constraint, row, vocab_, r->eos_token_ids);
-      if (step == ConstraintStep::kComplete) {
-        // The structure is closed and nothing may follow it: done, as if EOS came.
-        finish(r, RequestStatus::kFinished, FinishReason::kEos);
-        return false;
-      }
-      if (step == ConstraintStep::kDeadEnd) {
-        finish(r, RequestStatus::kFailed, FinishReason::kError,
-               dead_end_error(*r->constraint).with_context("request " + r->id));
-        return false;
-      }
-    }
-    const generation::SampledToken tok =
-        generation::sample_next(row, vocab_, r->sampling, r->tokens, r->rng, r->want_logprobs, r->prompt.size());
-    r->tokens.push_back(tok.id);
-    if (r->want_logprobs) r->logprobs.push_back(tok.logprob);
-    if (r->record_timestamps) r->timestamps.push_back(wall_seconds());
-    {
-      std::lock_guard<std::mutex> sl(stats_mu_);
-      ++stats_.generated_tokens;
-    }
-    const bool is_eos = std::find(r->eos_token_ids.begin(), r->eos_token_ids.end(), tok.id) != r->eos_token_ids.end();
-    if (r->constraint && !is_eos) {
-      if (Status s = r->constraint->accept_token(tok.id); !s.ok()) {
-        finish(r, RequestStatus::kFailed, FinishReason::kError, s.with_context("request " + r->id));
-        return false;
-      }
-    }
-    if (r->text_stream && !is_eos) {
-      Result<std::string> piece = r->text_stream->push(tok.id);
-      if (!piece.ok()) {
-        finish(r, RequestStatus::kFailed, FinishReason::kError, piece.status());
-        return false;
-      }
-      r->text += r->stops.push(*piece);
-    }
-    FinishReason reason = FinishReason::kNone;
-    if (is_eos) reason = FinishReason::kEos;
-    else if (r->stops.stopped()) reason = FinishReason::kStopString;
-    else if (r->constraint && r->constraint->accepting() && !r->constraint->can_continue()) reason = FinishReason::kEos;
-    else if (r->generated() >= r->max_new_tokens) reason = FinishReason::kLength;
-    if (reason != FinishReason::kNone) {
-      finish(r, RequestStatus::kFinished, reason);
+  if (!prepare_sample(r, row)) return false;
+  generation::SampleJob job = sample_job(r, row);
+  sampler_.run({&job, 1}, vocab_, runner_->pool());
+  return accept_sampled(r, job.result);
+}
+
+bool ContinuousBatchingManager::prepare_sample(RequestState* r, float* row) {
+  // Alternatives come from the raw row, before sample_next biases and penalizes it.
+  if (r->top_logprobs_k > 0) r->top_logprobs.push_back(generation::top_logprobs(row, vocab_, r->top_logprobs_k));
+  if (r->constraint) {
+    const ConstraintStep step = mask_for_constraint(*r->constraint, row, vocab_, r->finisher.eos_token_ids());
+    if (step == ConstraintStep::kComplete) {
+      // The structure is closed and nothing may follow it: done, as if EOS came.
+      finish(r, RequestStatus::kFinished, FinishReason::kEos);
       return false;
     }
-    r->status = RequestStatus::kDecoding;
-    if (r->streaming) deliver(snapshot(*r));
+    if (step == ConstraintStep::kDeadEnd) {
+      finish(r, RequestStatus::kFailed, FinishReason::kError, dead_end_error(*r->constraint).with_context("request " + r->id));
+      return false;
+    }
   }
+  return true;
+}
+
+bool ContinuousBatchingManager::accept_sampled(RequestState* r, const generation::SampledToken& tok) {
+  r->tokens.push_back(tok.id);
+  if (r->want_logprobs) r->logprobs.push_back(tok.logprob);
+  if (r->record_timestamps) r->timestamps.push_back(wall_seconds());
+  {
+    std::lock_guard<std::mutex> sl(stats_mu_);
+    ++stats_.generated_tokens;
+  }
+  Result<FinishReason> reason =
+      r->finisher.accept(tok.id, r->generated(), r->constraint ? &*r->constraint : nullptr, r->text);
+  if (!reason.ok()) {
+    finish(r, RequestStatus::kFailed, FinishReason::kError, reason.status().with_context("request " + r->id));
+    return false;
+  }
+  if (*reason != FinishReason::kNone) {
+    finish(r, RequestStatus::kFinished, *reason);
+    return false;
+  }
+  r->status = RequestStatus::kDecoding;
+  if (r->streaming) deliver(snapshot(*r));
   return true;
 }
 
@@ -489,16 +507,11 @@ void ContinuousBatchingManager::finish(RequestState* r, RequestStatus status, Fi
     }
   }
   r->inflight = 0;
-  if (status == RequestStatus::kFinished && r->text_stream && reason != FinishReason::kStopString) {
-    Result<std::string> tail = r->text_stream->flush();
-    if (tail.ok()) {
-      std::string shown = r->stops.push(*tail);
-      if (!r->stops.stopped()) shown += r->stops.flush();
-      r->text += shown;
-    } else {
+  if (status == RequestStatus::kFinished) {
+    if (Status shown = r->finisher.finish(reason, r->text); !shown.ok()) {
       status = RequestStatus::kFailed;
       reason = FinishReason::kError;
-      error = tail.status();
+      error = shown;
     }
   }
   r->status = status;

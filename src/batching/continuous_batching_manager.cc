@@ -153,18 +153,19 @@ Result<std::string> ContinuousBatchingManager::add_request(std::vector<int32_t> 
   else r->seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   r->rng.reseed(r->seed);
 
-  if (o.eos_token_ids) r->eos_token_ids = *o.eos_token_ids;
+  std::vector<int32_t> eos_token_ids;
+  if (o.eos_token_ids) eos_token_ids = *o.eos_token_ids;
   else
-    for (int64_t id : gc_.eos_token_ids) r->eos_token_ids.push_back(static_cast<int32_t>(id));
-  r->stop_strings = gc_.stop_strings;
+    for (int64_t id : gc_.eos_token_ids) eos_token_ids.push_back(static_cast<int32_t>(id));
+  std::vector<std::string> stop_strings = gc_.stop_strings;
   for (const std::string& s : o.stop_strings) {
     if (s.empty()) return invalid_argument("add_request: an empty stop string");
-    r->stop_strings.push_back(s);
+    stop_strings.push_back(s);
   }
-  if (!r->stop_strings.empty() && !opts_.text_stream)
+  if (!stop_strings.empty() && !opts_.text_stream)
     return invalid_argument("add_request: stop strings need a tokenizer (the manager has no text stream)");
   if (opts_.text_stream) r->text_stream = opts_.text_stream(input_ids);
-  r->stops = generation::StopStringMatcher(r->stop_strings);
+  r->finisher = TokenFinisher(std::move(eos_token_ids), std::move(stop_strings), r->max_new_tokens, r->text_stream.get());
   if (o.constraint) {
     if (o.constraint->vocabulary()->size() > vocab_)
       return invalid_argument("add_request: the constraint's vocabulary (" + std::to_string(o.constraint->vocabulary()->size()) +

@@ -1,6 +1,7 @@
 #include "loom/batching/generate.h"
 
 #include "batching/constrained_decoding.h"
+#include "loom/batching/token_finisher.h"
 
 #include <algorithm>
 #include <chrono>
@@ -26,8 +27,10 @@ Result<GenerateResult> generate(ModelRunner& runner, const std::vector<int32_t>&
   const int64_t capacity = static_cast<int64_t>(prompt_ids.size()) + o.max_new_tokens;
   runtime::ContiguousKvCache cache(runner.kv_layout(), 1, capacity, o.kv_cache_dtype);
   generation::Rng rng(o.seed);
-  generation::StopStringMatcher stops(o.stop_strings);
+  generation::SamplingScratch scratch;
+  TokenFinisher finisher(o.eos_token_ids, o.stop_strings, o.max_new_tokens, text);
   std::vector<int32_t> context = prompt_ids;
+  context.reserve(static_cast<size_t>(capacity));
   const int64_t vocab = runner.model().vocab_size();
   std::optional<structured::ConstraintState> constraint;
   if (o.constraint) {
@@ -60,47 +63,27 @@ Result<GenerateResult> generate(ModelRunner& runner, const std::vector<int32_t>&
         return dead_end_error(*constraint).with_context("after " + std::to_string(r.generated_ids.size()) +
                                                         " generated tokens");
     }
-    const generation::SampledToken tok =
-        generation::sample_next(logits.data_as<float>(), vocab, o.sampling, context, rng, o.logprobs, prompt_ids.size());
+    const generation::SampledToken tok = generation::sample_next(logits.data_as<float>(), vocab, o.sampling, context, rng,
+                                                                 o.logprobs, prompt_ids.size(), scratch);
     r.generated_ids.push_back(tok.id);
     if (o.logprobs) r.logprobs.push_back(tok.logprob);
     context.push_back(tok.id);
 
-    const bool is_eos = std::find(o.eos_token_ids.begin(), o.eos_token_ids.end(), tok.id) != o.eos_token_ids.end();
-    if (constraint && !is_eos) LOOM_RETURN_IF_ERROR(constraint->accept_token(tok.id));
-    TokenEvent ev{tok.id, tok.logprob, ""};
-    if (text && !is_eos) {
-      LOOM_ASSIGN_OR_RETURN(std::string piece, text->push(tok.id));
-      ev.text = stops.push(piece);
-      r.text += ev.text;
-    }
-    if (on_token) on_token(ev);
-    if (is_eos) {
-      r.finish_reason = generation::FinishReason::kEos;
-      break;
-    }
-    if (stops.stopped()) {
-      r.finish_reason = generation::FinishReason::kStopString;
-      break;
-    }
-    if (constraint && constraint->accepting() && !constraint->can_continue()) {
-      r.finish_reason = generation::FinishReason::kEos;
-      break;
-    }
-    if (static_cast<int64_t>(r.generated_ids.size()) >= o.max_new_tokens) {
-      r.finish_reason = generation::FinishReason::kLength;
+    const size_t shown_before = r.text.size();
+    LOOM_ASSIGN_OR_RETURN(const generation::FinishReason reason,
+                          finisher.accept(tok.id, static_cast<int64_t>(r.generated_ids.size()),
+                                          constraint ? &*constraint : nullptr, r.text));
+    if (on_token) on_token(TokenEvent{tok.id, tok.logprob, r.text.substr(shown_before)});
+    if (reason != generation::FinishReason::kNone) {
+      r.finish_reason = reason;
       break;
     }
     pending.assign(1, tok.id);
     t0 = Clock::now();
   }
-  if (text && r.finish_reason != generation::FinishReason::kStopString) {
-    LOOM_ASSIGN_OR_RETURN(std::string tail, text->flush());
-    std::string shown = stops.push(tail);
-    if (!stops.stopped()) shown += stops.flush();
-    r.text += shown;
-    if (on_token && !shown.empty()) on_token(TokenEvent{-1, 0.0f, shown});
-  }
+  const size_t shown_before = r.text.size();
+  LOOM_RETURN_IF_ERROR(finisher.finish(r.finish_reason, r.text));
+  if (on_token && r.text.size() > shown_before) on_token(TokenEvent{-1, 0.0f, r.text.substr(shown_before)});
   return r;
 }
 

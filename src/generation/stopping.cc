@@ -21,28 +21,30 @@ StopStringMatcher::StopStringMatcher(std::vector<std::string> stops) : stops_(st
   for (const auto& s : stops_) max_len_ = std::max(max_len_, s.size());
 }
 
-std::string StopStringMatcher::push(const std::string& piece) {
-  if (stopped_) return "";
-  pending_ += piece;
+void StopStringMatcher::push(std::string_view piece, std::string& shown) {
+  if (stopped_) return;
+  pending_.append(piece);
   if (stops_.empty()) {
-    std::string out;
-    out.swap(pending_);
-    return out;
+    shown.append(pending_);
+    pending_.clear();
+    return;
   }
   // Earliest occurrence of any stop string wins.
   size_t best = std::string::npos;
+  const std::string* first = nullptr;
   for (const auto& s : stops_) {
     const size_t pos = pending_.find(s);
     if (pos != std::string::npos && pos < best) {
       best = pos;
-      matched_ = s;
+      first = &s;
     }
   }
-  if (best != std::string::npos) {
+  if (first) {
     stopped_ = true;
-    std::string out = pending_.substr(0, best);
+    matched_ = *first;
+    shown.append(pending_, 0, best);
     pending_.clear();
-    return out;
+    return;
   }
   // Hold back the longest suffix that is a prefix of some stop string.
   size_t hold = 0;
@@ -54,15 +56,25 @@ std::string StopStringMatcher::push(const std::string& piece) {
         break;
       }
   }
-  std::string out = pending_.substr(0, pending_.size() - hold);
+  shown.append(pending_, 0, pending_.size() - hold);
   pending_.erase(0, pending_.size() - hold);
-  return out;
+}
+
+void StopStringMatcher::flush(std::string& shown) {
+  if (!stopped_) shown.append(pending_);
+  pending_.clear();
+}
+
+std::string StopStringMatcher::push(std::string_view piece) {
+  std::string shown;
+  push(piece, shown);
+  return shown;
 }
 
 std::string StopStringMatcher::flush() {
-  std::string out;
-  if (!stopped_) out.swap(pending_);
-  return out;
+  std::string shown;
+  flush(shown);
+  return shown;
 }
 
 }  // namespace loom::generation

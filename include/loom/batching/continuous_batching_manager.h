@@ -31,6 +31,7 @@
 #include "loom/batching/request_options.h"
 #include "loom/core/status.h"
 #include "loom/generation/generation_config.h"
+#include "loom/generation/sampling.h"
 #include "loom/structured/mask_prefetcher.h"
 
 namespace loom::batching {
@@ -208,6 +209,14 @@ class ContinuousBatchingManager {
   // Samples r's next token from `row` (modified) and ends r when that finishes
   // it; false when r ended (and is gone).
   bool sample_into(RequestState* r, float* row);
+  // sample_into in three parts, so that a step's rows are sampled together across
+  // the pool: before (top logprobs, grammar mask; false when that ended r), the
+  // draw, after (the token's text and finish checks; false when r ended).
+  bool prepare_sample(RequestState* r, float* row);
+  generation::SampleJob sample_job(RequestState* r, float* row) const;
+  bool accept_sampled(RequestState* r, const generation::SampledToken& token);
+  // Samples the rows commit() set aside, then accepts their tokens in commit order.
+  void sample_committed();
   // A sequence that will never be forked ends with its parent's outcome.
   void end_unforked(const RequestState& parent, int32_t index, const std::string& id, RequestStatus status,
                     generation::FinishReason reason, const Status& error);
@@ -269,6 +278,9 @@ class ContinuousBatchingManager {
   // Outputs.
   std::unique_ptr<ResultQueue> results_;
   std::vector<float> fork_row_;  // scratch: each forked sequence samples from its own copy of the logits
+  std::vector<std::pair<RequestState*, float*>> to_sample_;  // this step's rows, in commit order
+  std::vector<generation::SampleJob> sample_jobs_;
+  generation::ParallelSampler sampler_;
   std::recursive_mutex delivery_mu_;
   struct Handler {
     ResultCallback callback;

@@ -10,21 +10,13 @@
 #include <vector>
 
 #include "loom/batching/model_runner.h"
+#include "loom/batching/text_stream.h"
 #include "loom/core/dtype.h"
 #include "loom/generation/sampling.h"
 #include "loom/generation/stopping.h"
 #include "loom/structured/constraint.h"
 
 namespace loom::batching {
-
-// Turns tokens into text as they arrive (the tokenizer's incremental
-// detokenizer, adapted by the caller).
-class TextStream {
- public:
-  virtual ~TextStream() = default;
-  virtual Result<std::string> push(int32_t id) = 0;
-  virtual Result<std::string> flush() = 0;
-};
 
 struct GenerateOptions {
   int64_t max_new_tokens = 20;

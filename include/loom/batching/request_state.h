@@ -14,8 +14,8 @@
 #include "loom/batching/generate.h"
 #include "loom/batching/generation_output.h"
 #include "loom/batching/paged_kv_cache.h"
+#include "loom/batching/token_finisher.h"
 #include "loom/generation/sampling.h"
-#include "loom/generation/stopping.h"
 #include "loom/structured/constraint.h"
 
 namespace loom::batching {
@@ -47,10 +47,8 @@ struct RequestState {
 
   generation::SamplingParams sampling;
   generation::Rng rng;
-  std::vector<int32_t> eos_token_ids;
-  std::vector<std::string> stop_strings;
   std::unique_ptr<TextStream> text_stream;  // null without a tokenizer
-  generation::StopStringMatcher stops;
+  TokenFinisher finisher;  // EOS ids, stop strings, max_new_tokens; reads text_stream
   std::string text;
   // The request's position in its grammar (RequestOptions::constraint), if any.
   std::optional<structured::ConstraintState> constraint;

@@ -7,10 +7,12 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
 #include "loom/core/status.h"
+#include "loom/core/thread_pool.h"
 
 namespace loom::generation {
 
@@ -58,11 +60,27 @@ struct TokenLogprob {
   float logprob = 0.0f;
 };
 
+// Buffers sample_next needs, kept between calls so that a token costs no heap
+// allocation once they have grown to the vocabulary: one per sequence or per
+// thread (sampling several sequences at once needs one each).
+struct SamplingScratch {
+  std::vector<float> raw;          // the row before bias and penalties, for its logprob
+  std::vector<int32_t> counts;     // per vocabulary id, all zero between calls: penalties' tallies
+  std::vector<uint32_t> keys, keys_tmp;  // candidates' sort keys (radix sort)
+  std::vector<int32_t> ids, ids_tmp;     // candidates, most likely first once sorted
+  std::vector<float> heap;         // top-k: the k largest logits seen
+  std::vector<double> prob;        // candidates' probabilities
+};
+
 // Applies the penalty in place: for every token in `context`, a positive logit is
 // divided by `penalty`, a negative one multiplied (Transformers' semantics).
+void apply_repetition_penalty(float* logits, int64_t vocab, std::span<const int32_t> context, float penalty,
+                              SamplingScratch& scratch);
 void apply_repetition_penalty(float* logits, int64_t vocab, const std::vector<int32_t>& context, float penalty);
 
 // OpenAI's presence/frequency penalties in place, counting context[generated_begin:].
+void apply_presence_frequency_penalties(float* logits, int64_t vocab, std::span<const int32_t> context,
+                                        size_t generated_begin, float presence, float frequency, SamplingScratch& scratch);
 void apply_presence_frequency_penalties(float* logits, int64_t vocab, const std::vector<int32_t>& context,
                                         size_t generated_begin, float presence, float frequency);
 
@@ -71,9 +89,36 @@ void apply_presence_frequency_penalties(float* logits, int64_t vocab, const std:
 // `generated_begin` on (the generated ones) feed the presence and frequency
 // penalties. with_logprob: also fill SampledToken::logprob, a log-sum-exp over
 // the whole vocabulary (1-2 ms for 128K entries); without it logprob stays 0.
+// Top-k selects its candidates without a vocabulary-sized pass over indices;
+// without top-k every id is a candidate, sorted most likely first (ties: lower id).
+SampledToken sample_next(float* logits, int64_t vocab, const SamplingParams& params, std::span<const int32_t> context,
+                         Rng& rng, bool with_logprob, size_t generated_begin, SamplingScratch& scratch);
+// The same with buffers of its own (allocates): for one-off calls and tests.
 SampledToken sample_next(float* logits, int64_t vocab, const SamplingParams& params,
                          const std::vector<int32_t>& context, Rng& rng, bool with_logprob = true,
                          size_t generated_begin = 0);
+
+// One row of a step to sample: sample_next's arguments, and where its token goes.
+struct SampleJob {
+  float* logits = nullptr;
+  const SamplingParams* params = nullptr;
+  std::span<const int32_t> context;
+  size_t generated_begin = 0;
+  Rng* rng = nullptr;
+  bool with_logprob = false;
+  SampledToken result;
+};
+
+// Samples the rows of a step across a thread pool: each job gets the token
+// sample_next alone would give it (it draws only from its own Rng), whatever the
+// pool's size. Keeps one scratch per thread, so steps after the first allocate nothing.
+class ParallelSampler {
+ public:
+  void run(std::span<SampleJob> jobs, int64_t vocab, ThreadPool& pool);
+
+ private:
+  std::vector<SamplingScratch> scratch_;  // one per pool thread
+};
 
 // Constrained decoding: every id whose bit is clear in `allowed` (bit id%64 of word
 // id/64; ids ≥ allowed_count count as clear) gets -inf, except the ids of `also_allowed`

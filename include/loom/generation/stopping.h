@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace loom::generation {
@@ -19,13 +20,17 @@ class StopStringMatcher {
   StopStringMatcher() = default;
   explicit StopStringMatcher(std::vector<std::string> stops);
 
-  // Adds newly decoded text. Returns the text that is now safe to show.
-  std::string push(const std::string& piece);
+  // Adds newly decoded text and appends to `shown` the text now safe to show.
+  // Allocates nothing once its buffer has grown to the longest stop string.
+  void push(std::string_view piece, std::string& shown);
+  // At the end of generation: appends whatever was held back (nothing after a stop).
+  void flush(std::string& shown);
+  // The same, returning the text.
+  std::string push(std::string_view piece);
+  std::string flush();
   // True once a stop string has appeared; the shown text ends just before it.
   bool stopped() const { return stopped_; }
   const std::string& matched() const { return matched_; }
-  // At the end of generation: whatever was held back (empty after a stop).
-  std::string flush();
 
  private:
   std::vector<std::string> stops_;
