@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "loom/core/thread_pool.h"
-#include "loom/runtime/cpu/cpu_features.h"
+#include "loom/core/cpu_features.h"
 #include "loom/runtime/cpu/matmul.h"
 #include "baselines/matmul_baselines.h"
 #include "runtime/cpu/matmul_kernels.h"

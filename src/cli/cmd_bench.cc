@@ -17,7 +17,7 @@
 #include "loom/batching/model_runner.h"
 #include "loom/generation/sampling.h"
 #include "loom/graph/step_cost.h"
-#include "loom/runtime/cpu/cpu_features.h"
+#include "loom/core/cpu_features.h"
 #include "loom/runtime/cpu/matmul.h"
 #include "loom/runtime/cpu/machine_bounds.h"
 #include "loom/runtime/collectives.h"

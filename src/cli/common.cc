@@ -10,7 +10,7 @@
 #include "loom/core/thread_pool.h"
 #include "loom/io/checkpoint.h"
 #include "loom/runtime/collectives.h"
-#include "loom/runtime/cpu/cpu_features.h"
+#include "loom/core/cpu_features.h"
 #include "loom/runtime/cpu/matmul.h"
 #include "loom/weights/quantization_recipe.h"
 

@@ -218,7 +218,13 @@ void RoundLevels(const float* x, int n, int subblocks, const float* ds, const fl
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "loom/core/cpu_features.h"
+
 namespace loom::detail {
+
+// Chooses the process's tier (and so Highway's targets) before the first dispatch:
+// LOOM_FORCE_ISA limits these as it limits every kernel (loom/core/cpu_features.h).
+[[maybe_unused]] const cpu::Isa kTierAtStart = cpu::active_isa();
 
 HWY_EXPORT(SearchScalesSymmetric16);
 HWY_EXPORT(SearchScalesMin16);

@@ -95,7 +95,13 @@ void QuantizeQ4_0(const float* x, BlockQ4_0* y, int64_t nblocks) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "loom/core/cpu_features.h"
+
 namespace loom::detail {
+
+// Chooses the process's tier (and so Highway's targets) before the first dispatch:
+// LOOM_FORCE_ISA limits these as it limits every kernel (loom/core/cpu_features.h).
+[[maybe_unused]] const cpu::Isa kTierAtStart = cpu::active_isa();
 
 HWY_EXPORT(QuantizeQ8_0);
 HWY_EXPORT(QuantizeQ4_0);

@@ -34,7 +34,7 @@ std::string KernelVersion::to_string() const {
 }
 
 CpuLevel KernelSpec::min_cpu_level() const {
-  CpuLevel l = CpuLevel::kBaseline;
+  CpuLevel l = CpuLevel::kScalar;
   for (const auto& f : cpu_features) l = std::max(l, level_of_feature(f));
   return l;
 }

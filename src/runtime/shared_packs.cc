@@ -5,7 +5,7 @@
 #include <set>
 #include <tuple>
 
-#include "loom/runtime/cpu/cpu_features.h"
+#include "loom/core/cpu_features.h"
 #include "loom/runtime/packed_weights_cache.h"
 
 namespace loom::runtime {

@@ -17,7 +17,7 @@ using testing::Recorded;
 using testing::TinyDecoder;
 
 const CpuFeatures& avx2_cpu() {
-  static const CpuFeatures c = CpuFeatures::from_names({"avx2", "fma"}).value();
+  static const CpuFeatures c = CpuFeatures::from_names({"avx2", "fma", "f16c"}).value();
   return c;
 }
 

@@ -19,8 +19,8 @@ KernelSpec spec(const std::string& version, std::vector<std::string> features, s
   return s;
 }
 
-const std::vector<std::string> kAvx2 = {"avx2", "fma"};
-const std::vector<std::string> kBf16 = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"};
+const std::vector<std::string> kAvx2 = {"avx2", "fma", "f16c"};
+const std::vector<std::string> kBf16 = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"};
 
 class Selection : public ::testing::Test {
  protected:

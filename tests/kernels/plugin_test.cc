@@ -20,9 +20,9 @@ using testing::TinyDecoder;
 const std::string kPluginDir = std::string(LOOM_BINARY_DIR) + "/kernel_plugins";
 
 CpuFeatures cpu(const std::vector<std::string>& names) { return CpuFeatures::from_names(names).value(); }
-const std::vector<std::string> kAvx2 = {"avx2", "fma"};
-const std::vector<std::string> kAvx512 = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"};
-const std::vector<std::string> kBf16 = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"};
+const std::vector<std::string> kAvx2 = {"avx2", "fma", "f16c"};
+const std::vector<std::string> kAvx512 = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq"};
+const std::vector<std::string> kBf16 = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"};
 
 Result<KernelPlan> resolve(const std::string& json, KernelRegistry& reg, const CpuFeatures& c, const ModuleView& view) {
   LOOM_ASSIGN_OR_RETURN(KernelConfig cfg, KernelConfig::parse(json));

@@ -1,9 +1,16 @@
-#include "loom/runtime/cpu/cpu_features.h"
+#include "loom/core/cpu_features.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+
+#include "loom/runtime/cpu/highway_target.h"
+#include "loom/runtime/cpu/matmul.h"
+#include "runtime/cpu/qlinear.h"
 
 namespace loom::cpu {
 namespace {
@@ -150,6 +157,59 @@ TEST(CpuFeatures, ForcedPathReachesHighwayKernels) {
 #endif
   }
   EXPECT_EQ(highway_target_name(), unforced) << "leaving the scope restores Highway's own choice";
+}
+
+// The process's tier comes from LOOM_FORCE_ISA when it starts. Runs this binary
+// again with the variable set, filtered to CpuFeaturesChild (which checks every
+// consumer there); true when that child passed.
+std::string run_child_with_forced_isa(const std::string& name) {
+  std::array<char, 4096> exe{};
+  const ssize_t n = readlink("/proc/self/exe", exe.data(), exe.size() - 1);
+  if (n <= 0) return "cannot read /proc/self/exe";
+  const std::string cmd = "LOOM_FORCE_ISA=" + name + " LOOM_TEST_EXPECTED_ISA=" + name + " '" +
+                          std::string(exe.data(), static_cast<size_t>(n)) +
+                          "' --gtest_filter=CpuFeaturesChild.* 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return "popen failed";
+  std::string out;
+  std::array<char, 512> buf{};
+  while (fgets(buf.data(), static_cast<int>(buf.size()), pipe)) out += buf.data();
+  const int status = pclose(pipe);
+  return status == 0 && out.find("[  PASSED  ] 1 test") != std::string::npos ? "" : out;
+}
+
+TEST(CpuFeatures, ForcedIsaFromEnvironmentReachesEveryKernelFamily) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+    if (!isa_supported(isa)) continue;
+    const std::string failure = run_child_with_forced_isa(std::string(isa_name(isa)));
+    EXPECT_EQ(failure, "") << "LOOM_FORCE_ISA=" << isa_name(isa);
+  }
+}
+
+// Only does something as the child of the test above.
+TEST(CpuFeaturesChild, TierFromEnvironment) {
+  const char* expected_name = std::getenv("LOOM_TEST_EXPECTED_ISA");
+  if (!expected_name) GTEST_SKIP() << "run by ForcedIsaFromEnvironmentReachesEveryKernelFamily";
+  const Isa expected = parse_isa(expected_name).value();
+  EXPECT_EQ(active_isa(), expected);
+  // Highway-built kernels (runtime's and core's quantizers share Highway's choice).
+  const std::string target = highway_target_name();
+  switch (expected) {
+    case Isa::kScalar:
+      EXPECT_TRUE(target == "EMU128" || target == "SCALAR") << target;
+      break;
+    case Isa::kAvx2: EXPECT_EQ(target, "AVX2"); break;
+    case Isa::kAvx512:
+    case Isa::kAvx512Bf16: EXPECT_EQ(target.rfind("AVX3", 0), 0u) << target; break;
+  }
+  // Hand-written quantized kernels.
+  const std::string qdot = detail::quantized_kernels_name();
+  if (expected == Isa::kScalar) EXPECT_EQ(qdot, "SCALAR");
+  if (expected == Isa::kAvx2) EXPECT_EQ(qdot.find("512"), std::string::npos) << qdot;
+  if (expected >= Isa::kAvx512 && cpu_features().avx512_vnni) EXPECT_NE(qdot.find("512"), std::string::npos) << qdot;
+  // Hand-written matmul kernels: vdpbf16ps only on the tier that has it.
+  if (expected == Isa::kAvx512Bf16) EXPECT_TRUE(bf16_dot_products_active());
+  if (expected <= Isa::kAvx2) EXPECT_FALSE(bf16_dot_products_active());
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "loom/runtime/cpu/cpu_features.h"
+#include "loom/core/cpu_features.h"
 #include "baselines/matmul_baselines.h"
 
 namespace loom::cpu {

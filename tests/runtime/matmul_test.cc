@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "loom/runtime/cpu/cpu_features.h"
+#include "loom/core/cpu_features.h"
 #include "runtime/matmul_test_util.h"
 #include "baselines/matmul_baselines.h"
 #include "runtime/cpu/matmul_kernels.h"

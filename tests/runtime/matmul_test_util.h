@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "loom/core/tensor.h"
-#include "loom/runtime/cpu/cpu_features.h"
+#include "loom/core/cpu_features.h"
 
 namespace loom::cpu::test_util {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "loom/runtime/cpu/cpu_features.h"
+#include "loom/core/cpu_features.h"
 #include "loom/runtime/cpu/matmul.h"
 #include "runtime/matmul_test_util.h"
 

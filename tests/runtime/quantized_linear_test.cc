@@ -16,7 +16,7 @@
 
 #include "loom/core/file_pages.h"
 #include "loom/core/quantize.h"
-#include "loom/runtime/cpu/cpu_features.h"
+#include "loom/core/cpu_features.h"
 #include "runtime/matmul_test_util.h"
 #include "loom/runtime/cpu/matmul.h"
 #include "runtime/cpu/qdot_kernels.h"

@@ -21,7 +21,7 @@
 
 #include "loom/core/file_pages.h"
 #include "loom/core/logging.h"
-#include "loom/runtime/cpu/cpu_features.h"
+#include "loom/core/cpu_features.h"
 #include "runtime/cpu/matmul_kernels.h"
 #include "runtime/cpu/pack_panel_words.h"
 #include "runtime/cpu/qlayout.h"
@@ -98,12 +98,11 @@ std::atomic<int>& precision_slot() {
 // The code path linear() runs: the active one, moved up to AVX512_BF16 when medium
 // or auto precision permits bf16 dot products and the CPU has fast ones.
 Isa matmul_isa() {
+  static const bool fast_bf16_dot = isa_supported(Isa::kAvx512Bf16) && cpu_features().fast_bf16_dot;
   const Isa isa = active_isa();
+  if (isa != Isa::kAvx512 || !fast_bf16_dot) return isa;
   const MatmulPrecision p = matmul_precision();
-  const bool bf16_allowed = p == MatmulPrecision::kMedium || p == MatmulPrecision::kAuto;
-  if (isa == Isa::kAvx512 && bf16_allowed && isa_supported(Isa::kAvx512Bf16) && cpu_features().fast_bf16_dot)
-    return Isa::kAvx512Bf16;
-  return isa;
+  return p == MatmulPrecision::kMedium || p == MatmulPrecision::kAuto ? Isa::kAvx512Bf16 : isa;
 }
 
 const KernelTable& table_for(Isa isa) {
@@ -531,7 +530,8 @@ Result<PackedLinear> PackedLinear::pack(const Tensor& weight, const Tensor* bias
     const size_t elt = dtype_size(dt);
     auto* transpose_words = detail::transpose_panel_words_scalar;
 #if defined(LOOM_MATMUL_X86)
-    if (matmul_isa() == Isa::kAvx512 || matmul_isa() == Isa::kAvx512Bf16) transpose_words = detail::transpose_panel_words_avx512;
+    if (const Isa isa = matmul_isa(); isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16)
+      transpose_words = detail::transpose_panel_words_avx512;
 #endif
     ThreadPool::global().parallel_for(panels, [&](int64_t p0, int64_t p1, int) {
       // The packed copy replaces the source: a checkpoint's mapped pages need not stay

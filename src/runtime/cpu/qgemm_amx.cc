@@ -5,7 +5,7 @@
 // products of a pass are issued together and stored for the AVX-512 combination.
 #include "runtime/cpu/qgemm.h"
 
-#include "loom/runtime/cpu/cpu_features.h"
+#include "loom/core/cpu_features.h"
 #include "runtime/cpu/matmul_kernels.h"
 
 #if defined(LOOM_MATMUL_X86) && defined(__linux__)

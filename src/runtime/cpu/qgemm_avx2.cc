@@ -20,7 +20,7 @@
 // integer corrections per block and row (−8·Σx; −32·Σ_s sc_s·bsum_s), so every
 // block's sum is the exact integer of the row kernels, and the f32 steps are
 // theirs (qdot_kernels.h): the results are bitwise the row kernels'.
-#include "loom/runtime/cpu/cpu_features.h"
+#include "loom/core/cpu_features.h"
 #include "runtime/cpu/matmul_kernels.h"
 #include "runtime/cpu/qgemm.h"
 

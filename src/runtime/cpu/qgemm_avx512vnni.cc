@@ -7,7 +7,7 @@
 // the exact Σ w·x; Q4_K/Q5_K levels are unsigned already. Per block the 16
 // outputs' 16 accumulators stay in registers and no lane is reduced, where the
 // row kernels sum each block's lanes horizontally per output and row.
-#include "loom/runtime/cpu/cpu_features.h"
+#include "loom/core/cpu_features.h"
 #include "runtime/cpu/matmul_kernels.h"
 #include "runtime/cpu/qgemm.h"
 

@@ -15,7 +15,7 @@
 
 #include "loom/core/logging.h"
 #include "loom/core/quantize.h"
-#include "loom/runtime/cpu/cpu_features.h"
+#include "loom/core/cpu_features.h"
 #include "runtime/cpu/qdot_kernels.h"
 #include "runtime/cpu/qgemm.h"
 #include "runtime/cpu/qlayout.h"
@@ -103,7 +103,7 @@ std::atomic<int>& gemm_limit() {
 
 bool avx512_path() {
 #if defined(LOOM_MATMUL_X86)
-  return active_isa() == Isa::kAvx512 || active_isa() == Isa::kAvx512Bf16;
+  return active_isa() >= Isa::kAvx512;
 #else
   return false;
 #endif
@@ -213,10 +213,10 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
   void (*q8k)(const float*, ActBlockQ8K*, int64_t) = quantize_activations_q8k;
   void (*q8x32)(const float*, ActBlockQ8x32*, int64_t) = quantize_activations_q8x32;
 #if defined(LOOM_MATMUL_X86)
-  if (active_isa() == Isa::kAvx512 || active_isa() == Isa::kAvx512Bf16) {
+  if (avx512_path()) {
     q8k = quantize_activations_q8k_avx512;
     q8x32 = quantize_activations_q8x32_avx512;
-  } else if (active_isa() == Isa::kAvx2) {
+  } else if (avx2_path()) {
     q8k = quantize_activations_q8k_avx2;
     q8x32 = quantize_activations_q8x32_avx2;
   }

@@ -1,10 +1,10 @@
-#include "loom/runtime/cpu/cpu_features.h"
+#include "loom/core/cpu_features.h"
 
 #include <atomic>
 #include <cctype>
 #include <cstdlib>
-#include <mutex>
 
+#include "hwy/targets.h"
 #include "loom/core/logging.h"
 
 #if defined(__linux__)
@@ -37,6 +37,7 @@ CpuFeatures detect() {
 #if defined(LOOM_X86)
   unsigned a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  f.sse4_2 = (c >> 20) & 1;
   const bool osxsave = (c >> 27) & 1;
   if (!osxsave) return f;  // the OS saves no vector state: only scalar is safe
   const uint64_t xcr0 = read_xcr0();
@@ -54,6 +55,7 @@ CpuFeatures detect() {
   f.avx512dq = f.avx512f && ((b >> 17) & 1);
   f.avx512bw = f.avx512f && ((b >> 30) & 1);
   f.avx512vl = f.avx512f && ((b >> 31) & 1);
+  f.avx512cd = f.avx512f && ((b >> 28) & 1);
   f.avx512_vnni = f.avx512f && ((c >> 11) & 1);
   f.avx512_fp16 = f.avx512f && ((d >> 23) & 1);
   f.amx_bf16 = os_amx && ((d >> 22) & 1);
@@ -75,24 +77,18 @@ CpuFeatures detect() {
   return f;
 }
 
-constexpr int kNoForce = -1;
-std::atomic<int> g_forced{kNoForce};
-
-}  // namespace
-
-// highway_target.cc: limits Highway's dispatch to the forced path's targets.
-void sync_highway_targets(int forced_isa);
-
-namespace {
-
-// Every change of the forced path goes through here so Highway follows it.
-int store_forced(int forced) {
-  const int previous = g_forced.exchange(forced, std::memory_order_acq_rel);
-  sync_highway_targets(forced);
-  return previous;
+// Highway targets (HWY_* bits) a loom path admits: those that need no more than
+// it does. Highway picks the best of them it compiled, else its static baseline.
+int64_t highway_targets_for(Isa isa) {
+  constexpr int64_t kBelowAvx2 = HWY_SSE4 | HWY_SSSE3 | HWY_EMU128 | HWY_SCALAR;
+  switch (isa) {
+    case Isa::kScalar: return HWY_EMU128 | HWY_SCALAR;
+    case Isa::kAvx2: return HWY_AVX2 | kBelowAvx2;
+    case Isa::kAvx512:
+    case Isa::kAvx512Bf16: return HWY_AVX3_DL | HWY_AVX3 | HWY_AVX2 | kBelowAvx2;
+  }
+  return HWY_EMU128 | HWY_SCALAR;
 }
-
-std::once_flag g_env_once;
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -100,59 +96,91 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-// Parses and checks a forced-path name; "" means no forcing.
-Result<int> resolve_forced(std::string_view name) {
-  if (name.empty()) return kNoForce;
+// Parses and checks a forced-path name; "" means the automatic choice.
+Result<Isa> resolve_forced(std::string_view name) {
+  if (name.empty()) return best_isa();
   LOOM_ASSIGN_OR_RETURN(Isa isa, parse_isa(name));
   if (!isa_supported(isa)) {
     return unsupported("LOOM_FORCE_ISA=" + std::string(name) + ": this CPU cannot run the " +
                        std::string(isa_name(isa)) + " path (features: " + cpu_features_string() + ")");
   }
-  return static_cast<int>(isa);
+  return isa;
 }
 
-void load_env_once() {
-  std::call_once(g_env_once, [] {
-    Status s = reload_forced_isa_from_env();
-    (void)s;  // already logged
-  });
+// Highway follows the tier through its public DisableTargets (its dispatch tables
+// re-resolve on their next call); every change of the tier goes through here.
+Isa apply(Isa isa) {
+  hwy::DisableTargets(~highway_targets_for(isa));
+  return isa;
 }
 
-// Read when the process starts, not when a kernel first asks: code outside the
-// runtime that dispatches through Highway (core's quantizers, which a model's load
-// runs before any kernel) follows LOOM_FORCE_ISA only once it has been read.
-[[maybe_unused]] const bool g_env_read_at_start = (load_env_once(), true);
+Isa from_env() {
+  const char* env = std::getenv("LOOM_FORCE_ISA");
+  Result<Isa> isa = resolve_forced(env ? env : "");
+  if (!isa.ok()) {
+    log_warn(isa.status().message() + "; using " + std::string(isa_name(best_isa())));
+    return best_isa();
+  }
+  return isa.value();
+}
+
+std::atomic<Isa>& active_slot() {
+  static std::atomic<Isa> slot{apply(from_env())};
+  return slot;
+}
+
+void store(Isa isa) { active_slot().store(apply(isa), std::memory_order_relaxed); }
 
 }  // namespace
+
+// Chosen when the process starts, not when a kernel first asks: Highway-dispatched
+// code outside the runtime (core's quantizers, which loading a model runs before
+// any kernel) must already see the tier's targets.
+[[maybe_unused]] const bool g_isa_chosen_at_start = (active_isa(), true);
 
 const CpuFeatures& cpu_features() {
   static const CpuFeatures features = detect();
   return features;
 }
 
-std::string cpu_features_string() {
-  const CpuFeatures& f = cpu_features();
-  std::string s;
-  auto add = [&](bool on, const char* name) {
-    if (!on) return;
-    if (!s.empty()) s += ' ';
-    s += name;
+const std::vector<CpuFeatureInfo>& cpu_feature_table() {
+  // The one tier table. A tier needs its defining features and those of every tier
+  // below it; the other features belong to the tier that first has them.
+  static const std::vector<CpuFeatureInfo> table = {
+      {"sse4_2", Isa::kScalar, false, &CpuFeatures::sse4_2},
+      {"avx", Isa::kScalar, false, &CpuFeatures::avx},
+      {"avx2", Isa::kAvx2, true, &CpuFeatures::avx2},
+      {"fma", Isa::kAvx2, true, &CpuFeatures::fma},
+      {"f16c", Isa::kAvx2, true, &CpuFeatures::f16c},
+      {"avx_vnni", Isa::kAvx2, false, &CpuFeatures::avx_vnni},
+      {"avx512f", Isa::kAvx512, true, &CpuFeatures::avx512f},
+      {"avx512bw", Isa::kAvx512, true, &CpuFeatures::avx512bw},
+      {"avx512dq", Isa::kAvx512, true, &CpuFeatures::avx512dq},
+      {"avx512vl", Isa::kAvx512, true, &CpuFeatures::avx512vl},
+      {"avx512cd", Isa::kAvx512, false, &CpuFeatures::avx512cd},
+      {"avx512_vnni", Isa::kAvx512, false, &CpuFeatures::avx512_vnni},
+      {"avx512_bf16", Isa::kAvx512Bf16, true, &CpuFeatures::avx512_bf16},
+      {"avx512_fp16", Isa::kAvx512Bf16, false, &CpuFeatures::avx512_fp16},
+      {"amx_tile", Isa::kAvx512Bf16, false, &CpuFeatures::amx_tile},
+      {"amx_bf16", Isa::kAvx512Bf16, false, &CpuFeatures::amx_bf16},
+      {"amx_int8", Isa::kAvx512Bf16, false, &CpuFeatures::amx_int8},
   };
-  add(f.avx, "avx");
-  add(f.avx2, "avx2");
-  add(f.fma, "fma");
-  add(f.f16c, "f16c");
-  add(f.avx512f, "avx512f");
-  add(f.avx512bw, "avx512bw");
-  add(f.avx512dq, "avx512dq");
-  add(f.avx512vl, "avx512vl");
-  add(f.avx512_vnni, "avx512_vnni");
-  add(f.avx512_bf16, "avx512_bf16");
-  add(f.avx512_fp16, "avx512_fp16");
-  add(f.avx_vnni, "avx_vnni");
-  add(f.amx_tile, "amx_tile");
-  add(f.amx_bf16, "amx_bf16");
-  add(f.amx_int8, "amx_int8");
+  return table;
+}
+
+const CpuFeatureInfo* find_cpu_feature(std::string_view name) {
+  for (const CpuFeatureInfo& f : cpu_feature_table())
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
+std::string cpu_features_string() {
+  std::string s;
+  for (const CpuFeatureInfo& f : cpu_feature_table()) {
+    if (!(cpu_features().*f.present)) continue;
+    if (!s.empty()) s += ' ';
+    s += f.name;
+  }
   return s.empty() ? "none" : s;
 }
 
@@ -177,16 +205,8 @@ Result<Isa> parse_isa(std::string_view name) {
 }
 
 bool isa_supported(Isa isa) {
-  const CpuFeatures& f = cpu_features();
-  const bool avx2 = f.avx2 && f.fma && f.f16c;
-  const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl;
-  switch (isa) {
-    case Isa::kScalar: return true;
-    case Isa::kAvx2: return avx2;
-    case Isa::kAvx512: return avx512;
-    case Isa::kAvx512Bf16: return avx512 && f.avx512_bf16;
-  }
-  return false;
+  static const Isa highest = highest_isa([](const CpuFeatureInfo& f) { return cpu_features().*f.present; });
+  return isa <= highest;
 }
 
 // AVX512_BF16 is deliberately not the automatic choice even where the CPU has it.
@@ -206,41 +226,39 @@ Isa best_isa() {
   return Isa::kScalar;
 }
 
-Isa active_isa() {
-  load_env_once();
-  const int forced = g_forced.load(std::memory_order_acquire);
-  return forced == kNoForce ? best_isa() : static_cast<Isa>(forced);
-}
+Isa active_isa() { return active_slot().load(std::memory_order_relaxed); }
 
 std::string isa_name() { return std::string(isa_name(active_isa())); }
 
+bool feature_active(const CpuFeatureInfo& feature) {
+  return cpu_features().*feature.present && feature.tier <= active_isa();
+}
+
 Status set_forced_isa(std::string_view name) {
-  load_env_once();
-  LOOM_ASSIGN_OR_RETURN(int forced, resolve_forced(name));
-  store_forced(forced);
+  LOOM_ASSIGN_OR_RETURN(Isa isa, resolve_forced(name));
+  store(isa);
   return Status::Ok();
 }
 
 Status reload_forced_isa_from_env() {
   const char* env = std::getenv("LOOM_FORCE_ISA");
-  Result<int> forced = resolve_forced(env ? env : "");
-  if (!forced.ok()) {
-    store_forced(kNoForce);
-    log_warn(forced.status().message() + "; using " + std::string(isa_name(best_isa())));
-    return forced.status();
+  Result<Isa> isa = resolve_forced(env ? env : "");
+  if (!isa.ok()) {
+    store(best_isa());
+    log_warn(isa.status().message() + "; using " + std::string(isa_name(best_isa())));
+    return isa.status();
   }
-  store_forced(forced.value());
+  store(isa.value());
   return Status::Ok();
 }
 
-ScopedIsa::ScopedIsa(Isa isa) {
-  load_env_once();
+ScopedIsa::ScopedIsa(Isa isa) : previous_(active_isa()) {
   if (!isa_supported(isa)) {
     throw Error(unsupported("ScopedIsa: this CPU cannot run the " + std::string(isa_name(isa)) + " path"));
   }
-  previous_ = store_forced(static_cast<int>(isa));
+  store(isa);
 }
 
-ScopedIsa::~ScopedIsa() { store_forced(previous_); }
+ScopedIsa::~ScopedIsa() { store(previous_); }
 
 }  // namespace loom::cpu
