@@ -4,6 +4,7 @@
 // call. Destroying the manager never holds the GIL while the loop ends (a
 // handler may be waiting for it).
 #include <chrono>
+#include <thread>
 
 #include "bindings.h"
 #include "generation_config_json.h"
@@ -16,6 +17,7 @@ namespace {
 
 using batching::ContinuousBatchingManager;
 using batching::GenerationOutput;
+using batching::PauseGuard;
 using batching::RequestOptions;
 
 constexpr double kWaitSlice = 0.05;  // seconds between checks for Ctrl-C
@@ -26,6 +28,14 @@ struct ManagerHandle {
   ~ManagerHandle() { close(); }
   void close() {
     if (!m) return;
+    if (m->on_loop_thread()) {
+      // A result handler (or the last reference, dropped by one): the loop cannot
+      // join itself, so it is only told to end here, and a thread of its own
+      // finishes the teardown once it has.
+      m->destroy();
+      std::thread([m = std::move(m), pool = pool] { m->destroy(); }).detach();
+      return;
+    }
     if (PyGILState_Check()) {
       py::gil_scoped_release release;
       m->destroy();
@@ -93,6 +103,22 @@ void register_result_handler(ManagerHandle& h, const std::string& request_id, py
   check(m.register_result_handler(request_id, std::move(cb)));
 }
 
+// pause()'s guard for Python: it keeps the manager alive, so releasing it after
+// destroy() (or from another thread) is safe, and releasing twice is a no-op.
+struct PauseHandle {
+  std::shared_ptr<ContinuousBatchingManager> m;  // declared first: outlives the guard
+  PauseGuard guard;
+  void release() { guard.release(); }
+};
+
+std::shared_ptr<PauseHandle> pause(ManagerHandle& h) {
+  std::shared_ptr<ContinuousBatchingManager> m = h.m;
+  if (!m) throw Error(failed_precondition("the ContinuousBatchingManager was destroyed"));
+  py::gil_scoped_release release;
+  PauseGuard guard = unwrap(m->pause());
+  return std::make_shared<PauseHandle>(PauseHandle{std::move(m), std::move(guard)});
+}
+
 py::dict stats(const ManagerHandle& h) {
   const batching::ManagerStats s = h.m ? h.m->stats() : batching::ManagerStats{};
   py::dict d;
@@ -135,8 +161,8 @@ void register_manager(py::module_& m) {
       .def_readwrite("queue_timeout", &RequestOptions::queue_timeout)
       .def_readwrite("constraint", &RequestOptions::constraint);
 
-  py::class_<batching::PauseGuard>(m, "_PauseGuard")
-      .def("release", &batching::PauseGuard::release, py::call_guard<py::gil_scoped_release>());
+  py::class_<PauseHandle, std::shared_ptr<PauseHandle>>(m, "_PauseGuard")
+      .def("release", &PauseHandle::release, py::call_guard<py::gil_scoped_release>());
 
   py::class_<ManagerHandle, std::shared_ptr<ManagerHandle>>(m, "_Manager")
       .def_static("create", &create, py::arg("model"), py::arg("generation_config_json"),
@@ -162,12 +188,17 @@ void register_manager(py::module_& m) {
           py::arg("block") = true, py::arg("timeout") = py::none(), py::arg("keep_for_next_session") = false,
           py::arg("hard_stop") = false, py::call_guard<py::gil_scoped_release>())
       .def(
-          "join", [](ManagerHandle& h, std::optional<double> timeout) { return h.get().join(timeout); },
+          "join",
+          [](ManagerHandle& h, std::optional<double> timeout) {
+            const Status ended = h.get().join(timeout);
+            if (ended.code() == ErrorCode::kTimeout) return false;
+            check(ended);
+            return true;
+          },
           py::arg("timeout") = py::none(), py::call_guard<py::gil_scoped_release>())
       .def(
           "warmup", [](ManagerHandle& h) { check(h.get().warmup()); }, py::call_guard<py::gil_scoped_release>())
-      .def(
-          "pause", [](ManagerHandle& h) { return h.get().pause(); }, py::call_guard<py::gil_scoped_release>())
+      .def("pause", &pause)
       .def("is_running", [](const ManagerHandle& h) { return h.m && h.m->is_running(); })
       .def("destroy", &ManagerHandle::close)
       .def_property_readonly("destroyed", [](const ManagerHandle& h) { return !h.m; })

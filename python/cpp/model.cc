@@ -17,6 +17,7 @@
 #include "model_handle.h"
 #include "loom/batching/generate.h"
 #include "loom/core/thread_pool.h"
+#include "loom/export/program_io.h"
 #include "loom/models/save_pretrained.h"
 #include "loom/runtime/cpu/matmul.h"
 #include "loom/runtime/collectives.h"
@@ -75,13 +76,26 @@ std::shared_ptr<ModelHandle> load(const LoadArgs& a) {
   h->backend = a.backend;
   if (a.num_threads > 0) h->pool = std::make_shared<ThreadPool>(a.num_threads);
   models::LoadOptions lo;
-  if (a.tensor_parallel > 0) lo.tensor_parallel = join_tensor_parallel(a.tensor_parallel);
-  if (!a.quantize.empty()) lo.quantize = unwrap(quantization_recipe(a.quantize));
-  if (a.kernel_config_json.empty()) {
+  if (exporting::is_program_dir(a.dir)) {
+    // An exported program: its graph and weights are fixed at export.
+    for (const auto& [arg, given] : {std::pair<const char*, bool>{"kernel_config", !a.kernel_config_json.empty()},
+                                     {"quantize", !a.quantize.empty()},
+                                     {"tensor_parallel", a.tensor_parallel > 0},
+                                     {"plugin_dirs", !a.plugin_dirs.empty()}})
+      if (given)
+        throw Error(invalid_argument(std::string(arg) + ": '" + a.dir +
+                                     "' is an exported program, whose graph and weights are fixed at export; pass it "
+                                     "when exporting instead"));
+    h->model = unwrap(exporting::load_program_model(a.dir));
+  } else if (a.kernel_config_json.empty()) {
+    if (a.tensor_parallel > 0) lo.tensor_parallel = join_tensor_parallel(a.tensor_parallel);
+    if (!a.quantize.empty()) lo.quantize = unwrap(quantization_recipe(a.quantize));
     if (!a.plugin_dirs.empty())
       throw Error(invalid_argument("plugin_dirs need a kernel_config naming the kernels to use"));
     h->model = unwrap(models::Model::load(a.dir, lo));
   } else {
+    if (a.tensor_parallel > 0) lo.tensor_parallel = join_tensor_parallel(a.tensor_parallel);
+    if (!a.quantize.empty()) lo.quantize = unwrap(quantization_recipe(a.quantize));
     lo.kernel_config = unwrap(kernels::KernelConfig::parse(a.kernel_config_json));
     (a.trust_remote_code ? lo.trusted_plugin_dirs : lo.plugin_dirs) = a.plugin_dirs;
     h->model = unwrap(models::Model::load(a.dir, lo));
@@ -248,7 +262,12 @@ void register_model(py::module_& m) {
            py::arg("constraint") = nullptr)
       .def(
           "save_pretrained",
-          [](const ModelHandle& h, const std::string& dir) { check(models::save_pretrained(*h.model, dir)); },
+          [](const ModelHandle& h, const std::string& dir) {
+            if (!h.model->has_checkpoint())
+              throw Error(failed_precondition("save_pretrained: '" + h.model->dir() +
+                                              "' is an exported program, which keeps no checkpoint to save"));
+            check(models::save_pretrained(*h.model, dir));
+          },
           py::arg("dir"), py::call_guard<py::gil_scoped_release>())
       .def("explain_kernels", &explain_kernels)
       .def_property_readonly("dir", [](const ModelHandle& h) { return h.model->dir(); })

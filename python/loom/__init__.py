@@ -24,7 +24,7 @@ from ._loom import (
 from .configuration import ContinuousBatchingConfig, GenerationConfig, PretrainedConfig
 from .continuous_batching import ContinuousBatchingManager
 from .kernels import KernelConfig
-from .modeling import AutoModelForCausalLM, CausalLMOutput, LoomForCausalLM
+from .modeling import AutoModelForCausalLM, CausalLMOutput, LoomForCausalLM, load_program
 from .streamers import BaseStreamer, TextIteratorStreamer, TextStreamer
 from .tokenization import AutoTokenizer, BatchEncoding, PreTrainedTokenizer
 from . import exporters
@@ -36,5 +36,5 @@ __all__ = [
     "ContinuousBatchingConfig", "ContinuousBatchingManager", "FailedPreconditionError", "GenerationConfig",
     "GenerationOutput", "InvalidArgumentError", "IoError", "KernelConfig", "LoomError", "LoomForCausalLM",
     "LoomTimeoutError", "NotFoundError", "PreTrainedTokenizer", "PretrainedConfig", "RequestStatus",
-    "ResourceExhaustedError", "TextIteratorStreamer", "TextStreamer", "exporters",
+    "ResourceExhaustedError", "TextIteratorStreamer", "TextStreamer", "exporters", "load_program",
 ]

@@ -1,7 +1,14 @@
 """ContinuousBatchingManager with upstream's methods over loom's manager. Blocking calls
 release the GIL and wake up for Ctrl-C; result handlers are Python callables (posted to
 the caller's asyncio loop when registered from inside one). Managers still running at
-interpreter exit are stopped before Python shuts down, so exit neither hangs nor crashes."""
+interpreter exit are stopped before Python shuts down, so exit neither hangs nor crashes.
+
+No lifecycle call waits for something that cannot happen: where it would, it raises
+FailedPreconditionError saying why. Inside `with manager.pause():` a blocking soft
+stop(), join() without a timeout and start() of a stopping manager raise (the loop cannot
+finish while paused; stop(hard_stop=True), stop(block=False) and destroy() work there).
+In a result handler run on the batching thread, pause(), join() and stop(block=True)
+raise (the loop cannot wait for itself); stop(block=False) and destroy() work there."""
 import asyncio
 import atexit
 import contextlib
@@ -136,6 +143,7 @@ class ContinuousBatchingManager:
         self._engine.stop(block, timeout, keep_for_next_session, hard_stop)
 
     def join(self, stop_trigger_time=None, timeout=None):
+        """Waits for the batching loop to end: True once it has, False after `timeout` seconds."""
         return self._engine.join(timeout)
 
     def is_running(self):
@@ -148,6 +156,17 @@ class ContinuousBatchingManager:
         """Hard stop, free everything; idempotent. The manager cannot start again."""
         self._engine.destroy()
         _live_managers.discard(self)
+
+    def switch_to_cb_friendly_attn(self, model=None, auto_switch_to_flash=True):
+        """Upstream switches the model to a paged (or flash) attention implementation
+        here. loom's CPU attention always reads the paged KV cache, so there is nothing
+        to switch: a no-op that checks its arguments and returns None, as upstream's."""
+        from .modeling import LoomForCausalLM
+        if model is not None and not isinstance(model, LoomForCausalLM):
+            raise TypeError(f"switch_to_cb_friendly_attn: model must be a loom model, not {type(model).__name__}")
+        if not isinstance(auto_switch_to_flash, bool):
+            raise TypeError("switch_to_cb_friendly_attn: auto_switch_to_flash must be a bool")
+        return None
 
     @contextlib.contextmanager
     def pause(self):

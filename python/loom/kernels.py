@@ -18,6 +18,12 @@ class KernelConfig:
         self.use_fallback = use_fallback
         _loom._validate_kernel_config(self.to_json_string())
 
+    @classmethod
+    def builtin(cls):
+        """loom's built-in kernel for every layer that has one: what use_kernels=True
+        applies when no kernel_config is given."""
+        return cls({layer: kernel for layer, kernel in _loom._builtin_kernel_layers().items()})
+
     def to_dict(self):
         layers, fusions = {}, []
         for key, value in self.kernel_mapping.items():

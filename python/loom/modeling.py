@@ -137,7 +137,7 @@ class LoomForCausalLM:
         return continuous_batching_config
 
     def generate_batch(self, inputs, generation_config=None, continuous_batching_config=None, record_timestamps=False,
-                       progress_bar=True, persistent_manager=False, warmup=True, **kwargs):
+                       progress_bar=False, persistent_manager=False, warmup=True, **kwargs):
         """Transformers' generate_batch: {request_id: GenerationOutput}, in input order.
         A constraint argument (response_format=, json_schema=, regex=, …) applies to every input."""
         constraint = pop_constraint(self._handle, kwargs)
@@ -197,11 +197,20 @@ class LoomForCausalLM:
         return f"LoomForCausalLM('{self.name_or_path}', model_type={getattr(self.config, 'model_type', None)!r})"
 
 
+def _check_device_map(device_map):
+    """loom runs on the CPU: device_map may say so ("auto", "cpu", {"": "cpu"}), nothing else."""
+    if device_map is None or device_map in ("auto", "cpu"):
+        return
+    if isinstance(device_map, dict) and device_map and all(str(v) == "cpu" for v in device_map.values()):
+        return
+    raise ValueError(f"device_map={device_map!r}: loom runs on the CPU; use 'auto' or 'cpu'")
+
+
 class AutoModelForCausalLM:
     @staticmethod
     def from_pretrained(pretrained_model_name_or_path, dtype="auto", kernel_config=None, trust_remote_code=False,
                         matmul_precision=None, num_threads=None, plugin_dirs=None, backend="cpu", torch_dtype=None,
-                        quantize=None, tensor_parallel=None, **kwargs):
+                        quantize=None, tensor_parallel=None, use_kernels=None, device_map=None, **kwargs):
         """loom runs weights as the checkpoint stores them (f32, bf16, f16): dtype must be
         "auto" or name that dtype. num_threads: this model's own worker threads (default:
         the process's pool, all cores or LOOM_NUM_THREADS). matmul_precision is process-wide,
@@ -214,7 +223,13 @@ class AutoModelForCausalLM:
         script.py` (docs/python.md): every rank runs the script and loads its shard; on
         rank 0 from_pretrained returns the model, which drives every step; on the other
         ranks it follows rank 0's steps and then ends the process (SystemExit(0)) once
-        rank 0's model is released or its script ends."""
+        rank 0's model is released or its script ends.
+
+        use_kernels and device_map as the kernels guide writes them: use_kernels=True
+        applies kernel_config, or without one loom's built-in kernels (every layer that has
+        one: KernelConfig.builtin()); use_kernels=False refuses a kernel_config (unset: the
+        kernel_config decides). device_map may be "auto", "cpu" or a mapping onto "cpu":
+        loom runs on the CPU."""
         if kwargs:
             raise TypeError(f"from_pretrained: unsupported arguments {', '.join(sorted(kwargs))}")
         path = os.fspath(pretrained_model_name_or_path)
@@ -230,10 +245,18 @@ class AutoModelForCausalLM:
                                  "(use dtype='auto')")
         if matmul_precision is not None:
             _loom._set_matmul_precision(matmul_precision)
+        _check_device_map(device_map)
         if isinstance(kernel_config, dict):
             kernel_config = KernelConfig(kernel_config)
         if kernel_config is not None and not isinstance(kernel_config, KernelConfig):
             raise TypeError("kernel_config must be a loom.KernelConfig or a mapping")
+        if use_kernels is not None and not isinstance(use_kernels, bool):
+            raise TypeError(f"use_kernels must be True or False, not {use_kernels!r}")
+        if use_kernels is False and kernel_config is not None:
+            raise ValueError("from_pretrained: kernel_config is given but use_kernels=False "
+                             "(pass use_kernels=True, or leave it unset)")
+        if use_kernels and kernel_config is None:
+            kernel_config = KernelConfig.builtin()
         handle = _loom._Model.load(path, kernel_config.to_json_string() if kernel_config else "",
                                    list(plugin_dirs or []), trust_remote_code, backend, int(num_threads or 0),
                                    quantize or "", int(tensor_parallel or 0))
@@ -245,3 +268,14 @@ class AutoModelForCausalLM:
             # The other ranks stop when this model goes or the script ends.
             weakref.finalize(model, handle.end_steps)
         return model
+
+
+def load_program(path, num_threads=None, backend="cpu"):
+    """A program written by exporters.DynamoExporter (or `loom export --format program`),
+    loaded as a model: generate, generate_batch and the continuous batching manager run
+    its graph and weights. Its folder carries the checkpoint's config, generation config
+    and tokenizer files, so AutoTokenizer.from_pretrained(path) works on it too."""
+    path = os.fspath(path)
+    if not os.path.isfile(os.path.join(path, "program.json")):
+        raise _loom.NotFoundError(f"load_program: '{path}' holds no program.json (not an exported program)")
+    return AutoModelForCausalLM.from_pretrained(path, num_threads=num_threads, backend=backend)

@@ -34,6 +34,7 @@ class PreTrainedTokenizer:
     @classmethod
     def from_pretrained(cls, path, **kwargs):
         """A checkpoint folder (tokenizer.json, tokenizer_config.json) or a tokenizer.json file."""
+        path = os.fspath(path)
         if not os.path.exists(path):
             raise FileNotFoundError(f"'{path}' does not exist")
         return cls(_loom._Tokenizer.from_path(path), path)

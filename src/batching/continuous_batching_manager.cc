@@ -23,13 +23,14 @@ PauseGuard& PauseGuard::operator=(PauseGuard&& o) noexcept {
   if (this != &o) {
     release();
     m_ = o.m_;
+    holder_ = o.holder_;
     o.m_ = nullptr;
   }
   return *this;
 }
 
 void PauseGuard::release() {
-  if (m_) m_->unpause();
+  if (m_) m_->unpause(holder_);
   m_ = nullptr;
 }
 
@@ -292,12 +293,32 @@ std::vector<std::string> ContinuousBatchingManager::group_ids(const std::string&
   return ids;
 }
 
+Status ContinuousBatchingManager::check_may_wait_for_end_locked(const char* call, bool pause_blocks) const {
+  if (!thread_alive_) return Status::Ok();
+  if (on_loop_thread_locked())
+    return failed_precondition(std::string(call) +
+                               ": called on the batching thread (from a result handler), which cannot wait for "
+                               "itself to end; use stop(block=false) there");
+  if (pause_blocks && !hard_stop_ && pause_holders_.count(std::this_thread::get_id()))
+    return failed_precondition(std::string(call) +
+                               ": this thread holds pause(), and the loop cannot finish its requests and end "
+                               "while paused; leave the pause first (or stop with hard_stop or block=false)");
+  return Status::Ok();
+}
+
+bool ContinuousBatchingManager::on_loop_thread() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return on_loop_thread_locked();
+}
+
 Status ContinuousBatchingManager::start() {
   {
     std::lock_guard<std::mutex> lk(mu_);
+    if (destroyed_) return failed_precondition("start: the manager was destroyed");
     if (thread_alive_ && !stop_requested_ && !hard_stop_) return Status::Ok();  // already running
+    LOOM_RETURN_IF_ERROR(check_may_wait_for_end_locked("start", true));       // a stopping loop ends first
   }
-  join();  // a loop that is stopping ends first
+  LOOM_RETURN_IF_ERROR(join());
   std::lock_guard<std::mutex> jl(join_mu_);
   std::unique_lock<std::mutex> lk(mu_);
   if (destroyed_) return failed_precondition("start: the manager was destroyed");
@@ -309,6 +330,7 @@ Status ContinuousBatchingManager::start() {
   results_->reopen();
   thread_alive_ = true;
   thread_ = std::thread(&ContinuousBatchingManager::loop, this);
+  loop_id_ = thread_.get_id();
   if (res_.async_batching && !planner_.joinable()) planner_ = std::thread(&ContinuousBatchingManager::planner_loop, this);
   return Status::Ok();
 }
@@ -317,45 +339,59 @@ Status ContinuousBatchingManager::stop(bool block, std::optional<double> timeout
                                        bool hard_stop) {
   {
     std::lock_guard<std::mutex> lk(mu_);
+    if (thread_alive_ && block) LOOM_RETURN_IF_ERROR(check_may_wait_for_end_locked("stop", !hard_stop));
     keep_cache_ = keep_for_next_session;
     if (!thread_alive_) return Status::Ok();
     if (hard_stop) hard_stop_ = true;
     else stop_requested_ = true;
   }
   cv_.notify_all();
-  if (block && !join(timeout))
+  if (!block) return Status::Ok();
+  Status ended = join(timeout);
+  if (ended.code() == ErrorCode::kTimeout)
     return Status(ErrorCode::kTimeout, "stop: the batching loop did not end within " +
                                            std::to_string(timeout.value_or(0)) + " s");
-  return Status::Ok();
+  return ended;
 }
 
-bool ContinuousBatchingManager::join(std::optional<double> timeout) {
+Status ContinuousBatchingManager::join(std::optional<double> timeout) {
   {
     std::unique_lock<std::mutex> lk(mu_);
+    LOOM_RETURN_IF_ERROR(check_may_wait_for_end_locked("join", !timeout));
     auto ended = [&] { return !thread_alive_; };
     if (timeout) {
-      if (!cv_.wait_for(lk, std::chrono::duration<double>(*timeout), ended)) return false;
+      if (!cv_.wait_for(lk, std::chrono::duration<double>(*timeout), ended))
+        return Status(ErrorCode::kTimeout,
+                      "join: the batching loop did not end within " + std::to_string(*timeout) + " s");
     } else {
       cv_.wait(lk, ended);
     }
   }
   std::lock_guard<std::mutex> jl(join_mu_);
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
-  return true;
+  return Status::Ok();
 }
 
-PauseGuard ContinuousBatchingManager::pause() {
+Result<PauseGuard> ContinuousBatchingManager::pause() {
   std::unique_lock<std::mutex> lk(mu_);
+  if (destroyed_) return failed_precondition("pause: the manager was destroyed");
+  if (on_loop_thread_locked())
+    return failed_precondition("pause: called on the batching thread (from a result handler), which cannot park "
+                               "while it runs the handler");
+  const std::thread::id me = std::this_thread::get_id();
   ++pause_count_;
+  ++pause_holders_[me];
   cv_.notify_all();
   cv_.wait(lk, [&] { return paused_ || !thread_alive_; });
-  return PauseGuard(this);
+  return PauseGuard(this, me);
 }
 
-void ContinuousBatchingManager::unpause() {
+void ContinuousBatchingManager::unpause(std::thread::id holder) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     --pause_count_;
+    auto it = pause_holders_.find(holder);
+    if (it != pause_holders_.end() && --it->second == 0) pause_holders_.erase(it);
   }
   cv_.notify_all();
 }
@@ -371,9 +407,25 @@ std::optional<Status> ContinuousBatchingManager::fatal_error() const {
 }
 
 void ContinuousBatchingManager::destroy() {
+  bool from_loop = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (destroyed_) return;
+    if (torn_down_) return;
+    destroyed_ = true;  // no request, start or pause gets in from here on
+    from_loop = on_loop_thread_locked();
+    if (from_loop) {
+      // A result handler: the loop cannot be joined from itself. End it like a
+      // hard stop; the teardown is left to the destructor or another destroy().
+      keep_cache_ = false;
+      hard_stop_ = true;
+    }
+  }
+  cv_.notify_all();
+  if (from_loop) return;
+  std::lock_guard<std::mutex> dl(destroy_mu_);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (torn_down_) return;  // another thread tore it down meanwhile
   }
   (void)stop(/*block=*/true, std::nullopt, /*keep_for_next_session=*/false, /*hard_stop=*/true);
   {
@@ -385,7 +437,6 @@ void ContinuousBatchingManager::destroy() {
   std::vector<std::unique_ptr<RequestState>> never_ran;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    destroyed_ = true;
     never_ran.swap(incoming_);
   }
   queue_cv_.notify_all();
@@ -404,10 +455,12 @@ void ContinuousBatchingManager::destroy() {
   scheduler_.reset();
   kv_.reset();
   results_->close();
+  std::lock_guard<std::mutex> lk(mu_);
+  torn_down_ = true;
 }
 
 Status ContinuousBatchingManager::warmup() {
-  PauseGuard guard = pause();
+  LOOM_ASSIGN_OR_RETURN(PauseGuard guard, pause());
   const int64_t n = std::min<int64_t>(res_.max_batch_tokens, 32);
   std::vector<int32_t> ids(static_cast<size_t>(n) + 1, 0);
   runtime::ContiguousKvCache cache(runner_->kv_layout(), 1, n + 1);

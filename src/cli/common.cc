@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "loom/core/thread_pool.h"
+#include "loom/export/program_io.h"
 #include "loom/io/checkpoint.h"
 #include "loom/runtime/collectives.h"
 #include "loom/core/cpu_features.h"
@@ -125,6 +126,20 @@ Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const 
   lo.plugin_dirs = o.plugin_dirs;
   lo.trusted_plugin_dirs = o.trusted_plugin_dirs;
   return models::Model::load(dir, lo);
+}
+
+Result<std::shared_ptr<models::Model>> load_model_or_program(const std::string& dir, const ModelOptions& o,
+                                                             bool tensor_parallel_ok) {
+  if (!exporting::is_program_dir(dir)) return load_model(dir, o, tensor_parallel_ok);
+  for (const auto& [flag, given] : {std::pair<const char*, bool>{"--kernel-config", !o.kernel_config.empty()},
+                                    {"--quantize", !o.quantize.empty()},
+                                    {"--tensor-parallel", o.tensor_parallel > 0},
+                                    {"--plugin-dir", !o.plugin_dirs.empty() || !o.trusted_plugin_dirs.empty()}})
+    if (given)
+      return invalid_argument(std::string(flag) + ": '" + dir +
+                              "' is an exported program, whose graph and weights are fixed at export; give the flag "
+                              "when exporting instead");
+  return exporting::load_program_model(dir);
 }
 
 std::string default_model_dir() {

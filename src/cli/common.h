@@ -37,6 +37,12 @@ void add_model_options(CLI::App* cmd, ModelOptions* o, bool model_required = fal
 // bench); elsewhere the flag is an error naming the ones that do.
 Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const ModelOptions& o,
                                                   bool tensor_parallel_ok = false);
+// load_model, or for a folder holding an exported program (`loom export
+// --format program`) that program, run like the checkpoint it came from. The
+// flags that change how weights load (--kernel-config, --quantize,
+// --tensor-parallel) are an error with a program: its graph and weights are fixed.
+Result<std::shared_ptr<models::Model>> load_model_or_program(const std::string& dir, const ModelOptions& o,
+                                                             bool tensor_parallel_ok = false);
 
 // With --tensor-parallel N: joins the mpirun job (once; load_model joins too)
 // and returns this process's rank; 0 without the flag.

@@ -1,5 +1,10 @@
 #include "loom/export/program_exporter.h"
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "loom/export/program_io.h"
 #include "loom/export/registries.h"
 
 namespace loom::exporting {
@@ -99,6 +104,17 @@ Result<ExportedProgram> export_program(const models::Model& model, const Program
     p.metadata["cache.layer." + std::to_string(i)] = "kv_heads=" + std::to_string(layers[i].num_kv_heads) +
                                                      ",head_dim=" + std::to_string(layers[i].head_dim) +
                                                      ",window=" + std::to_string(layers[i].sliding_window);
+  // The checkpoint's side files travel with the program; a GGUF file has none,
+  // so its config (as read from the GGUF metadata) is written instead.
+  namespace fs = std::filesystem;
+  if (fs::is_directory(model.dir())) {
+    for (const std::string& name : program_side_files()) {
+      std::ifstream in(fs::path(model.dir()) / name, std::ios::binary);
+      if (in) p.files[name] = std::string(std::istreambuf_iterator<char>(in), {});
+    }
+  } else {
+    p.files["config.json"] = cfg.raw.dump(2);
+  }
   return p;
 }
 

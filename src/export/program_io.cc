@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 
 #include "loom/graph/graph_json.h"
@@ -51,6 +52,13 @@ Status save_program(const ExportedProgram& p, const std::string& dir) {
   j["metadata"] = p.metadata;
   LOOM_RETURN_IF_ERROR(write_safetensors((fs::path(dir) / "weights.safetensors").string(), tensors,
                                          {{"format", kProgramFormat}}));
+  for (const auto& [name, text] : p.files) {
+    if (name.empty() || name.find('/') != std::string::npos || name == "program.json" || name == "weights.safetensors")
+      return invalid_argument("save_program: side file name '" + name + "' is not a plain file name of its own");
+    std::ofstream out(fs::path(dir) / name, std::ios::binary);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    if (!out) return io_error("save_program: cannot write '" + (fs::path(dir) / name).string() + "'");
+  }
   const fs::path tmp = fs::path(dir) / "program.json.tmp";
   {
     std::ofstream out(tmp);
@@ -88,6 +96,10 @@ Result<ExportedProgram> load_program(const std::string& dir) {
   } catch (const json::exception& e) {
     return parse_error(json_path.string() + ": " + e.what());
   }
+  for (const std::string& name : program_side_files()) {
+    std::ifstream side(fs::path(dir) / name, std::ios::binary);
+    if (side) p.files[name] = std::string(std::istreambuf_iterator<char>(side), {});
+  }
   for (const std::string& name : p.input_names)
     if (p.graph.input(name) == graph::kNoValue)
       return parse_error(json_path.string() + ": signature input '" + name + "' is not a graph input");
@@ -95,6 +107,38 @@ Result<ExportedProgram> load_program(const std::string& dir) {
     if (p.graph.output(name) == graph::kNoValue)
       return parse_error(json_path.string() + ": signature output '" + name + "' is not a graph output");
   return p;
+}
+
+const std::vector<std::string>& program_side_files() {
+  static const std::vector<std::string> names = {"config.json",           "generation_config.json",
+                                                 "tokenizer.json",        "tokenizer_config.json",
+                                                 "special_tokens_map.json", "chat_template.jinja"};
+  return names;
+}
+
+bool is_program_dir(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(fs::path(dir) / "program.json", ec);
+}
+
+Result<std::shared_ptr<models::Model>> load_program_model(const std::string& dir) {
+  LOOM_ASSIGN_OR_RETURN(ExportedProgram p, load_program(dir));
+  const std::string where = "program '" + dir + "'";
+  if (p.metadata["dynamic"] != "true")
+    return unsupported(where + " was exported with static sizes, so it runs only steps of exactly those sizes; "
+                       "export it with dynamic shapes (the default) to generate from it");
+  if (!p.files.count("config.json"))
+    return not_found(where + " has no config.json next to program.json (export it again with this loom)");
+  LOOM_ASSIGN_OR_RETURN(std::shared_ptr<models::Model> m, models::Model::from_step_graph(dir, std::move(p.graph)));
+  const auto disagrees = [&](const char* key, int64_t have) {
+    auto it = p.metadata.find(key);
+    return it != p.metadata.end() && it->second != std::to_string(have);
+  };
+  if (disagrees("vocab_size", m->vocab_size()) || disagrees("num_layers", m->num_layers()))
+    return invalid_argument(where + ": config.json (vocab_size " + std::to_string(m->vocab_size()) + ", " +
+                            std::to_string(m->num_layers()) + " layers) is not the config the program was exported "
+                            "from (vocab_size " + p.metadata["vocab_size"] + ", " + p.metadata["num_layers"] + " layers)");
+  return m;
 }
 
 }  // namespace loom::exporting

@@ -282,4 +282,25 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   return m;
 }
 
+Result<std::shared_ptr<Model>> Model::from_step_graph(const std::string& dir, graph::Graph step_graph) {
+  const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
+  std::ifstream in(config_path);
+  if (!in) return not_found("'" + dir + "' has no config.json");
+  nlohmann::json raw = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!raw.is_object()) return parse_error(config_path + ": not a JSON object");
+  const Architecture* adapter = raw.contains("model_type") && raw.at("model_type").is_string()
+                                    ? find_architecture_by_type(raw.at("model_type").get<std::string>())
+                                    : nullptr;
+  if (adapter && adapter->adapt_config_json) LOOM_RETURN_IF_ERROR(adapter->adapt_config_json(raw).with_context(config_path));
+  std::shared_ptr<Model> m(new Model());
+  m->dir_ = dir;
+  LOOM_ASSIGN_OR_RETURN(m->config_, ModelConfig::from_json(raw, config_path));
+  LOOM_ASSIGN_OR_RETURN(const Architecture* arch, find_architecture(m->config_));
+  if (arch->resolve_config) LOOM_RETURN_IF_ERROR(arch->resolve_config(m->config_));
+  LOOM_ASSIGN_OR_RETURN(m->module_, arch->build(m->config_));
+  for (graph::ValueId v : step_graph.parameters()) m->params_[step_graph.value(v).name] = step_graph.value(v).tensor;
+  m->graph_ = std::make_shared<graph::Graph>(std::move(step_graph));
+  return m;
+}
+
 }  // namespace loom::models

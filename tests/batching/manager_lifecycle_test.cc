@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
 #include <random>
 #include <set>
 #include <thread>
@@ -109,7 +112,7 @@ TEST_F(ManagerTest, SoftStopCompletesEverythingHardStopFailsWhatIsLeft) {
   {
     auto m = manager();
     ASSERT_TRUE(m->start().ok());
-    PauseGuard paused = m->pause();  // nothing runs: every request is still pending at the stop
+    PauseGuard paused = m->pause().value();  // nothing runs: every request is still pending at the stop
     for (int i = 0; i < 6; ++i) {
       RequestOptions o;
       o.max_new_tokens = 500;
@@ -117,7 +120,7 @@ TEST_F(ManagerTest, SoftStopCompletesEverythingHardStopFailsWhatIsLeft) {
     }
     ASSERT_TRUE(m->stop(/*block=*/false, std::nullopt, false, /*hard_stop=*/true).ok());
     paused.release();
-    ASSERT_TRUE(m->join(60.0));
+    ASSERT_TRUE(m->join(60.0).ok());
     int failed = 0;
     while (std::optional<GenerationOutput> out = m->get_result(std::nullopt, 0.0)) {
       EXPECT_EQ(out->status, RequestStatus::kFailed);
@@ -146,14 +149,14 @@ TEST_F(ManagerTest, PauseWithConcurrentProducersLosesNothing) {
     prompts.push_back(prompt(2 + 3 * i, 40 + i));
     expected.push_back(alone(*runner_, prompts.back(), 4));
   }
-  std::optional<PauseGuard> outer(m->pause());
+  std::optional<PauseGuard> outer(m->pause().value());
   std::atomic<int> added{0};
   std::vector<std::thread> producers;
   for (int t = 0; t < 4; ++t) {
     producers.emplace_back([&, t] {
       for (int i = 0; i < 25; ++i) {
         if (i == 10 && t == 2) {
-          PauseGuard inner = m->pause();  // a second holder: the loop stays parked until both leave
+          PauseGuard inner = m->pause().value();  // a second holder: the loop stays parked until both leave
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
         RequestOptions o;
@@ -379,8 +382,8 @@ TEST_F(ManagerTest, NestedPausesReleaseInEitherOrder) {
     SCOPED_TRACE(first_taken_first_released ? "first taken, first released" : "first taken, last released");
     auto m = manager();
     ASSERT_TRUE(m->start().ok());
-    std::optional<PauseGuard> first(m->pause());
-    std::optional<PauseGuard> second(m->pause());
+    std::optional<PauseGuard> first(m->pause().value());
+    std::optional<PauseGuard> second(m->pause().value());
     RequestOptions o;
     o.max_new_tokens = 3;
     const std::string id = m->add_request(p, o).value();
@@ -441,6 +444,244 @@ TEST_F(ManagerTest, WarmupDestroyAndAfterlife) {
   const Status started = m->start();
   EXPECT_EQ(started.code(), ErrorCode::kFailedPrecondition);
   EXPECT_EQ(started.message(), "start: the manager was destroyed");
+}
+
+// ── Lifecycle calls from every place: none may hang ──
+// Each scenario runs under a watchdog: a call that hangs ends the test process
+// with a message (ctest reports the failure) instead of blocking the suite.
+void within(double seconds, const char* what, std::function<void()> body) {
+  std::packaged_task<void()> task(std::move(body));
+  std::future<void> done = task.get_future();
+  std::thread t(std::move(task));
+  if (done.wait_for(std::chrono::duration<double>(seconds)) != std::future_status::ready) {
+    std::fprintf(stderr, "HANG: %s did not end within %.0f s\n", what, seconds);
+    std::fflush(stderr);
+    std::_Exit(3);
+  }
+  t.join();
+  done.get();
+}
+
+constexpr double kNoHang = 60.0;
+
+RequestOptions long_request(const std::string& id, bool streaming = false) {
+  RequestOptions o;
+  o.request_id = id;
+  o.max_new_tokens = 40;
+  o.streaming = streaming;
+  return o;
+}
+
+TEST_F(ManagerTest, MainThreadInsidePauseGetsErrorsNotHangs) {
+  within(kNoHang, "soft stop inside pause", [&] {
+    auto m = manager();
+    ASSERT_TRUE(m->start().ok());
+    ASSERT_TRUE(m->add_request(prompt(4), long_request("a")).ok());
+    PauseGuard paused = m->pause().value();
+    const Status stop = m->stop(/*block=*/true);
+    EXPECT_EQ(stop.code(), ErrorCode::kFailedPrecondition) << stop.to_string();
+    EXPECT_NE(stop.message().find("holds pause()"), std::string::npos) << stop.message();
+    EXPECT_EQ(m->stop(true, 5.0).code(), ErrorCode::kFailedPrecondition);  // a timeout does not make it wait
+    EXPECT_TRUE(m->is_running());  // the refused stop changed nothing
+    const Status join = m->join();
+    EXPECT_EQ(join.code(), ErrorCode::kFailedPrecondition) << join.to_string();
+    EXPECT_EQ(m->join(0.05).code(), ErrorCode::kTimeout);  // with a timeout it only waits that long
+    // A non-blocking soft stop is taken: the loop finishes once the pause ends.
+    EXPECT_TRUE(m->stop(/*block=*/false).ok());
+    const Status restart = m->start();  // would wait for the stopping loop, which is paused
+    EXPECT_EQ(restart.code(), ErrorCode::kFailedPrecondition) << restart.to_string();
+    paused.release();
+    ASSERT_TRUE(m->join(kNoHang).ok());
+    std::optional<GenerationOutput> out = m->get_result("a", 0.0);
+    ASSERT_TRUE(out.has_value());
+    EXPECT_EQ(out->status, RequestStatus::kFinished);
+    EXPECT_EQ(out->generated_tokens, alone(*runner_, prompt(4), 40));
+  });
+  within(kNoHang, "hard stop inside pause", [&] {
+    auto m = manager();
+    ASSERT_TRUE(m->start().ok());
+    ASSERT_TRUE(m->add_request(prompt(4), long_request("a")).ok());
+    PauseGuard paused = m->pause().value();
+    EXPECT_TRUE(m->stop(/*block=*/true, std::nullopt, false, /*hard_stop=*/true).ok());
+    EXPECT_FALSE(m->is_running());
+    EXPECT_TRUE(m->join().ok());  // ended: join returns at once, pause or not
+    paused.release();
+    std::optional<GenerationOutput> out = m->get_result("a", 0.0);
+    ASSERT_TRUE(out.has_value());
+    EXPECT_EQ(out->status, RequestStatus::kFailed);
+  });
+  within(kNoHang, "destroy inside pause", [&] {
+    auto m = manager();
+    ASSERT_TRUE(m->start().ok());
+    ASSERT_TRUE(m->add_request(prompt(4), long_request("a")).ok());
+    PauseGuard paused = m->pause().value();
+    m->destroy();
+    EXPECT_FALSE(m->is_running());
+    paused.release();  // after destroy: harmless
+    EXPECT_EQ(m->pause().status().code(), ErrorCode::kFailedPrecondition);
+    EXPECT_TRUE(m->join().ok());
+  });
+  within(kNoHang, "pause before start", [&] {
+    auto m = manager();
+    PauseGuard paused = m->pause().value();  // nothing to park yet
+    ASSERT_TRUE(m->start().ok());            // starts parked
+    ASSERT_TRUE(m->add_request(prompt(4), long_request("a")).ok());
+    EXPECT_FALSE(m->get_result("a", 0.1).has_value());
+    EXPECT_EQ(m->stop(true).code(), ErrorCode::kFailedPrecondition);
+    paused.release();
+    ASSERT_TRUE(m->stop(true, kNoHang).ok());
+    EXPECT_EQ(m->get_result("a", 0.0)->status, RequestStatus::kFinished);
+  });
+}
+
+// Result handlers run on the batching thread: the loop cannot wait for itself.
+TEST_F(ManagerTest, ResultHandlerLifecycleCallsEndOrFail) {
+  struct Seen {
+    std::mutex mu;
+    std::vector<Status> statuses;
+    bool called = false;
+  };
+  // Registers `act` as the handler of a streaming request and returns what it saw.
+  auto run = [&](ContinuousBatchingManager& m, std::function<Status()> act) {
+    auto seen = std::make_shared<Seen>();
+    EXPECT_TRUE(m.add_request(prompt(4), long_request("h", true)).ok());
+    EXPECT_TRUE(m.register_result_handler("h", [seen, act](const GenerationOutput&) {
+                   std::lock_guard<std::mutex> lk(seen->mu);
+                   if (seen->called) return;
+                   seen->called = true;
+                   seen->statuses.push_back(act());
+                 }).ok());
+    return seen;
+  };
+  within(kNoHang, "pause from a handler", [&] {
+    auto m = manager();
+    ASSERT_TRUE(m->start().ok());
+    auto seen = run(*m, [&] { return m->pause().status(); });
+    ASSERT_TRUE(m->stop(true, kNoHang).ok());
+    ASSERT_EQ(seen->statuses.size(), 1u);
+    EXPECT_EQ(seen->statuses[0].code(), ErrorCode::kFailedPrecondition);
+    EXPECT_NE(seen->statuses[0].message().find("batching thread"), std::string::npos) << seen->statuses[0].message();
+  });
+  within(kNoHang, "join and blocking stops from a handler", [&] {
+    auto m = manager();
+    ASSERT_TRUE(m->start().ok());
+    auto seen = run(*m, [&] {
+      const Status a = m->join();
+      const Status b = m->join(0.1);
+      const Status c = m->stop(/*block=*/true);
+      const Status d = m->stop(/*block=*/true, std::nullopt, false, /*hard_stop=*/true);
+      for (const Status* s : {&a, &b, &c, &d})
+        if (s->code() != ErrorCode::kFailedPrecondition) return *s;
+      return a;
+    });
+    ASSERT_TRUE(m->stop(true, kNoHang).ok());
+    ASSERT_EQ(seen->statuses.size(), 1u);
+    EXPECT_EQ(seen->statuses[0].code(), ErrorCode::kFailedPrecondition) << seen->statuses[0].to_string();
+    EXPECT_FALSE(m->get_result("h", 0.0).has_value());  // handled outputs bypass the queue
+  });
+  within(kNoHang, "non-blocking stop from a handler", [&] {
+    auto m = manager();
+    ASSERT_TRUE(m->start().ok());
+    auto seen = run(*m, [&] { return m->stop(/*block=*/false); });
+    ASSERT_TRUE(m->join(kNoHang).ok());  // the loop ends by itself: the soft stop finished "h"
+    ASSERT_EQ(seen->statuses.size(), 1u);
+    EXPECT_TRUE(seen->statuses[0].ok()) << seen->statuses[0].to_string();
+    EXPECT_EQ(m->stats().finished, 1);
+  });
+  within(kNoHang, "destroy from a handler", [&] {
+    auto m = manager();
+    ASSERT_TRUE(m->start().ok());
+    auto seen = run(*m, [&] {
+      m->destroy();
+      return Status::Ok();
+    });
+    ASSERT_TRUE(m->join(kNoHang).ok());  // the loop ended like a hard stop
+    EXPECT_EQ(m->stats().finished, 0);
+    EXPECT_EQ(m->add_request({1}).status().code(), ErrorCode::kFailedPrecondition);
+    m->destroy();  // the teardown the handler could not do
+    EXPECT_FALSE(m->is_running());
+  });
+  within(kNoHang, "destructor after a handler's destroy", [&] {
+    auto m = manager();
+    ASSERT_TRUE(m->start().ok());
+    auto seen = run(*m, [&] {
+      m->destroy();
+      return Status::Ok();
+    });
+    ASSERT_TRUE(m->join(kNoHang).ok());
+    m.reset();  // tears down what the handler's destroy left
+  });
+}
+
+TEST_F(ManagerTest, OtherThreadsMayWaitOnEachOther) {
+  within(kNoHang, "stop while another thread holds pause", [&] {
+    auto m = manager();
+    ASSERT_TRUE(m->start().ok());
+    ASSERT_TRUE(m->add_request(prompt(4), long_request("a")).ok());
+    std::promise<void> holding;
+    std::thread holder([&] {
+      PauseGuard g = m->pause().value();
+      holding.set_value();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    });
+    holding.get_future().wait();
+    EXPECT_TRUE(m->stop(/*block=*/true).ok());  // waits for the holder, then the soft stop's work
+    holder.join();
+    EXPECT_EQ(m->get_result("a", 0.0)->status, RequestStatus::kFinished);
+  });
+  within(kNoHang, "another thread stops while this one holds pause", [&] {
+    auto m = manager();
+    ASSERT_TRUE(m->start().ok());
+    ASSERT_TRUE(m->add_request(prompt(4), long_request("a")).ok());
+    std::optional<PauseGuard> paused(m->pause().value());
+    std::future<Status> stopped = std::async(std::launch::async, [&] { return m->stop(true); });
+    EXPECT_EQ(stopped.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);  // waits for us
+    paused.reset();
+    EXPECT_TRUE(stopped.get().ok());
+    EXPECT_FALSE(m->is_running());
+  });
+  within(kNoHang, "join from another thread, destroy from a third", [&] {
+    auto m = manager();
+    ASSERT_TRUE(m->start().ok());
+    ASSERT_TRUE(m->add_request(prompt(4), long_request("a")).ok());
+    std::future<Status> joined = std::async(std::launch::async, [&] { return m->join(); });
+    std::future<std::optional<GenerationOutput>> waiting =
+        std::async(std::launch::async, [&] { return m->get_result("never", std::nullopt); });
+    std::thread destroyer([&] { m->destroy(); });
+    destroyer.join();
+    EXPECT_TRUE(joined.get().ok());
+    EXPECT_FALSE(waiting.get().has_value());  // the closed queue wakes a waiting reader
+  });
+  within(kNoHang, "two threads destroy at once, one holding pause", [&] {
+    auto m = manager();
+    ASSERT_TRUE(m->start().ok());
+    ASSERT_TRUE(m->add_request(prompt(4), long_request("a")).ok());
+    std::promise<void> holding;
+    std::thread a([&] {
+      PauseGuard g = m->pause().value();
+      holding.set_value();
+      m->destroy();
+    });
+    holding.get_future().wait();
+    std::thread b([&] { m->destroy(); });
+    a.join();
+    b.join();
+    EXPECT_FALSE(m->is_running());
+    EXPECT_EQ(m->get_result("a", 0.0)->status, RequestStatus::kFailed);
+  });
+  within(kNoHang, "pause from another thread while a soft stop drains", [&] {
+    auto m = manager();
+    ASSERT_TRUE(m->start().ok());
+    ASSERT_TRUE(m->add_request(prompt(4), long_request("a")).ok());
+    ASSERT_TRUE(m->stop(/*block=*/false).ok());
+    std::thread pauser([&] {
+      Result<PauseGuard> g = m->pause();  // parks the draining loop, or finds it ended
+      EXPECT_TRUE(g.ok());
+    });
+    pauser.join();
+    EXPECT_TRUE(m->join(kNoHang).ok());
+    EXPECT_EQ(m->get_result("a", 0.0)->status, RequestStatus::kFinished);
+  });
 }
 
 }  // namespace

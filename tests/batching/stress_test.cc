@@ -108,7 +108,7 @@ TEST(Stress, TwoThousandRequestsTinyPoolRandomCancellations) {
   EXPECT_EQ(finished + cancelled, kRequests);
   EXPECT_GT(cancelled, 0);
   ASSERT_TRUE(m->stop(true, 60.0, /*keep_for_next_session=*/true).ok());
-  EXPECT_TRUE(m->join(0.0));
+  EXPECT_TRUE(m->join(0.0).ok());
   EXPECT_FALSE(m->is_running());
   const ManagerStats st = m->stats();
   EXPECT_EQ(st.pages_in_use, 0);  // sliding layers: no prefix cache, so nothing stays

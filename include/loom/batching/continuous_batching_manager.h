@@ -79,11 +79,14 @@ using Executor = std::function<void(std::function<void()>)>;
 class ContinuousBatchingManager;
 
 // Holding one keeps the loop parked between steps; the loop resumes when the
-// last guard (of any thread) goes away. Nothing is drained or lost.
+// last guard (of any thread) goes away. Nothing is drained or lost. The guard
+// remembers the thread that took it: that thread may not wait for the loop to
+// end (soft stop, join) while it holds the pause. A guard must not outlive its
+// manager.
 class PauseGuard {
  public:
   PauseGuard() = default;
-  PauseGuard(PauseGuard&& o) noexcept : m_(o.m_) { o.m_ = nullptr; }
+  PauseGuard(PauseGuard&& o) noexcept : m_(o.m_), holder_(o.holder_) { o.m_ = nullptr; }
   PauseGuard& operator=(PauseGuard&& o) noexcept;
   PauseGuard(const PauseGuard&) = delete;
   PauseGuard& operator=(const PauseGuard&) = delete;
@@ -92,8 +95,9 @@ class PauseGuard {
 
  private:
   friend class ContinuousBatchingManager;
-  explicit PauseGuard(ContinuousBatchingManager* m) : m_(m) {}
+  PauseGuard(ContinuousBatchingManager* m, std::thread::id holder) : m_(m), holder_(holder) {}
   ContinuousBatchingManager* m_ = nullptr;
+  std::thread::id holder_;
 };
 
 // The outputs of one request, blocking; ends after its final output.
@@ -150,25 +154,42 @@ class ContinuousBatchingManager {
   // NotFound when the request is neither running nor has outputs queued.
   Status register_result_handler(const std::string& request_id, ResultCallback callback, Executor executor = nullptr);
 
+  // Lifecycle calls never wait for something that cannot happen; instead they
+  // fail with FailedPrecondition naming the reason. The two such waits:
+  //  - on the batching thread (inside a result handler run inline): the loop
+  //    cannot park, end or be joined while it is running the handler, so
+  //    pause(), join() and stop(block=true) fail there; stop(block=false) and
+  //    destroy() only request the end (destroy's teardown then happens in the
+  //    destructor or a later destroy() from another thread);
+  //  - on a thread holding pause(): the loop cannot finish requests or end
+  //    until the pause is released, so a blocking soft stop, join() without a
+  //    timeout (unless a hard stop is pending) and start() of a stopping loop
+  //    fail there. A hard stop ends a paused loop, so it may block.
+  // Another thread may wait on any of these: the holder of the pause or the
+  // handler will let go.
   Status start();
   // Soft stop: finish every queued and running request, then end the loop. Hard
   // stop: end after the current step; unfinished requests fail (Cancelled).
-  // block: wait up to `timeout` seconds for the loop to end (false → Timeout).
+  // block: wait up to `timeout` seconds for the loop to end (else Timeout).
   // keep_for_next_session: keep the KV pool and its prefix cache for the next
   // start(); otherwise they are freed when the loop ends and rebuilt on start().
   Status stop(bool block = true, std::optional<double> timeout = std::nullopt, bool keep_for_next_session = false,
               bool hard_stop = false);
-  // Waits for the loop thread to end; false on timeout.
-  bool join(std::optional<double> timeout = std::nullopt);
+  // Waits for the loop thread to end: Ok once it has (or was never started),
+  // Timeout after `timeout` seconds.
+  Status join(std::optional<double> timeout = std::nullopt);
   // Parks the loop between steps (waits until it is parked) so the caller may
-  // use the model; see PauseGuard.
-  PauseGuard pause();
-  // Hard stop, join, free everything. Idempotent; the manager cannot start again.
+  // use the model; see PauseGuard. FailedPrecondition once destroyed.
+  Result<PauseGuard> pause();
+  // Hard stop, join, free everything. Idempotent; the manager cannot start
+  // again (add_request, start and pause fail with FailedPrecondition).
   void destroy();
   // Runs the model once on a dummy prefill and a decode (weights paged in,
   // scratch allocated) so the first requests do not pay for it.
   Status warmup();
   bool is_running() const;
+  // Whether the caller runs on the batching thread (inside a result handler run inline).
+  bool on_loop_thread() const;
   // Set when the loop died on an error no single request explains.
   std::optional<Status> fatal_error() const;
 
@@ -182,7 +203,11 @@ class ContinuousBatchingManager {
   friend class PauseGuard;
   ContinuousBatchingManager() = default;
   Status build_cache();
-  void unpause();
+  void unpause(std::thread::id holder);
+  // Whether the calling thread is the loop's (mu_ held).
+  bool on_loop_thread_locked() const { return thread_alive_ && std::this_thread::get_id() == loop_id_; }
+  // Why the calling thread may not wait for the loop to end, or Ok (mu_ held).
+  Status check_may_wait_for_end_locked(const char* call, bool soft) const;
 
   // The loop and its parts (loop thread only).
   void loop();
@@ -260,7 +285,11 @@ class ContinuousBatchingManager {
   bool hard_stop_ = false;
   bool keep_cache_ = false;
   bool thread_alive_ = false;
-  bool destroyed_ = false;
+  bool destroyed_ = false;    // no more use; teardown may be pending
+  bool torn_down_ = false;    // loop joined, pool freed (destroy_mu_)
+  std::thread::id loop_id_;
+  std::unordered_map<std::thread::id, int> pause_holders_;
+  std::mutex destroy_mu_;     // one teardown at a time, never taken on the loop thread
   std::optional<Status> fatal_;
   uint64_t auto_id_ = 0;
   bool warned_dropped_processors_ = false;

@@ -23,6 +23,10 @@ struct ExportedProgram {
   std::vector<std::string> output_names;
   std::map<std::string, DimRange> dims;      // dynamic dimension → its range
   std::map<std::string, std::string> metadata;  // loom version, dtypes, cache layout per layer, …
+  // The model's side files by name (config.json, generation_config.json, the
+  // tokenizer's files): written next to the program so that it runs like the
+  // checkpoint it came from (program_io.h).
+  std::map<std::string, std::string> files;
 };
 
 }  // namespace loom::exporting

@@ -61,6 +61,13 @@ class Model {
   // with the layouts' rules as a second stage over the architecture's (weights/conversion_plan.h), then records the
   // step graph with the chosen kernels. Errors also name the config entry.
   static Result<std::shared_ptr<Model>> load(const std::string& dir, const LoadOptions& options);
+  // A model whose step graph (with its weights as parameters) comes from
+  // elsewhere — an exported program (export/program_io.h) — with `dir`'s
+  // config.json for the module tree's settings (KV layout, windows). It has no
+  // checkpoint: save_pretrained and the weight plan are unavailable
+  // (has_checkpoint() is false).
+  static Result<std::shared_ptr<Model>> from_step_graph(const std::string& dir, graph::Graph step_graph);
+  bool has_checkpoint() const { return checkpoint_ != nullptr; }
 
   const std::string& dir() const { return dir_; }
   const ModelConfig& config() const { return config_; }
