@@ -9,7 +9,7 @@
 //
 //   LOOM_BENCH_MODEL=/work/bench-models/llama-1b-bf16 batching_bench
 //
-// Workload knobs (defaults from issue 5): LOOM_BENCH_REQUESTS=64,
+// Workload knobs (the defaults are the workload docs/batching.md describes): LOOM_BENCH_REQUESTS=64,
 // LOOM_BENCH_PROMPT_MIN=128, LOOM_BENCH_PROMPT_MAX=512, LOOM_BENCH_NEW_TOKENS=128,
 // LOOM_BENCH_PREFIX=1000 (TTFT), LOOM_BENCH_MAX_BATCH_TOKENS=512, LOOM_BENCH_PAGE_SIZE=64
 // LOOM_BENCH_ASYNC=0 (continuous: use_async_batching) and LOOM_BENCH_SCHEDULER=fifo
@@ -26,7 +26,8 @@
 // LOOM_BENCH_KV_DTYPE=bfloat16 keeps every case's KV cache in bf16 (kv_cache_dtype; the
 // contiguous caches of one-at-a-time, static and decode-at-batch too), float32 by default.
 // LOOM_BENCH_MATMUL_PRECISION=medium runs every case's bf16 linears on bf16 dot products
-// where the CPU has them (matmul.h, set_matmul_precision); highest by default.
+// where the CPU has them (matmul.h, set_matmul_precision); the process's default otherwise.
+// Every knob is listed in bench/README.md.
 // BM_DecodeAtBatch: LOOM_BENCH_CONCURRENT (32), LOOM_BENCH_DECODE_STEPS (16);
 // it also reports this machine's bound for that step, computed as the issue
 // does: weight bytes ÷ measured read bandwidth + the step's multiply-adds ÷

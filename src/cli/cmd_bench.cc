@@ -23,6 +23,7 @@
 #include "loom/runtime/collectives.h"
 #include "loom/runtime/kv_cache_contiguous.h"
 #include "loom/runtime/op_profile.h"
+#include "loom/core/file_pages.h"
 #include "loom/runtime/shared_packs.h"
 
 namespace loom::cli {
@@ -37,6 +38,10 @@ struct BenchFlags {
   bool bounds = true;
   bool profile = false;
   bool warmup = true;
+  // Tuning switches for comparing code paths; defaults are what every other command runs.
+  std::string quant_layout = "auto";
+  std::string quant_gemm = "amx";
+  bool keep_mapped_pages = false;
 };
 
 // The read bandwidth around one decode run: its weights read with a plain loop just before
@@ -142,6 +147,9 @@ void run_bench(const BenchFlags& f) {
   using Clock = std::chrono::steady_clock;
   const std::string dir = resolve_model_dir(f.model).value();
   apply_process_options(f.model);
+  cpu::set_auto_quant_layout(cpu::quant_layout_from_name(f.quant_layout).value());
+  cpu::set_quantized_gemm_limit(cpu::quant_gemm_from_name(f.quant_gemm).value());
+  set_keep_file_pages(f.keep_mapped_pages);
   auto t_load = Clock::now();
   auto model = load_model(dir, f.model, /*tensor_parallel_ok=*/true).value();
   auto runner = batching::ModelRunner::create(model, f.model.backend).value();
@@ -285,6 +293,17 @@ void add_bench_command(CLI::App& app) {
                 "Skip measuring this machine's bounds (the weights' read bandwidth just before and after each decode run, oneDNN matmul) and loom's share of them");
   cmd->add_flag("!--no-warmup", f->warmup,
                 "Skip the unreported warm-up run (the prompt and one decode step) before the measured ones");
+  cmd->add_option("--quant-layout", f->quant_layout,
+                  "How Q4_0, Q4_K, Q5_K, Q6_K and Q8_0 weights are kept: auto (default: interleaved in groups of 8 "
+                  "rows where this CPU's decode kernels read them faster), rows (as stored) or interleaved")
+      ->check(CLI::IsMember({"auto", "rows", "interleaved"}));
+  cmd->add_option("--quant-gemm", f->quant_gemm,
+                  "The best path quantized batches (prefill) may take: amx (default: every path, each where the CPU "
+                  "has it), vnni, avx2 or rows (the row kernels)")
+      ->check(CLI::IsMember({"amx", "vnni", "avx2", "rows"}));
+  cmd->add_flag("--keep-mapped-pages", f->keep_mapped_pages,
+                "Keep the file pages under weights that were copied at load (interleaved, packed) instead of handing "
+                "them back, to measure what handing them back saves");
   cmd->add_flag("--profile", f->profile,
                 "Also print where prefill and decode time goes, per op and scope (times the last run's every node)");
   cmd->callback([f] { run_bench(*f); });

@@ -3,9 +3,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -23,12 +22,9 @@ Mappings& mappings() {
   return m;
 }
 
-bool release_disabled() {
-  static const bool off = [] {
-    const char* env = std::getenv("LOOM_KEEP_MAPPED_PAGES");
-    return env && std::strcmp(env, "1") == 0;
-  }();
-  return off;
+std::atomic<bool>& keep_pages() {
+  static std::atomic<bool> keep{false};
+  return keep;
 }
 
 // The registered mapping holding all of [lo, hi), or end(); the caller holds m.mu.
@@ -58,8 +54,10 @@ void unregister_file_mapping(const void* begin) {
   m.files.erase(reinterpret_cast<uintptr_t>(begin));
 }
 
+void set_keep_file_pages(bool keep) { keep_pages().store(keep, std::memory_order_relaxed); }
+
 size_t release_file_pages(const void* p, size_t bytes) {
-  if (!p || bytes == 0 || release_disabled()) return 0;
+  if (!p || bytes == 0 || keep_pages().load(std::memory_order_relaxed)) return 0;
   static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto lo = reinterpret_cast<uintptr_t>(p);
   const uintptr_t hi = lo + bytes;

@@ -1,6 +1,7 @@
 // The built-in ops. Activations are F32 rows: [tokens, features]; heads are laid
 // out inside the feature dimension ([tokens, heads * head_dim]) so no op needs a
 // reshape; exporters expand to explicit reshapes where a runtime wants them.
+#include <cmath>
 #include <map>
 #include <mutex>
 
@@ -20,8 +21,22 @@ Status expect_rank(const Value* v, size_t rank, const char* what) {
   return Status::Ok();
 }
 
-Status expect_float(const Value* v, const char* what) {
-  if (!dtype_is_float(v->dtype)) return invalid_argument(std::string(what) + " must be a float tensor");
+// Activations are F32 on every backend (kernels read them as float rows), so an op
+// refuses any other dtype there instead of reading its bytes as floats.
+Status expect_f32(const Value* v, const char* what) {
+  if (!v) return invalid_argument(std::string(what) + " is missing");
+  if (v->dtype != DType::kF32)
+    return invalid_argument(std::string(what) + " must be F32, is " + std::string(dtype_name(v->dtype)));
+  return Status::Ok();
+}
+
+// Weights arrive as F32, BF16 or F16 (or, where `quantized`, a GGUF block type); the
+// kernels widen them, and an integer tensor there is a mistake to name, not to convert.
+Status expect_weight(const Value* v, const char* what, bool quantized = false) {
+  if (!v) return invalid_argument(std::string(what) + " is missing");
+  if (!dtype_is_float(v->dtype) && !(quantized && dtype_is_quantized(v->dtype)))
+    return invalid_argument(std::string(what) + " must be F32, BF16 or F16" + (quantized ? " or quantized" : "") + ", is " +
+                            std::string(dtype_name(v->dtype)));
   return Status::Ok();
 }
 
@@ -38,7 +53,7 @@ OpSchema elementwise_unary(const std::string& name, const std::string& summary) 
   s.min_inputs = s.max_inputs = 1;
   s.summary = summary;
   s.infer = [](const std::vector<const Value*>& in, const Node&, std::vector<TypedShape>* out) {
-    LOOM_RETURN_IF_ERROR(expect_float(in[0], "input"));
+    LOOM_RETURN_IF_ERROR(expect_f32(in[0], "input"));
     out->push_back({DType::kF32, in[0]->shape});
     return Status::Ok();
   };
@@ -52,6 +67,8 @@ OpSchema elementwise_binary(const std::string& name, const std::string& summary)
   s.summary = summary;
   s.infer = [](const std::vector<const Value*>& in, const Node&, std::vector<TypedShape>* out) {
     if (!in[0] || !in[1]) return invalid_argument("both inputs are required");
+    LOOM_RETURN_IF_ERROR(expect_f32(in[0], "a"));
+    LOOM_RETURN_IF_ERROR(expect_f32(in[1], "b"));
     if (in[0]->shape != in[1]->shape) return invalid_argument("inputs must have the same shape");
     out->push_back({DType::kF32, in[0]->shape});
     return Status::Ok();
@@ -69,6 +86,7 @@ std::map<std::string, OpSchema> build_schemas() {
     s.min_inputs = s.max_inputs = 2;
     s.infer = [](const std::vector<const Value*>& in, const Node&, std::vector<TypedShape>* out) {
       LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "table"));
+      LOOM_RETURN_IF_ERROR(expect_weight(in[0], "table", /*quantized=*/true));
       LOOM_RETURN_IF_ERROR(expect_rank(in[1], 1, "ids"));
       if (in[1]->dtype != DType::kI32) return invalid_argument("ids must be I32");
       out->push_back({DType::kF32, {in[1]->shape[0], in[0]->shape[1]}});
@@ -84,12 +102,14 @@ std::map<std::string, OpSchema> build_schemas() {
     s.max_inputs = 3;
     s.infer = [](const std::vector<const Value*>& in, const Node&, std::vector<TypedShape>* out) {
       LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
+      LOOM_RETURN_IF_ERROR(expect_f32(in[0], "x"));
       LOOM_RETURN_IF_ERROR(expect_rank(in[1], 2, "weight"));
       if (!dims_match(in[0]->shape[1], in[1]->shape[1]))
         return invalid_argument("x features " + dim_str(in[0]->shape[1]) + " != weight in_features " +
                                 dim_str(in[1]->shape[1]));
       if (in.size() > 2 && in[2]) {
         LOOM_RETURN_IF_ERROR(expect_rank(in[2], 1, "bias"));
+        LOOM_RETURN_IF_ERROR(expect_weight(in[2], "bias"));
         if (!dims_match(in[2]->shape[0], in[1]->shape[0])) return invalid_argument("bias size != out_features");
       }
       out->push_back({DType::kF32, {in[0]->shape[0], in[1]->shape[0]}});
@@ -105,7 +125,9 @@ std::map<std::string, OpSchema> build_schemas() {
     s.required_attrs = {"eps"};
     s.infer = [](const std::vector<const Value*>& in, const Node&, std::vector<TypedShape>* out) {
       LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
+      LOOM_RETURN_IF_ERROR(expect_f32(in[0], "x"));
       LOOM_RETURN_IF_ERROR(expect_rank(in[1], 1, "weight"));
+      LOOM_RETURN_IF_ERROR(expect_weight(in[1], "weight"));
       const Dim& f = in[0]->shape[1];
       const Dim& g = in[1]->shape[0];
       if (!f.is_static() || !g.is_static() || g.value <= 0 || f.value % g.value != 0)
@@ -124,10 +146,13 @@ std::map<std::string, OpSchema> build_schemas() {
     s.required_attrs = {"eps"};
     s.infer = [](const std::vector<const Value*>& in, const Node&, std::vector<TypedShape>* out) {
       LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
+      LOOM_RETURN_IF_ERROR(expect_f32(in[0], "x"));
       LOOM_RETURN_IF_ERROR(expect_rank(in[1], 1, "weight"));
+      LOOM_RETURN_IF_ERROR(expect_weight(in[1], "weight"));
       if (!dims_match(in[0]->shape[1], in[1]->shape[0])) return invalid_argument("weight size != row size");
       if (in.size() > 2 && in[2]) {
         LOOM_RETURN_IF_ERROR(expect_rank(in[2], 1, "bias"));
+        LOOM_RETURN_IF_ERROR(expect_weight(in[2], "bias"));
         if (!dims_match(in[2]->shape[0], in[1]->shape[0])) return invalid_argument("bias size != weight size");
       }
       out->push_back({DType::kF32, in[0]->shape});
@@ -150,9 +175,10 @@ std::map<std::string, OpSchema> build_schemas() {
     s.max_inputs = 2;
     s.infer = [](const std::vector<const Value*>& in, const Node&, std::vector<TypedShape>* out) {
       LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "gate"));
-      LOOM_RETURN_IF_ERROR(expect_float(in[0], "gate"));
+      LOOM_RETURN_IF_ERROR(expect_f32(in[0], "gate"));
       if (in.size() > 1 && in[1]) {
         LOOM_RETURN_IF_ERROR(expect_rank(in[1], 2, "up"));
+        LOOM_RETURN_IF_ERROR(expect_f32(in[1], "up"));
         if (in[0]->shape != in[1]->shape) return invalid_argument("gate and up must have the same shape");
         out->push_back({DType::kF32, in[0]->shape});
         return Status::Ok();
@@ -175,6 +201,7 @@ std::map<std::string, OpSchema> build_schemas() {
     s.required_attrs = {"sizes"};
     s.infer = [](const std::vector<const Value*>& in, const Node& n, std::vector<TypedShape>* out) {
       LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
+      LOOM_RETURN_IF_ERROR(expect_f32(in[0], "x"));
       const std::vector<int64_t>& sizes = n.attr_ints("sizes");
       if (sizes.size() != 3) return invalid_argument("sizes must have 3 entries, has " + std::to_string(sizes.size()));
       int64_t total = 0;
@@ -205,9 +232,13 @@ std::map<std::string, OpSchema> build_schemas() {
     s.required_attrs = {"top_k", "norm_topk_prob"};
     s.infer = [](const std::vector<const Value*>& in, const Node& n, std::vector<TypedShape>* out) {
       LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
+      LOOM_RETURN_IF_ERROR(expect_f32(in[0], "x"));
       LOOM_RETURN_IF_ERROR(expect_rank(in[1], 2, "router"));
+      LOOM_RETURN_IF_ERROR(expect_weight(in[1], "router"));
       LOOM_RETURN_IF_ERROR(expect_rank(in[2], 3, "gate_up"));
+      LOOM_RETURN_IF_ERROR(expect_weight(in[2], "gate_up"));
       LOOM_RETURN_IF_ERROR(expect_rank(in[3], 3, "down"));
+      LOOM_RETURN_IF_ERROR(expect_weight(in[3], "down"));
       const Dim& h = in[0]->shape[1];
       const Dim& e = in[1]->shape[0];
       if (!h.is_static() || !e.is_static() || in[1]->shape[1] != h)
@@ -226,7 +257,9 @@ std::map<std::string, OpSchema> build_schemas() {
       if (has_shared != has_gate) return invalid_argument("shared and shared_gate come together");
       if (has_shared) {
         LOOM_RETURN_IF_ERROR(expect_rank(in[4], 2, "shared"));
+        LOOM_RETURN_IF_ERROR(expect_f32(in[4], "shared"));
         LOOM_RETURN_IF_ERROR(expect_rank(in[5], 2, "shared_gate"));
+        LOOM_RETURN_IF_ERROR(expect_weight(in[5], "shared_gate"));
         if (in[4]->shape != in[0]->shape) return invalid_argument("shared must have x's shape");
         if (in[5]->shape[0] != Dim::fixed(1) || in[5]->shape[1] != h) return invalid_argument("shared_gate must be [1, H]");
       }
@@ -241,8 +274,13 @@ std::map<std::string, OpSchema> build_schemas() {
     add(m, s);
   }
   {
-    OpSchema s = elementwise_unary("softcap", "cap * tanh(x / cap)");
+    OpSchema s = elementwise_unary("softcap", "cap * tanh(x / cap), cap > 0");
     s.required_attrs = {"cap"};
+    s.infer = [unary = s.infer](const std::vector<const Value*>& in, const Node& n, std::vector<TypedShape>* out) {
+      const double cap = n.attr_float("cap");
+      if (!(cap > 0) || !std::isfinite(cap)) return invalid_argument("cap must be positive and finite, is " + std::to_string(cap));
+      return unary(in, n, out);
+    };
     add(m, s);
   }
   {
@@ -253,7 +291,9 @@ std::map<std::string, OpSchema> build_schemas() {
     s.required_attrs = {"num_heads", "head_dim", "rotary_dim", "rope_type", "theta"};
     s.infer = [](const std::vector<const Value*>& in, const Node& n, std::vector<TypedShape>* out) {
       LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
+      LOOM_RETURN_IF_ERROR(expect_f32(in[0], "x"));
       LOOM_RETURN_IF_ERROR(expect_rank(in[1], 1, "positions"));
+      if (in[1]->dtype != DType::kI32) return invalid_argument("positions must be I32");
       const Dim& f = in[0]->shape[1];
       if (!f.is_static() || f.value != n.attr_int("num_heads") * n.attr_int("head_dim"))
         return invalid_argument("row size " + dim_str(f) + " != num_heads * head_dim");
@@ -273,7 +313,11 @@ std::map<std::string, OpSchema> build_schemas() {
     s.min_inputs = s.max_inputs = 3;
     s.required_attrs = {"layer", "num_q_heads", "num_kv_heads", "head_dim", "scale"};
     s.infer = [](const std::vector<const Value*>& in, const Node& n, std::vector<TypedShape>* out) {
-      for (int i = 0; i < 3; ++i) LOOM_RETURN_IF_ERROR(expect_rank(in[static_cast<size_t>(i)], 2, i == 0 ? "q" : i == 1 ? "k" : "v"));
+      for (int i = 0; i < 3; ++i) {
+        const char* what = i == 0 ? "q" : i == 1 ? "k" : "v";
+        LOOM_RETURN_IF_ERROR(expect_rank(in[static_cast<size_t>(i)], 2, what));
+        LOOM_RETURN_IF_ERROR(expect_f32(in[static_cast<size_t>(i)], what));
+      }
       const int64_t hq = n.attr_int("num_q_heads"), hkv = n.attr_int("num_kv_heads"), d = n.attr_int("head_dim");
       if (hkv <= 0 || hq % hkv != 0) return invalid_argument("num_q_heads must be a multiple of num_kv_heads");
       if (!in[0]->shape[1].is_static() || in[0]->shape[1].value != hq * d) return invalid_argument("q row size != num_q_heads * head_dim");
@@ -297,12 +341,15 @@ std::map<std::string, OpSchema> build_schemas() {
       const std::string sig = n.attr_str("signature");
       if (!is_known_external_signature(sig)) return unsupported("unknown calling convention '" + sig + "'");
       LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
-      LOOM_RETURN_IF_ERROR(expect_float(in[0], "x"));
+      LOOM_RETURN_IF_ERROR(expect_f32(in[0], "x"));
       if (sig == LOOM_CALL_RMS_NORM_F32_V1) {
         LOOM_RETURN_IF_ERROR(expect_rank(in[1], 1, "weight"));
+        LOOM_RETURN_IF_ERROR(expect_weight(in[1], "weight"));
         if (!dims_match(in[1]->shape[0], in[0]->shape[1])) return invalid_argument("weight size != x features");
       } else if (!in[1] || in[1]->shape != in[0]->shape) {
         return invalid_argument("gate and up must have the same shape");
+      } else {
+        LOOM_RETURN_IF_ERROR(expect_f32(in[1], "up"));
       }
       out->push_back({DType::kF32, in[0]->shape});
       return Status::Ok();
@@ -316,6 +363,7 @@ std::map<std::string, OpSchema> build_schemas() {
     s.min_inputs = s.max_inputs = 2;
     s.infer = [](const std::vector<const Value*>& in, const Node&, std::vector<TypedShape>* out) {
       LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
+      LOOM_RETURN_IF_ERROR(expect_f32(in[0], "x"));
       LOOM_RETURN_IF_ERROR(expect_rank(in[1], 1, "indices"));
       if (in[1]->dtype != DType::kI32) return invalid_argument("indices must be I32");
       out->push_back({DType::kF32, {in[1]->shape[0], in[0]->shape[1]}});

@@ -274,14 +274,13 @@ OpKernel scale_kernel() {
   return k;
 }
 
+template <bool kRef>
 OpKernel softcap_kernel() {
   OpKernel k;
   k.run = [](KernelArgs& a) -> Status {
     const float cap = static_cast<float>(a.node.attr_float("cap"));
-    const float* x = a.in[0].data_as<float>();
-    float* o = a.out[0].data_as<float>();
-    const int64_t n = a.in[0].numel();
-    for (int64_t i = 0; i < n; ++i) o[i] = cap * std::tanh(x[i] / cap);
+    if (kRef) cpu::softcap_ref(a.in[0].data_as<float>(), cap, a.in[0].numel(), a.out[0].data_as<float>());
+    else cpu::softcap(a.in[0].data_as<float>(), cap, a.in[0].numel(), a.out[0].data_as<float>(), a.pool);
     return Status::Ok();
   };
   return k;
@@ -411,6 +410,10 @@ OpKernel attention_kernel() {
     for (size_t s = 0; s < step.sequences.size(); ++s) {
       const graph::StepSequence& sq = step.sequences[s];
       const graph::KvPageTable t = step.kv->pages(layer, static_cast<int>(s));
+      // Checked before the K/V writes below, which would otherwise write f32 into pages of another width.
+      if (t.dtype != DType::kF32 && t.dtype != DType::kBF16)
+        return invalid_argument("attention layer " + std::to_string(layer) + ": KV dtype " + std::string(dtype_name(t.dtype)) +
+                                " is not supported (F32 or BF16)");
       for (int64_t i = 0; i < sq.q_len; ++i) {
         const int64_t row = sq.q_begin + i;
         const int64_t pos = step.positions[static_cast<size_t>(row)];
@@ -476,7 +479,7 @@ Backend make_backend(const char* name) {
   b.add("silu_and_mul", silu_and_mul_kernel<kRef>());
   b.add("split_columns", OpKernel{nullptr, run_split_columns});
   b.add("scale", scale_kernel<kRef>());
-  b.add("softcap", softcap_kernel());
+  b.add("softcap", softcap_kernel<kRef>());
   b.add("rope", rope_kernel<kRef>());
   b.add("attention", attention_kernel<kRef>());
   b.add("moe", moe_op_kernel(kRef));

@@ -232,6 +232,18 @@ TEST(Cli, BenchPrintsATable) {
   EXPECT_NE(r.out.find("| high |"), std::string::npos) << r.out;
 }
 
+// The switches that compare code paths are bench flags (no environment variables).
+TEST(Cli, BenchTakesTheQuantizedPathSwitches) {
+  CommandResult r = loom("bench --model " + fixture("llama-f32") +
+                         " --quantize q8_0 --quant-layout interleaved --quant-gemm rows --keep-mapped-pages"
+                         " --prompt-tokens 8 --decode-tokens 2 --no-bounds");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("decode tok/s"), std::string::npos) << r.out;
+  r = loom("bench --model " + fixture("llama-f32") + " --quant-gemm gpu --prompt-tokens 8 --decode-tokens 2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--quant-gemm"), std::string::npos) << r.out;
+}
+
 TEST(Cli, BenchProfileSaysWhereEachPhaseSpendsItsTime) {
   CommandResult r = loom("bench --model " + fixture("llama-f32") + " --prompt-tokens 32 --decode-tokens 4 --no-bounds --profile");
   ASSERT_EQ(r.exit_code, 0) << r.out;

@@ -60,6 +60,17 @@ TEST(FilePages, ReleasedPagesLeaveTheResidentSetAndKeepTheirBytes) {
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(data), bytes.size()), bytes);
 }
 
+TEST(FilePages, KeptWhileABenchmarkAsksForThem) {
+  testing::TempDir dir;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  testing::write_file(dir.file("w.bin"), pattern(8 * page));
+  auto file = io::MappedFile::open(dir.file("w.bin")).value();
+  set_keep_file_pages(true);
+  EXPECT_EQ(release_file_pages(file->data(), 8 * page), 0u);
+  set_keep_file_pages(false);
+  EXPECT_EQ(release_file_pages(file->data(), 8 * page), 8 * page);
+}
+
 TEST(FilePages, LeavesOtherMemoryAlone) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   std::vector<uint8_t> heap(16 * page, 7);

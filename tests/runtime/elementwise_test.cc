@@ -104,6 +104,26 @@ TEST(Elementwise, ActivationsMatchReference) {
   });
 }
 
+TEST(Elementwise, SoftcapMatchesReference) {
+  for_each_target([](ThreadPool& pool) {
+    for (float cap : {30.0f, 50.0f, 0.5f})
+      for (int64_t n : kLengths) {
+        const auto x = random_values(n, 40.0f, 6);
+        std::vector<float> got(x.size()), want(x.size());
+        softcap(x.data(), cap, n, got.data(), pool);
+        softcap_ref(x.data(), cap, n, want.data());
+        expect_close(got.data(), want.data(), n, 1e-6 * cap, 4e-6, "softcap cap=" + std::to_string(cap) + " n=" + std::to_string(n));
+      }
+  });
+  // The reference itself: odd, saturating at ±cap, slope 1 at 0.
+  float y[3];
+  const float x[3] = {-1e6f, 1e-3f, 1e6f};
+  softcap_ref(x, 30.0f, 3, y);
+  EXPECT_FLOAT_EQ(y[0], -30.0f);
+  EXPECT_NEAR(y[1], 1e-3f, 1e-9);
+  EXPECT_FLOAT_EQ(y[2], 30.0f);
+}
+
 TEST(Elementwise, ActivationReferencesAgreeWithKnownValues) {
   // Closed forms checked independently of the references' formulas: silu(x) = x·σ(x),
   // gelu(x) = x·Φ(x), and the tanh approximation stays within 1e-3 of the exact GELU.

@@ -535,6 +535,26 @@ TEST(QuantizedLinear, AutoLayoutInterleavesMappedTensorsWhereDecodePrefersIt) {
   }
 }
 
+// The benchmarks' switches (`loom bench --quant-layout`, `--quant-gemm`): what kAuto packs
+// follows the override until it is set back to auto, and names outside the choices are named.
+TEST(QuantizedLinear, AutoLayoutFollowsTheBenchmarkOverride) {
+  const Tensor weight = quantized_weight(16, 64, DType::kQ4_0, 7);
+  EXPECT_EQ(PackedLinear::pack(weight, nullptr)->quant_group_rows(), 1);  // in memory: rows
+  set_auto_quant_layout(QuantLayout::kInterleaved);
+  EXPECT_EQ(PackedLinear::pack(weight, nullptr)->quant_group_rows(), 8);
+  set_auto_quant_layout(QuantLayout::kAuto);
+  EXPECT_EQ(PackedLinear::pack(weight, nullptr)->quant_group_rows(), 1);
+
+  EXPECT_EQ(quant_layout_from_name("rows").value(), QuantLayout::kRows);
+  EXPECT_EQ(quant_layout_from_name("interleaved").value(), QuantLayout::kInterleaved);
+  EXPECT_EQ(quant_gemm_from_name("vnni").value(), QuantGemm::kVnni);
+  EXPECT_EQ(quant_gemm_from_name("rows").value(), QuantGemm::kRows);
+  const Status bad_layout = quant_layout_from_name("columns").status();
+  EXPECT_NE(bad_layout.message().find("auto, rows or interleaved, got \"columns\""), std::string::npos) << bad_layout.message();
+  const Status bad_gemm = quant_gemm_from_name("gpu").status();
+  EXPECT_NE(bad_gemm.message().find("amx, vnni, avx2 or rows, got \"gpu\""), std::string::npos) << bad_gemm.message();
+}
+
 TEST(QuantizedLinear, PackRejectsRowsThatAreNotWholeBlocks) {
   // A [4, 48] Q8_0 tensor is not whole 32-blocks per row though 192 elements are.
   const Tensor ok = quantized_weight(4, 64, DType::kQ8_0, 1);

@@ -25,9 +25,11 @@ void register_file_mapping(const void* begin, size_t bytes, MappedFileIdentity f
 void unregister_file_mapping(const void* begin);
 
 // Drops the whole pages inside [p, p + bytes) when they lie in a registered
-// mapping; returns the bytes released (0 if none). LOOM_KEEP_MAPPED_PAGES=1
-// turns it off.
+// mapping; returns the bytes released (0 if none, or while set_keep_file_pages).
 size_t release_file_pages(const void* p, size_t bytes);
+// true: release_file_pages keeps every page from now on, for benchmarks measuring what
+// releasing them saves (`loom bench --keep-mapped-pages`).
+void set_keep_file_pages(bool keep);
 
 // Maps the pages [p, p + bytes) touches, of any mapping, in one call before a copy
 // reads them all or writes them all (MADV_POPULATE_READ / MADV_POPULATE_WRITE): a

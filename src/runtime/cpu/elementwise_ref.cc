@@ -22,6 +22,10 @@ void scale_ref(const float* x, float s, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * s;
 }
 
+void softcap_ref(const float* x, float cap, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(cap * std::tanh(static_cast<double>(x[i]) / cap));
+}
+
 float activation_ref(Activation act, float xf) {
   const double x = xf;
   switch (act) {

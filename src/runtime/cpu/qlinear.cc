@@ -85,20 +85,15 @@ constexpr int64_t kVnniMinRows = 8;
 // of a Zen 3: at M = 8, Q8_0 2.8 ms (rows 3.2), Q4_0 1.7 (4.1), Q4_K 2.8 (4.1).
 constexpr int64_t kAvx2MinRows = 8;
 
-// The best batched path allowed: LOOM_QUANT_GEMM=amx (the default), vnni, avx2 or rows.
+// The best batched path allowed (set_quantized_gemm_limit).
 std::atomic<int>& gemm_limit() {
-  static std::atomic<int> limit{[] {
-    const char* env = std::getenv("LOOM_QUANT_GEMM");
-    if (!env || !*env) return static_cast<int>(QuantGemm::kAmx);
-    const std::string v = env;
-    if (v == "amx") return static_cast<int>(QuantGemm::kAmx);
-    if (v == "vnni") return static_cast<int>(QuantGemm::kVnni);
-    if (v == "avx2") return static_cast<int>(QuantGemm::kAvx2);
-    if (v == "rows") return static_cast<int>(QuantGemm::kRows);
-    log_warn("LOOM_QUANT_GEMM: unknown path '" + v + "' (expected amx, vnni, avx2 or rows); using amx");
-    return static_cast<int>(QuantGemm::kAmx);
-  }()};
+  static std::atomic<int> limit{static_cast<int>(QuantGemm::kAmx)};
   return limit;
+}
+
+std::atomic<int>& auto_layout() {
+  static std::atomic<int> layout{static_cast<int>(QuantLayout::kAuto)};
+  return layout;
 }
 
 bool avx512_path() {
@@ -195,9 +190,6 @@ const char* quantized_gemm_name() {
 
 void force_quantized_kernels(const QdotTable* table) { g_forced_table.store(table, std::memory_order_relaxed); }
 
-void set_quantized_gemm_limit(QuantGemm limit) {
-  gemm_limit().store(static_cast<int>(limit), std::memory_order_relaxed);
-}
 
 void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, float* y,
                       int64_t y_stride, ThreadPool& pool) {
@@ -370,18 +362,7 @@ bool decode_prefers_interleaved(DType dt) {
 #endif
 }
 
-QuantLayout quant_layout_override() {
-  static const QuantLayout layout = [] {
-    const char* env = std::getenv("LOOM_QUANT_LAYOUT");
-    if (!env || !*env) return QuantLayout::kAuto;
-    const std::string v = env;
-    if (v == "rows") return QuantLayout::kRows;
-    if (v == "interleaved") return QuantLayout::kInterleaved;
-    log_warn("LOOM_QUANT_LAYOUT: unknown layout '" + v + "' (expected rows or interleaved); choosing per CPU");
-    return QuantLayout::kAuto;
-  }();
-  return layout;
-}
+QuantLayout quant_layout_override() { return static_cast<QuantLayout>(auto_layout().load(std::memory_order_relaxed)); }
 
 const QdotTable& qdot_scalar() {
   static const QdotTable t{"SCALAR", qdot_q8_0_scalar, qdot_q4_0_scalar, qdot_q4_K_scalar, qdot_q5_K_scalar,
@@ -390,3 +371,30 @@ const QdotTable& qdot_scalar() {
 }
 
 }  // namespace loom::cpu::detail
+
+namespace loom::cpu {
+
+void set_quantized_gemm_limit(QuantGemm limit) {
+  detail::gemm_limit().store(static_cast<int>(limit), std::memory_order_relaxed);
+}
+
+Result<QuantGemm> quant_gemm_from_name(std::string_view name) {
+  if (name == "amx") return QuantGemm::kAmx;
+  if (name == "vnni") return QuantGemm::kVnni;
+  if (name == "avx2") return QuantGemm::kAvx2;
+  if (name == "rows") return QuantGemm::kRows;
+  return invalid_argument("quantized batch path must be amx, vnni, avx2 or rows, got \"" + std::string(name) + "\"");
+}
+
+void set_auto_quant_layout(QuantLayout layout) {
+  detail::auto_layout().store(static_cast<int>(layout), std::memory_order_relaxed);
+}
+
+Result<QuantLayout> quant_layout_from_name(std::string_view name) {
+  if (name == "auto") return QuantLayout::kAuto;
+  if (name == "rows") return QuantLayout::kRows;
+  if (name == "interleaved") return QuantLayout::kInterleaved;
+  return invalid_argument("quantized layout must be auto, rows or interleaved, got \"" + std::string(name) + "\"");
+}
+
+}  // namespace loom::cpu

@@ -31,6 +31,8 @@ void add_bias(const float* x, const float* bias, int64_t rows, int64_t n, float*
 void mul(const float* a, const float* b, int64_t n, float* out, ThreadPool& pool);
 // out[i] = x[i] * s
 void scale(const float* x, float s, int64_t n, float* out, ThreadPool& pool);
+// out[i] = cap * tanh(x[i] / cap), cap > 0 (Gemma 2's final-logit soft-capping)
+void softcap(const float* x, float cap, int64_t n, float* out, ThreadPool& pool);
 // out[i] = act(x[i])
 void activation(Activation act, const float* x, int64_t n, float* out, ThreadPool& pool);
 inline void silu(const float* x, int64_t n, float* out, ThreadPool& pool) {
@@ -66,6 +68,7 @@ void add_ref(const float* a, const float* b, int64_t n, float* out);
 void add_bias_ref(const float* x, const float* bias, int64_t rows, int64_t n, float* out);
 void mul_ref(const float* a, const float* b, int64_t n, float* out);
 void scale_ref(const float* x, float s, int64_t n, float* out);
+void softcap_ref(const float* x, float cap, int64_t n, float* out);
 float activation_ref(Activation act, float x);
 void activation_ref(Activation act, const float* x, int64_t n, float* out);
 void gated_activation_ref(Activation act, const float* gate, int64_t gate_stride, const float* up,

@@ -29,11 +29,28 @@ namespace loom::cpu {
 // How PackedLinear::pack keeps quantized rows. kAuto: the layout this CPU's
 // decode kernels read fastest (Q4_0, Q4_K, Q6_K and Q8_0 of a file's mapping interleaved
 // in groups of 8 rows on every CPU with AVX2, else rows as stored;
-// LOOM_QUANT_LAYOUT=rows|interleaved overrides it for a process). kRows: as stored,
+// set_auto_quant_layout below overrides it for a process). kRows: as stored,
 // read in place. kInterleaved: Q4_0, Q4_K, Q6_K and Q8_0 in groups of 8 rows
 // (runtime/cpu/qlayout.h), other types as stored. Every code path computes on
 // either layout, bitwise the same.
 enum class QuantLayout { kAuto, kRows, kInterleaved };
+
+// What kAuto packs from now on in this process: kRows or kInterleaved on every CPU, or
+// kAuto for the per-CPU choice (the default). For benchmarks comparing the layouts
+// (`loom bench --quant-layout`); results are bitwise the same either way.
+void set_auto_quant_layout(QuantLayout layout);
+// "auto" | "rows" | "interleaved"; anything else is InvalidArgument naming the choices.
+Result<QuantLayout> quant_layout_from_name(std::string_view name);
+
+// The paths batched quantized calls (M ≥ 8) may take, in order: the row kernels, the
+// AVX2 tiles, the AVX512-VNNI tiles, the AMX-INT8 tiles (runtime/cpu/qgemm.h).
+enum class QuantGemm { kRows, kAvx2, kVnni, kAmx };
+// The best path batched calls may take in this process (default kAmx: all allowed,
+// each used where the CPU has it): tests and benchmarks run each (`loom bench
+// --quant-gemm`, matmul_bench). Results are bitwise the same on every path.
+void set_quantized_gemm_limit(QuantGemm limit);
+// "amx" | "vnni" | "avx2" | "rows"; anything else is InvalidArgument naming the choices.
+Result<QuantGemm> quant_gemm_from_name(std::string_view name);
 
 // Weights in the kernels' layout: panels of 32 output rows, k-major inside a
 // panel (F32: [K][32]; F16: [K][32]; BF16: [ceil(K/2)][32][2], the pair order
