@@ -204,8 +204,10 @@ void ContinuousBatchingManager::run_step() {
     return;
   }
 
-  std::vector<SequenceChunk> chunks;
-  std::vector<const SequenceKv*> seqs;
+  std::vector<SequenceChunk>& chunks = step_chunks_;  // kept across steps: no allocation once grown
+  std::vector<const SequenceKv*>& seqs = step_seqs_;
+  chunks.clear();
+  seqs.clear();
   int64_t admitted = 0;
   const double now = wall_seconds();
   for (const PlannedChunk& c : plan.chunks) {

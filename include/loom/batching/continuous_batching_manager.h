@@ -42,6 +42,7 @@ class Scheduler;
 class ResultQueue;
 class StreamedOutput;
 struct RequestState;
+struct SequenceKv;
 struct StepPlan;
 
 struct ManagerOptions {
@@ -242,6 +243,8 @@ class ContinuousBatchingManager {
   std::unique_ptr<structured::MaskPrefetcher> mask_prefetcher_;  // started by the first constrained step
   std::unique_ptr<StepPlan> next_plan_;  // planned during the previous step (async)
   std::unique_ptr<StepKvView> view_;
+  std::vector<SequenceChunk> step_chunks_;  // run_step's, reused
+  std::vector<const SequenceKv*> step_seqs_;
   uint64_t next_arrival_ = 0;
 
   // Shared with callers (mu_).
