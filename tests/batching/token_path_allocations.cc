@@ -3,19 +3,25 @@
 // (TokenFinisher) — counted by replacing the global operator new. Its own program
 // (not one of loom_batching_tests' files), so no other test runs under the counter.
 // After a warm-up the scratch buffers have grown to the vocabulary and the output
-// text has its room: the next tokens must allocate nothing.
+// text has its room: the next tokens must allocate nothing. Then a whole manager's
+// allocations per decode step, with the fixture model.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <new>
 #include <string>
 #include <vector>
 
+#include "loom/batching/continuous_batching_manager.h"
+#include "loom/batching/model_runner.h"
 #include "loom/batching/token_finisher.h"
 #include "loom/core/thread_pool.h"
 #include "loom/generation/sampling.h"
+#include "loom/models/model.h"
 
 namespace {
 std::atomic<bool> g_counting{false};
@@ -129,13 +135,6 @@ TEST(TokenPathAllocations, CounterSeesAnAllocation) {
 
 }  // namespace
 }  // namespace loom::batching
-
-#include <cstdio>
-#include <filesystem>
-
-#include "loom/batching/continuous_batching_manager.h"
-#include "loom/batching/model_runner.h"
-#include "loom/models/model.h"
 
 namespace loom::batching {
 namespace {
