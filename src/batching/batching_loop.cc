@@ -204,8 +204,10 @@ void ContinuousBatchingManager::run_step() {
     return;
   }
 
-  std::vector<SequenceChunk> chunks;
-  std::vector<const SequenceKv*> seqs;
+  std::vector<SequenceChunk>& chunks = step_chunks_;  // kept across steps: no allocation once grown
+  std::vector<const SequenceKv*>& seqs = step_seqs_;
+  chunks.clear();
+  seqs.clear();
   int64_t admitted = 0;
   const double now = wall_seconds();
   for (const PlannedChunk& c : plan.chunks) {
@@ -455,7 +457,7 @@ bool ContinuousBatchingManager::accept_sampled(RequestState* r, const generation
     return false;
   }
   r->status = RequestStatus::kDecoding;
-  if (r->streaming) deliver(snapshot(*r));
+  if (r->streaming) deliver_streamed(*r);
   return true;
 }
 
@@ -543,6 +545,7 @@ void ContinuousBatchingManager::finish(RequestState* r, RequestStatus status, Fi
   // (prefix hits, pages in use), not the stats of the step before.
   publish_stats();
   GenerationOutput out = snapshot(*r);
+  streams_.erase(r->id);  // steps still queued keep their stream
   requests_.erase(r->id);  // r is gone from here on
   deliver(std::move(out));
 }
@@ -583,6 +586,27 @@ void ContinuousBatchingManager::deliver(GenerationOutput out) {
   try {
     if (h.executor) h.executor([cb = h.callback, o = std::move(out)] { cb(o); });
     else h.callback(out);
+  } catch (const std::exception& e) {
+    log_error(std::string("continuous batching: a result handler threw: ") + e.what());
+  }
+}
+
+void ContinuousBatchingManager::deliver_streamed(const RequestState& r) {
+  std::lock_guard<std::recursive_mutex> dl(delivery_mu_);
+  std::shared_ptr<StreamedOutput>& stream = streams_[r.id];
+  if (!stream) stream = std::make_shared<StreamedOutput>();
+  const StreamedOutput::Mark mark = stream->catch_up(r);
+  auto it = handlers_.find(r.id);
+  if (it == handlers_.end()) {
+    results_->push(stream, mark);
+    return;
+  }
+  const Handler h = it->second;  // a callback may register or end handlers
+  try {
+    // Inline, the handler reads the stream itself (this thread is its only writer);
+    // another thread gets its own copy.
+    if (h.executor) h.executor([cb = h.callback, o = stream->current()] { cb(o); });
+    else h.callback(stream->current());
   } catch (const std::exception& e) {
     log_error(std::string("continuous batching: a result handler threw: ") + e.what());
   }

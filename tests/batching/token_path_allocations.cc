@@ -3,19 +3,25 @@
 // (TokenFinisher) — counted by replacing the global operator new. Its own program
 // (not one of loom_batching_tests' files), so no other test runs under the counter.
 // After a warm-up the scratch buffers have grown to the vocabulary and the output
-// text has its room: the next tokens must allocate nothing.
+// text has its room: the next tokens must allocate nothing. Then a whole manager's
+// allocations per decode step, with the fixture model.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <new>
 #include <string>
 #include <vector>
 
+#include "loom/batching/continuous_batching_manager.h"
+#include "loom/batching/model_runner.h"
 #include "loom/batching/token_finisher.h"
 #include "loom/core/thread_pool.h"
 #include "loom/generation/sampling.h"
+#include "loom/models/model.h"
 
 namespace {
 std::atomic<bool> g_counting{false};
@@ -125,6 +131,81 @@ TEST(TokenPathAllocations, SamplingAndFinishChecksAllocateNothingAfterWarmUp) {
 // The counter counts: a test of the test.
 TEST(TokenPathAllocations, CounterSeesAnAllocation) {
   EXPECT_GE(allocations_during([] { std::vector<int>* v = new std::vector<int>(100); delete v; }), 2);
+}
+
+}  // namespace
+}  // namespace loom::batching
+
+namespace loom::batching {
+namespace {
+
+// Allocations of a whole manager run of `sequences` requests of `tokens` tokens each,
+// never stopped by EOS, and its steps.
+struct ManagerRun {
+  int64_t allocations = 0, steps = 0;
+};
+ManagerRun manager_run(const std::shared_ptr<ModelRunner>& runner, int sequences, int64_t tokens, bool sampled,
+                       bool streaming) {
+  GenerationConfig gc;
+  ContinuousBatchingConfig c;
+  c.num_blocks = 256;
+  c.page_size = 16;
+  auto m = ContinuousBatchingManager::create(runner, gc, c).value();
+  ManagerRun r;
+  r.allocations = allocations_during([&] {
+    for (int i = 0; i < sequences; ++i) {
+      RequestOptions o;
+      o.max_new_tokens = tokens;
+      o.streaming = streaming;
+      o.eos_token_ids = std::vector<int32_t>{};
+      o.seed = static_cast<uint64_t>(i);
+      if (sampled) {  // full-vocabulary top-p, top-k, min-p and penalties
+        o.do_sample = true;
+        o.temperature = 0.9f;
+        if (i % 3 == 0) o.top_p = 0.9f;
+        if (i % 3 == 1) o.top_k = 20;
+        if (i % 3 == 2) o.min_p = 0.1f;
+        o.repetition_penalty = 1.2f;
+        o.frequency_penalty = 0.3f;
+      }
+      std::vector<int32_t> prompt;
+      for (int t = 0; t < 8; ++t) prompt.push_back(3 + (i * 13 + t * 5) % 200);
+      (void)m->add_request(prompt, o);
+    }
+    (void)m->start();
+    (void)m->stop(true, 120.0);
+  });
+  r.steps = m->stats().steps;
+  return r;
+}
+
+// Allocations a decode step adds: runs of 16 and of 80 tokens, the difference per step.
+double per_decode_step(const std::shared_ptr<ModelRunner>& runner, int sequences, bool sampled, bool streaming) {
+  const ManagerRun a = manager_run(runner, sequences, 16, sampled, streaming);
+  const ManagerRun b = manager_run(runner, sequences, 80, sampled, streaming);
+  const double per_step = double(b.allocations - a.allocations) / double(b.steps - a.steps);
+  std::printf("%2d sequences, %s, %s: %.1f allocations per decode step\n", sequences, sampled ? "sampled" : "greedy ",
+              streaming ? "streamed" : "final only", per_step);
+  return per_step;
+}
+
+// The whole loop's step still allocates (the model step, the scheduler's plan, the
+// detokenizer, outputs): printed. What this change owns is checked: sampling with
+// every warper costs no more allocations a step than greedy argmax, and streaming a
+// token costs about a queue entry, not a copy of the request.
+TEST(ManagerStepAllocations, SamplingAddsNoneAndStreamingLittle) {
+  const auto dir = std::filesystem::path(LOOM_BINARY_DIR) / "fixtures" / "llama-f32";
+  auto model = models::Model::load(dir.string()).value();
+  static ThreadPool pool(1);
+  std::shared_ptr<ModelRunner> runner(ModelRunner::create(model, "cpu", &pool).value().release());
+  constexpr int kSequences = 32;
+  const double greedy = per_decode_step(runner, kSequences, false, false);
+  const double sampled = per_decode_step(runner, kSequences, true, false);
+  const double streamed = per_decode_step(runner, kSequences, true, true);
+  (void)per_decode_step(runner, 4, false, false);
+  // An allocation per sampled token would add 32 a step.
+  EXPECT_LT(std::abs(sampled - greedy), 4.0);
+  EXPECT_LT(streamed - sampled, 2.0 * kSequences);
 }
 
 }  // namespace

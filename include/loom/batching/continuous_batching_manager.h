@@ -40,7 +40,9 @@ class PagedKvCache;
 class StepKvView;
 class Scheduler;
 class ResultQueue;
+class StreamedOutput;
 struct RequestState;
+struct SequenceKv;
 struct StepPlan;
 
 struct ManagerOptions {
@@ -148,7 +150,8 @@ class ContinuousBatchingManager {
                                              std::optional<double> timeout = std::nullopt);
   ResultIterator request_id_iter(const std::string& request_id);
   // Every output of `request_id` (one per token with streaming, else the final
-  // one) goes to `callback` through `executor` instead of the queue — including
+  // one; without an executor, valid during the call only) goes to `callback`
+  // through `executor` instead of the queue — including
   // outputs queued before the call, of every sequence of a num_return_sequences
   // request even when all had ended by then. Removed after the final output;
   // NotFound when the request is neither running nor has outputs queued.
@@ -225,6 +228,8 @@ class ContinuousBatchingManager {
   void finish(RequestState* r, RequestStatus status, generation::FinishReason reason, Status error = Status::Ok());
   void fail_everything(const Status& why);
   void deliver(GenerationOutput out);
+  // A streamed step of r: appends what it added to r's StreamedOutput (no copy of r).
+  void deliver_streamed(const RequestState& r);
   GenerationOutput snapshot(const RequestState& r) const;
   void publish_stats();
   // The request and, for num_return_sequences > 1, its other sequences' ids (mu_ held).
@@ -263,6 +268,8 @@ class ContinuousBatchingManager {
   std::unique_ptr<structured::MaskPrefetcher> mask_prefetcher_;  // started by the first constrained step
   std::unique_ptr<StepPlan> next_plan_;  // planned during the previous step (async)
   std::unique_ptr<StepKvView> view_;
+  std::vector<SequenceChunk> step_chunks_;  // run_step's, reused
+  std::vector<const SequenceKv*> step_seqs_;
   uint64_t next_arrival_ = 0;
 
   // Shared with callers (mu_).
@@ -316,6 +323,8 @@ class ContinuousBatchingManager {
     Executor executor;
   };
   std::unordered_map<std::string, Handler> handlers_;
+  // Streaming requests' cumulative outputs, until their final output (delivery_mu_).
+  std::unordered_map<std::string, std::shared_ptr<StreamedOutput>> streams_;
 
   mutable std::mutex stats_mu_;
   ManagerStats stats_;
