@@ -25,19 +25,19 @@ foreach(group ${LOOM_SANITIZED_TEST_GROUPS})
   if(TARGET loom_${group}_tests)
     # Each links only its own layer (tests/CMakeLists.txt), so this builds no exporters.
     add_dependencies(loom_sanitized loom_${group}_tests)
-    set_property(TEST ${group} APPEND PROPERTY LABELS sanitized)
+    get_property(entries GLOBAL PROPERTY LOOM_TEST_ENTRIES_${group})
+    if(NOT entries)
+      set(entries ${group})
+    endif()
+    set_property(TEST ${entries} APPEND PROPERTY LABELS sanitized)
   endif()
 endforeach()
 # Under ASan the tokenizer group (real tokenizer.json files loaded again and again) takes
-# ~320 s, longer than every other sanitized test together on CI's second core: it runs
-# as two gtest shards, one a core.
-if(TEST tokenizer)
-  get_test_property(tokenizer ENVIRONMENT loom_tokenizer_env)
-  add_test(NAME tokenizer_shard_2_of_2 COMMAND loom_tokenizer_tests)
-  # COST: both shards start first on a clean tree (no CTestCostData.txt), the rest follow.
-  set_tests_properties(tokenizer PROPERTIES COST 160
-    ENVIRONMENT "${loom_tokenizer_env};GTEST_TOTAL_SHARDS=2;GTEST_SHARD_INDEX=0")
-  set_tests_properties(tokenizer_shard_2_of_2 PROPERTIES LABELS sanitized COST 160
-    ENVIRONMENT "${loom_tokenizer_env};GTEST_TOTAL_SHARDS=2;GTEST_SHARD_INDEX=1")
+# ~320 s, longer than every other sanitized test together on CI's second core: its
+# entries (tests/CMakeLists.txt, loom_split_tests) start first on a clean tree (no
+# CTestCostData.txt yet), the rest follow.
+get_property(loom_tokenizer_entries GLOBAL PROPERTY LOOM_TEST_ENTRIES_tokenizer)
+if(loom_tokenizer_entries)
+  set_tests_properties(${loom_tokenizer_entries} PROPERTIES COST 160)
 endif()
 add_subdirectory(${CMAKE_CURRENT_LIST_DIR}/../tests/fuzz ${PROJECT_BINARY_DIR}/tests/fuzz)
