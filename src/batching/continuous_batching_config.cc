@@ -283,24 +283,61 @@ nlohmann::json ContinuousBatchingConfig::to_json() const {
   return j;
 }
 
+namespace {
+
+// The one list of Transformers' fields that only mean something on a GPU (or with
+// torch.compile / NCCL): accepted so an upstream config loads unchanged, and reported
+// once, when a manager is created, if set to anything but their default.
+struct CpuNoOpField {
+  const char* name;
+  const char* why;
+  bool (*is_set)(const ContinuousBatchingConfig&);
+};
+
+constexpr CpuNoOpField kCpuNoOpFields[] = {
+    {"use_cuda_graph", "no CUDA graphs",
+     [](const ContinuousBatchingConfig& c) { return c.use_cuda_graph && (c.use_cuda_graph->first || c.use_cuda_graph->second); }},
+    {"q_padding_interval_size", "pads only for CUDA graphs",
+     [](const ContinuousBatchingConfig& c) { return c.q_padding_interval_size != 0; }},
+    {"kv_padding_interval_size", "pads only for CUDA graphs",
+     [](const ContinuousBatchingConfig& c) { return c.kv_padding_interval_size != 0; }},
+    {"varlen_compile_config", "no torch.compile",
+     [](const ContinuousBatchingConfig& c) { return c.varlen_compile_config.has_value(); }},
+    {"decode_compile_config", "no torch.compile",
+     [](const ContinuousBatchingConfig& c) { return c.decode_compile_config.has_value(); }},
+    {"default_compile_level", "no torch.compile",
+     [](const ContinuousBatchingConfig& c) { return c.default_compile_level != 0; }},
+    {"auto_switch_to_flash", "paged attention is always used",
+     [](const ContinuousBatchingConfig& c) { return !c.auto_switch_to_flash; }},
+    {"disable_nccl_graph_mixing", "no NCCL",
+     [](const ContinuousBatchingConfig& c) { return !c.disable_nccl_graph_mixing; }},
+    {"use_default_compile_configs", "deprecated (default_compile_level), no torch.compile",
+     [](const ContinuousBatchingConfig& c) { return c.use_default_compile_configs.has_value(); }},
+    {"max_cached_graphs", "deprecated, no CUDA graphs",
+     [](const ContinuousBatchingConfig& c) { return c.max_cached_graphs.has_value(); }},
+    // 0 disables upstream's GPU fast decode path; on CPU it means no per-request limit.
+    {"max_blocks_per_request", "0 disables the GPU fast decode path; on CPU it means no per-request limit",
+     [](const ContinuousBatchingConfig& c) { return c.max_blocks_per_request && *c.max_blocks_per_request == 0; }},
+    // cpu_group_timeout is not listed: it bounds tensor parallelism's in-step waits.
+};
+
+}  // namespace
+
 std::vector<std::string> ContinuousBatchingConfig::cpu_no_op_fields() const {
   std::vector<std::string> out;
-  auto note = [&](const char* field, const char* why) { out.push_back(std::string(field) + ": " + why); };
-  if (use_cuda_graph && (use_cuda_graph->first || use_cuda_graph->second))
-    note("use_cuda_graph", "no effect on CPU (no CUDA graphs)");
-  if (q_padding_interval_size != 0) note("q_padding_interval_size", "no effect on CPU (pads only for CUDA graphs)");
-  if (kv_padding_interval_size != 0) note("kv_padding_interval_size", "no effect on CPU (pads only for CUDA graphs)");
-  if (varlen_compile_config) note("varlen_compile_config", "no effect on CPU (no torch.compile)");
-  if (decode_compile_config) note("decode_compile_config", "no effect on CPU (no torch.compile)");
-  if (default_compile_level != 0) note("default_compile_level", "no effect on CPU (no torch.compile)");
-  if (!auto_switch_to_flash) note("auto_switch_to_flash", "no effect on CPU (paged attention is always used)");
-  if (!disable_nccl_graph_mixing) note("disable_nccl_graph_mixing", "no effect on CPU (no NCCL)");
-  // cpu_group_timeout bounds tensor parallelism's in-step waits (runtime/collectives.h).
-  if (use_default_compile_configs) note("use_default_compile_configs", "deprecated (default_compile_level); no effect on CPU");
-  if (max_cached_graphs) note("max_cached_graphs", "deprecated; no effect");
-  if (max_blocks_per_request && *max_blocks_per_request == 0)
-    note("max_blocks_per_request", "0 disables the GPU fast decode path; on CPU it means no per-request limit");
+  for (const CpuNoOpField& f : kCpuNoOpFields)
+    if (f.is_set(*this)) out.push_back(std::string(f.name) + ": no effect on CPU (" + f.why + ")");
   return out;
+}
+
+std::string ContinuousBatchingConfig::cpu_no_op_warning() const {
+  std::string fields;
+  for (const CpuNoOpField& f : kCpuNoOpFields) {
+    if (!f.is_set(*this)) continue;
+    fields += fields.empty() ? "" : "; ";
+    fields += std::string(f.name) + " (" + f.why + ")";
+  }
+  return fields.empty() ? "" : "continuous batching: GPU-only settings have no effect on CPU: " + fields;
 }
 
 std::pair<size_t, size_t> host_memory() {

@@ -136,7 +136,6 @@ void run_batch(const BatchFlags& f) {
       std::fflush(stderr);
     };
   }
-  for (const std::string& note : cb.cpu_no_op_fields()) std::fprintf(stderr, "note: %s\n", note.c_str());
   const batching::BatchResult result = batching::generate_batch(runner, runnable, gc, cb, opts).value();
   if (!f.no_progress && tty) std::fprintf(stderr, "\n");
 

@@ -126,7 +126,6 @@ void run_serve(const ServeFlags& f) {
     if (auto it = templates.find("default"); it != templates.end()) m.chat_template = it->second;
   }
   m.cb_config = cb;
-  for (const std::string& note : m.cb_config.cpu_no_op_fields()) std::fprintf(stderr, "note: %s\n", note.c_str());
   int code = 0;
   {
     GroupWatch watch(group, raw);
