@@ -8,8 +8,10 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 #include "loom/core/logging.h"
+#include "loom/io/json_fields.h"
 
 namespace loom::batching {
 
@@ -18,93 +20,43 @@ namespace {
 using json = nlohmann::json;
 
 Status field_error(const std::string& field, const std::string& what) {
-  return invalid_argument("ContinuousBatchingConfig." + field + " " + what);
+  return invalid_argument("ContinuousBatchingConfig: field '" + field + "' " + what);
 }
 
-// Strictly typed readers: an int field rejects 2.5 and "2"; null means unset.
+// Reads the fields through io's one typed reader; null means unset.
 class Reader {
  public:
-  Reader(const json& j, std::string source) : j_(j), source_(std::move(source)) {}
+  Reader(const json& j, const std::string& source) : f_(j, source) {}
 
-  Status type_error(const std::string& key, const char* want) const {
-    return parse_error(source_ + ": field '" + key + "' must be " + want + " (got " + j_.at(key).dump() + ")");
-  }
-  bool has(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
-
-  Status get(const std::string& key, int64_t* out) const {
-    if (!has(key)) return Status::Ok();
-    const json& v = j_.at(key);
-    if (!v.is_number_integer()) return type_error(key, "an integer");
-    *out = v.get<int64_t>();
+  template <class T>
+  Status get(const char* key, T* out) const {
+    using V = typename unwrap<T>::type;
+    std::optional<V> v;
+    if constexpr (std::is_same_v<V, int64_t>) {
+      LOOM_ASSIGN_OR_RETURN(v, f_.int_field(key));
+    } else if constexpr (std::is_same_v<V, uint64_t>) {
+      LOOM_ASSIGN_OR_RETURN(v, f_.uint64_field(key));
+    } else if constexpr (std::is_same_v<V, double>) {
+      LOOM_ASSIGN_OR_RETURN(v, f_.number_field(key));
+    } else if constexpr (std::is_same_v<V, bool>) {
+      LOOM_ASSIGN_OR_RETURN(v, f_.bool_field(key));
+    } else {
+      static_assert(std::is_same_v<V, std::string>);
+      LOOM_ASSIGN_OR_RETURN(v, f_.string_field(key));
+    }
+    if (v) *out = std::move(*v);
     return Status::Ok();
   }
-  Status get(const std::string& key, std::optional<int64_t>* out) const {
-    if (!has(key)) return Status::Ok();
-    int64_t v = 0;
-    LOOM_RETURN_IF_ERROR(get(key, &v));
+  Status get_object(const char* key, std::optional<json>* out) const {
+    if (!f_.given(key)) return Status::Ok();
+    const json& v = f_.object().at(key);
+    if (!v.is_object()) return f_.wrong_type(key, "an object (a CompileConfig)");
     *out = v;
     return Status::Ok();
   }
-  Status get(const std::string& key, std::optional<uint64_t>* out) const {
-    if (!has(key)) return Status::Ok();
-    const json& v = j_.at(key);
-    if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0))
-      return type_error(key, "a non-negative integer");
-    *out = v.get<uint64_t>();
-    return Status::Ok();
-  }
-  Status get(const std::string& key, double* out) const {
-    if (!has(key)) return Status::Ok();
-    const json& v = j_.at(key);
-    if (!v.is_number()) return type_error(key, "a number");
-    *out = v.get<double>();
-    return Status::Ok();
-  }
-  Status get(const std::string& key, std::optional<double>* out) const {
-    if (!has(key)) return Status::Ok();
-    double v = 0;
-    LOOM_RETURN_IF_ERROR(get(key, &v));
-    *out = v;
-    return Status::Ok();
-  }
-  Status get(const std::string& key, bool* out) const {
-    if (!has(key)) return Status::Ok();
-    const json& v = j_.at(key);
-    if (!v.is_boolean()) return type_error(key, "true or false");
-    *out = v.get<bool>();
-    return Status::Ok();
-  }
-  Status get(const std::string& key, std::optional<bool>* out) const {
-    if (!has(key)) return Status::Ok();
-    bool v = false;
-    LOOM_RETURN_IF_ERROR(get(key, &v));
-    *out = v;
-    return Status::Ok();
-  }
-  Status get(const std::string& key, std::string* out) const {
-    if (!has(key)) return Status::Ok();
-    const json& v = j_.at(key);
-    if (!v.is_string()) return type_error(key, "a string");
-    *out = v.get<std::string>();
-    return Status::Ok();
-  }
-  Status get(const std::string& key, std::optional<std::string>* out) const {
-    if (!has(key)) return Status::Ok();
-    std::string v;
-    LOOM_RETURN_IF_ERROR(get(key, &v));
-    *out = std::move(v);
-    return Status::Ok();
-  }
-  Status get_object(const std::string& key, std::optional<json>* out) const {
-    if (!has(key)) return Status::Ok();
-    const json& v = j_.at(key);
-    if (!v.is_object()) return type_error(key, "an object (a CompileConfig)");
-    *out = v;
-    return Status::Ok();
-  }
-  Status get_cuda_graph(const std::string& key, std::optional<std::pair<bool, bool>>* out) const {
-    if (!has(key)) return Status::Ok();
-    const json& v = j_.at(key);
+  Status get_cuda_graph(const char* key, std::optional<std::pair<bool, bool>>* out) const {
+    if (!f_.given(key)) return Status::Ok();
+    const json& v = f_.object().at(key);
     if (v.is_boolean()) {
       *out = std::make_pair(v.get<bool>(), v.get<bool>());
       return Status::Ok();
@@ -113,12 +65,19 @@ class Reader {
       *out = std::make_pair(v[0].get<bool>(), v[1].get<bool>());
       return Status::Ok();
     }
-    return type_error(key, "true/false or a pair [varlen, decode] of them");
+    return f_.wrong_type(key, "true/false or a pair [varlen, decode] of them");
   }
 
  private:
-  const json& j_;
-  std::string source_;
+  template <class T>
+  struct unwrap {
+    using type = T;
+  };
+  template <class T>
+  struct unwrap<std::optional<T>> {
+    using type = T;
+  };
+  io::JsonFields f_;
 };
 
 const std::set<std::string>& known_keys() {
@@ -283,24 +242,61 @@ nlohmann::json ContinuousBatchingConfig::to_json() const {
   return j;
 }
 
+namespace {
+
+// The one list of Transformers' fields that only mean something on a GPU (or with
+// torch.compile / NCCL): accepted so an upstream config loads unchanged, and reported
+// once, when a manager is created, if set to anything but their default.
+struct CpuNoOpField {
+  const char* name;
+  const char* why;
+  bool (*is_set)(const ContinuousBatchingConfig&);
+};
+
+constexpr CpuNoOpField kCpuNoOpFields[] = {
+    {"use_cuda_graph", "no CUDA graphs",
+     [](const ContinuousBatchingConfig& c) { return c.use_cuda_graph && (c.use_cuda_graph->first || c.use_cuda_graph->second); }},
+    {"q_padding_interval_size", "pads only for CUDA graphs",
+     [](const ContinuousBatchingConfig& c) { return c.q_padding_interval_size != 0; }},
+    {"kv_padding_interval_size", "pads only for CUDA graphs",
+     [](const ContinuousBatchingConfig& c) { return c.kv_padding_interval_size != 0; }},
+    {"varlen_compile_config", "no torch.compile",
+     [](const ContinuousBatchingConfig& c) { return c.varlen_compile_config.has_value(); }},
+    {"decode_compile_config", "no torch.compile",
+     [](const ContinuousBatchingConfig& c) { return c.decode_compile_config.has_value(); }},
+    {"default_compile_level", "no torch.compile",
+     [](const ContinuousBatchingConfig& c) { return c.default_compile_level != 0; }},
+    {"auto_switch_to_flash", "paged attention is always used",
+     [](const ContinuousBatchingConfig& c) { return !c.auto_switch_to_flash; }},
+    {"disable_nccl_graph_mixing", "no NCCL",
+     [](const ContinuousBatchingConfig& c) { return !c.disable_nccl_graph_mixing; }},
+    {"use_default_compile_configs", "deprecated (default_compile_level), no torch.compile",
+     [](const ContinuousBatchingConfig& c) { return c.use_default_compile_configs.has_value(); }},
+    {"max_cached_graphs", "deprecated, no CUDA graphs",
+     [](const ContinuousBatchingConfig& c) { return c.max_cached_graphs.has_value(); }},
+    // 0 disables upstream's GPU fast decode path; on CPU it means no per-request limit.
+    {"max_blocks_per_request", "0 disables the GPU fast decode path; on CPU it means no per-request limit",
+     [](const ContinuousBatchingConfig& c) { return c.max_blocks_per_request && *c.max_blocks_per_request == 0; }},
+    // cpu_group_timeout is not listed: it bounds tensor parallelism's in-step waits.
+};
+
+}  // namespace
+
 std::vector<std::string> ContinuousBatchingConfig::cpu_no_op_fields() const {
   std::vector<std::string> out;
-  auto note = [&](const char* field, const char* why) { out.push_back(std::string(field) + ": " + why); };
-  if (use_cuda_graph && (use_cuda_graph->first || use_cuda_graph->second))
-    note("use_cuda_graph", "no effect on CPU (no CUDA graphs)");
-  if (q_padding_interval_size != 0) note("q_padding_interval_size", "no effect on CPU (pads only for CUDA graphs)");
-  if (kv_padding_interval_size != 0) note("kv_padding_interval_size", "no effect on CPU (pads only for CUDA graphs)");
-  if (varlen_compile_config) note("varlen_compile_config", "no effect on CPU (no torch.compile)");
-  if (decode_compile_config) note("decode_compile_config", "no effect on CPU (no torch.compile)");
-  if (default_compile_level != 0) note("default_compile_level", "no effect on CPU (no torch.compile)");
-  if (!auto_switch_to_flash) note("auto_switch_to_flash", "no effect on CPU (paged attention is always used)");
-  if (!disable_nccl_graph_mixing) note("disable_nccl_graph_mixing", "no effect on CPU (no NCCL)");
-  // cpu_group_timeout bounds tensor parallelism's in-step waits (runtime/collectives.h).
-  if (use_default_compile_configs) note("use_default_compile_configs", "deprecated (default_compile_level); no effect on CPU");
-  if (max_cached_graphs) note("max_cached_graphs", "deprecated; no effect");
-  if (max_blocks_per_request && *max_blocks_per_request == 0)
-    note("max_blocks_per_request", "0 disables the GPU fast decode path; on CPU it means no per-request limit");
+  for (const CpuNoOpField& f : kCpuNoOpFields)
+    if (f.is_set(*this)) out.push_back(std::string(f.name) + ": no effect on CPU (" + f.why + ")");
   return out;
+}
+
+std::string ContinuousBatchingConfig::cpu_no_op_warning() const {
+  std::string fields;
+  for (const CpuNoOpField& f : kCpuNoOpFields) {
+    if (!f.is_set(*this)) continue;
+    fields += fields.empty() ? "" : "; ";
+    fields += std::string(f.name) + " (" + f.why + ")";
+  }
+  return fields.empty() ? "" : "continuous batching: GPU-only settings have no effect on CPU: " + fields;
 }
 
 std::pair<size_t, size_t> host_memory() {

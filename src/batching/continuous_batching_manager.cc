@@ -63,7 +63,7 @@ Result<std::unique_ptr<ContinuousBatchingManager>> ContinuousBatchingManager::cr
   const size_t act_per_token =
       sizeof(float) * static_cast<size_t>(3 * mc.hidden_size + qkv + 3 * mc.intermediate_size + mc.vocab_size);
   LOOM_ASSIGN_OR_RETURN(m->res_, resolve(m->cfg_, position_bytes, l.num_layers, 0, 0, act_per_token));
-  for (const std::string& note : m->cfg_.cpu_no_op_fields()) log_info("continuous batching: " + note);
+  if (const std::string gpu_only = m->cfg_.cpu_no_op_warning(); !gpu_only.empty()) log_warn(gpu_only);
   if (m->cfg_.block_size) log_warn("continuous batching: block_size is deprecated, use page_size");
   LOOM_RETURN_IF_ERROR(m->build_cache());
   if (m->cfg_.allow_block_sharing && !m->kv_->block_sharing())

@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/cb_flags.h"
 #include "cli/common.h"
+#include "loom/batching/generation_config_file.h"
 #include "loom/batching/batch_input_line.h"
 #include "loom/batching/tokenizer_text_stream.h"
 #include "loom/batching/generate_batch.h"
@@ -40,7 +41,7 @@ struct BatchFlags {
 void run_batch(const BatchFlags& f) {
   const std::string dir = resolve_model_dir(f.model).value();
   apply_process_options(f.model);
-  GenerationConfig gc = GenerationConfig::from_dir_or_default(dir).value();
+  GenerationConfig gc = batching::generation_config_from_dir_or_default(dir).value();
   auto model = load_model(dir, f.model, /*tensor_parallel_ok=*/true).value();
   gc.inherit_special_tokens(model->config().eos_token_ids, model->config().bos_token_id, model->config().pad_token_id);
   // Command-line sampling flags become every request's defaults.
@@ -136,7 +137,6 @@ void run_batch(const BatchFlags& f) {
       std::fflush(stderr);
     };
   }
-  for (const std::string& note : cb.cpu_no_op_fields()) std::fprintf(stderr, "note: %s\n", note.c_str());
   const batching::BatchResult result = batching::generate_batch(runner, runnable, gc, cb, opts).value();
   if (!f.no_progress && tty) std::fprintf(stderr, "\n");
 

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "loom/batching/generation_config_file.h"
 #include "loom/batching/tokenizer_text_stream.h"
 #include "loom/tokenizer/chat_template.h"
 
@@ -40,7 +41,7 @@ Result<tok::ChatTemplate> load_template(const Tokenizer& t, const std::string& n
 void run_chat(const ChatFlags& f) {
   const std::string dir = resolve_model_dir(f.model).value();
   apply_process_options(f.model);
-  GenerationConfig gc = GenerationConfig::from_dir_or_default(dir).value();
+  GenerationConfig gc = batching::generation_config_from_dir_or_default(dir).value();
   auto model = load_model(dir, f.model).value();
   auto runner = batching::ModelRunner::create(model, f.model.backend).value();
   auto text = batching::open_text_stream(dir).value();

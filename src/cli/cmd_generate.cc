@@ -10,7 +10,7 @@
 #include "loom/batching/tokenizer_text_stream.h"
 #include "loom/batching/continuous_batching_config.h"
 #include "loom/batching/generate.h"
-#include "loom/generation/generation_config.h"
+#include "loom/batching/generation_config_file.h"
 
 namespace loom::cli {
 
@@ -30,7 +30,7 @@ struct GenerateFlags {
 void run_generate(const GenerateFlags& f) {
   const std::string dir = resolve_model_dir(f.model).value();
   apply_process_options(f.model);
-  GenerationConfig gc = GenerationConfig::from_dir_or_default(dir).value();
+  GenerationConfig gc = batching::generation_config_from_dir_or_default(dir).value();
   auto model = load_model_or_program(dir, f.model, /*tensor_parallel_ok=*/true).value();
   auto runner = batching::ModelRunner::create(model, f.model.backend).value();
   set_tensor_parallel_timeout(f.cpu_group_timeout);

@@ -15,6 +15,7 @@
 #include "cli/cb_flags.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "loom/batching/generation_config_file.h"
 #include "loom/runtime/collectives.h"
 #include "loom/serve/server.h"
 
@@ -110,7 +111,7 @@ void run_serve(const ServeFlags& f) {
 
   serve::ServedModel m;
   m.model_dir = dir;
-  GenerationConfig gc = GenerationConfig::from_dir_or_default(dir).value();
+  GenerationConfig gc = batching::generation_config_from_dir_or_default(dir).value();
   std::shared_ptr<models::Model> model;
   const std::shared_ptr<batching::ModelRunner> runner = make_runner(dir, f, &model);  // outlives the server
   m.runner = runner;
@@ -126,7 +127,6 @@ void run_serve(const ServeFlags& f) {
     if (auto it = templates.find("default"); it != templates.end()) m.chat_template = it->second;
   }
   m.cb_config = cb;
-  for (const std::string& note : m.cb_config.cpu_no_op_fields()) std::fprintf(stderr, "note: %s\n", note.c_str());
   int code = 0;
   {
     GroupWatch watch(group, raw);

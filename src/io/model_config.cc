@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <limits>
 
-#include "io/json_fields.h"
+#include "loom/io/json_fields.h"
 #include "io/json_file.h"
 #include "loom/core/logging.h"
 

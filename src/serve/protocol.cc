@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "loom/io/json_fields.h"
+
 namespace loom::serve {
 
 namespace {
@@ -47,41 +49,30 @@ class Fields {
   void boolean(const char* key, bool* out) {
     const ojson* v = get(key);
     if (!v || !ok()) return;
-    if (!v->is_boolean()) return fail(key, std::string("'") + key + "' must be a boolean, got " + type_name(*v));
+    if (!v->is_boolean()) return fail(key, io::field_type_message(key, "true or false", *v));
     *out = v->get<bool>();
   }
   void string(const char* key, std::optional<std::string>* out) {
     const ojson* v = get(key);
     if (!v || !ok()) return;
-    if (!v->is_string()) return fail(key, std::string("'") + key + "' must be a string, got " + type_name(*v));
+    if (!v->is_string()) return fail(key, io::field_type_message(key, "a string", *v));
     *out = v->get<std::string>();
   }
   template <class Int>
   void integer(const char* key, std::optional<Int>* out, int64_t lo, int64_t hi) {
     const ojson* v = get(key);
     if (!v || !ok()) return;
-    int64_t x;
-    if (v->is_number_integer()) {
-      if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        return fail(key, std::string("'") + key + "' is out of range");
-      x = v->get<int64_t>();
-    } else if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() &&
-               std::fabs(v->get<double>()) < 9e18) {
-      x = static_cast<int64_t>(v->get<double>());  // 16.0 is an integer too, as in Python
-    } else {
-      return fail(key, std::string("'") + key + "' must be an integer, got " + type_name(*v));
-    }
-    if (x < lo || x > hi)
-      return fail(key, std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                           "], got " + std::to_string(x));
-    *out = static_cast<Int>(x);
+    const std::optional<int64_t> x = io::json_integer(*v);  // 16.0 is an integer too, as in Python
+    if (!x || *x < lo || *x > hi)
+      return fail(key, io::field_type_message(key, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", *v));
+    *out = static_cast<Int>(*x);
   }
   // lo_open / hi_open: the bound itself is excluded.
   void number(const char* key, std::optional<float>* out, double lo, double hi, bool lo_open = false,
               bool hi_open = false) {
     const ojson* v = get(key);
     if (!v || !ok()) return;
-    if (!v->is_number()) return fail(key, std::string("'") + key + "' must be a number, got " + type_name(*v));
+    if (!v->is_number()) return fail(key, io::field_type_message(key, "a number", *v));
     const double x = v->get<double>();
     const bool below = lo_open ? !(x > lo) : !(x >= lo);
     const bool above = hi_open ? !(x < hi) : !(x <= hi);
@@ -93,8 +84,9 @@ class Fields {
         if (!s.empty() && s.back() == '.') s.pop_back();
         return s;
       };
-      return fail(key, std::string("'") + key + "' must be in " + (lo_open ? "(" : "[") + bound(lo) + ", " +
-                           bound(hi) + (hi_open ? ")" : "]") + ", got " + v->dump());
+      return fail(key, io::field_type_message(key, std::string("a number in ") + (lo_open ? "(" : "[") + bound(lo) + ", " +
+                                                       bound(hi) + (hi_open ? ")" : "]"),
+                                              *v));
     }
     *out = static_cast<float>(x);
   }
@@ -180,7 +172,7 @@ void read_sampling(Fields& f, SamplingFields* s, bool chat) {
   if (!f.ok()) return;
 
   if (const ojson* bias = f.get("logit_bias")) {
-    if (!bias->is_object()) return f.fail("logit_bias", std::string("'logit_bias' must be an object, got ") + type_name(*bias));
+    if (!bias->is_object()) return f.fail("logit_bias", io::field_type_message("logit_bias", "an object", *bias));
     for (const auto& [key, v] : bias->items()) {
       size_t used = 0;
       long long id = -1;
@@ -201,24 +193,24 @@ void read_sampling(Fields& f, SamplingFields* s, bool chat) {
       s->stop.push_back(stop->get<std::string>());
     } else if (stop->is_array()) {
       for (const ojson& v : *stop) {
-        if (!v.is_string()) return f.fail("stop", std::string("'stop' must be a string or a list of strings; it holds ") + type_name(v));
+        if (!v.is_string()) return f.fail("stop", io::field_type_message("stop", "a string or a list of strings", *stop));
         s->stop.push_back(v.get<std::string>());
       }
     } else {
-      return f.fail("stop", std::string("'stop' must be a string or a list of strings, got ") + type_name(*stop));
+      return f.fail("stop", io::field_type_message("stop", "a string or a list of strings", *stop));
     }
     for (const std::string& x : s->stop)
       if (x.empty()) return f.fail("stop", "'stop' holds an empty string");
   }
   if (const ojson* so = f.get("stream_options")) {
-    if (!so->is_object()) return f.fail("stream_options", std::string("'stream_options' must be an object, got ") + type_name(*so));
+    if (!so->is_object()) return f.fail("stream_options", io::field_type_message("stream_options", "an object", *so));
     if (!s->stream) return f.fail("stream_options", "'stream_options' is only allowed with \"stream\": true");
     Fields inner(*so);
     inner.boolean("include_usage", &s->include_usage);
     if (!inner.ok()) return f.fail("stream_options.include_usage", inner.error().message);
   }
   if (const ojson* user = f.get("user"); user && !user->is_string())
-    return f.fail("user", std::string("'user' must be a string, got ") + type_name(*user));
+    return f.fail("user", io::field_type_message("user", "a string", *user));
   if (auto e = read_requested_constraint(f.object(), &s->constraint)) return f.fail(*e);
 }
 
@@ -233,7 +225,7 @@ bool valid_function_name(const std::string& name) {
 void read_tools(Fields& f, ChatCompletionRequest* r) {
   r->tools = nullptr;
   if (const ojson* tools = f.get("tools")) {
-    if (!tools->is_array()) return f.fail("tools", std::string("'tools' must be a list, got ") + type_name(*tools));
+    if (!tools->is_array()) return f.fail("tools", io::field_type_message("tools", "a list", *tools));
     for (size_t i = 0; i < tools->size(); ++i) {
       const std::string where = "tools[" + std::to_string(i) + "]";
       const ojson& t = (*tools)[i];
@@ -280,7 +272,7 @@ void read_tools(Fields& f, ChatCompletionRequest* r) {
     r->tool_choice.mode = ToolChoice::Mode::kNamed;
     r->tool_choice.name = name->get<std::string>();
   } else {
-    return f.fail("tool_choice", std::string("'tool_choice' must be a string or an object, got ") + type_name(*choice));
+    return f.fail("tool_choice", io::field_type_message("tool_choice", "a string or an object", *choice));
   }
   if (r->tool_choice.mode != ToolChoice::Mode::kNone && r->tools.is_null())
     return f.fail("tool_choice", "'tool_choice' needs 'tools'");
@@ -362,8 +354,8 @@ Parsed<CompletionRequest> parse_completion_request(const std::string& body) {
     } else if (p->is_array()) {
       f.fail("prompt", "'prompt' is an empty list");
     } else {
-      f.fail("prompt", std::string("'prompt' must be a string, a list of strings, a list of token ids or a list of "
-                                   "lists of token ids, got ") + type_name(*p));
+      f.fail("prompt", io::field_type_message(
+                           "prompt", "a string, a list of strings, a list of token ids or a list of lists of token ids", *p));
     }
   }
   if (f.ok() && r.prompts.size() * static_cast<size_t>(r.n) > 1024)
@@ -393,21 +385,21 @@ Parsed<ChatCompletionRequest> parse_chat_completion_request(const std::string& b
   if (f.ok() && r.top_logprobs > 0 && !r.logprobs) f.fail("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
   if (f.ok()) {
     if (const ojson* kw = f.get("chat_template_kwargs")) {
-      if (!kw->is_object()) f.fail("chat_template_kwargs", std::string("'chat_template_kwargs' must be an object, got ") + type_name(*kw));
+      if (!kw->is_object()) f.fail("chat_template_kwargs", io::field_type_message("chat_template_kwargs", "an object", *kw));
       else r.chat_template_kwargs = *kw;
     }
   }
   if (f.ok()) {
     const ojson* m = f.get("messages");
     if (!m) f.fail("messages", "'messages' is required");
-    else if (!m->is_array()) f.fail("messages", std::string("'messages' must be a list, got ") + type_name(*m));
+    else if (!m->is_array()) f.fail("messages", io::field_type_message("messages", "a list", *m));
     else if (m->empty()) f.fail("messages", "'messages' is empty");
     r.messages = ojson::array();
     for (size_t i = 0; f.ok() && i < m->size(); ++i) {
       const std::string where = "messages[" + std::to_string(i) + "]";
       const ojson& msg = (*m)[i];
       if (!msg.is_object()) {
-        f.fail(where, "'" + where + "' must be an object, got " + type_name(msg));
+        f.fail(where, io::field_type_message(where, "an object", msg));
         break;
       }
       auto role = msg.find("role");
@@ -447,8 +439,7 @@ Parsed<ChatCompletionRequest> parse_chat_completion_request(const std::string& b
         }
         norm["content"] = joined;
       } else if (!content->is_string()) {
-        f.fail(where + ".content", "'" + where + ".content' must be a string or a list of content parts, got " +
-                                       type_name(*content));
+        f.fail(where + ".content", io::field_type_message(where + ".content", "a string or a list of content parts", *content));
         break;
       }
       normalize_tool_calls(norm, where, f);
@@ -509,7 +500,7 @@ Parsed<DetokenizeRequest> parse_detokenize_request(const std::string& body) {
   if (f.ok()) {
     const ojson* t = f.get("tokens");
     if (!t) f.fail("tokens", "'tokens' is required");
-    else if (!t->is_array()) f.fail("tokens", std::string("'tokens' must be a list of token ids, got ") + type_name(*t));
+    else if (!t->is_array()) f.fail("tokens", io::field_type_message("tokens", "a list of token ids", *t));
     else read_ids(*t, "tokens", &r.tokens, f);
   }
   if (!f.ok()) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "loom/io/json_fields.h"
 #include "tokenizer/unicode.h"
 
 namespace loom::tok {
@@ -265,24 +266,33 @@ Result<std::vector<std::pair<std::string, int32_t>>> read_vocab_entries(const js
   return out;
 }
 
+namespace {
+
+// io's one text for a field of the wrong type, with the field's path in the file.
+Status type_error(const std::string& path, const char* key, const char* expected, const json& v) {
+  return parse_error(io::field_type_message(field_path(path, key), expected, v));
+}
+
+}  // namespace
+
 Result<bool> read_bool(const json& j, const std::string& path, const char* key, bool fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) return field_error(field_path(path, key), "expected true or false");
+  if (!it->is_boolean()) return type_error(path, key, "true or false", *it);
   return it->get<bool>();
 }
 
 Result<std::string> read_string(const json& j, const std::string& path, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return field_error(field_path(path, key), "missing");
-  if (!it->is_string()) return field_error(field_path(path, key), "expected a string");
+  if (!it->is_string()) return type_error(path, key, "a string", *it);
   return it->get<std::string>();
 }
 
 Result<std::optional<std::string>> read_opt_string(const json& j, const std::string& path, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return std::optional<std::string>();
-  if (!it->is_string()) return field_error(field_path(path, key), "expected a string or null");
+  if (!it->is_string()) return type_error(path, key, "a string or null", *it);
   return std::optional<std::string>(it->get<std::string>());
 }
 
@@ -292,14 +302,15 @@ Result<int64_t> read_int(const json& j, const std::string& path, const char* key
     if (fallback) return *fallback;
     return field_error(field_path(path, key), "missing");
   }
-  if (!it->is_number_integer()) return field_error(field_path(path, key), "expected an integer");
-  return it->get<int64_t>();
+  const std::optional<int64_t> v = io::json_integer(*it);
+  if (!v) return type_error(path, key, "an integer", *it);
+  return *v;
 }
 
 Result<const json*> read_array(const json& j, const std::string& path, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return field_error(field_path(path, key), "missing");
-  if (!it->is_array()) return field_error(field_path(path, key), "expected an array");
+  if (!it->is_array()) return type_error(path, key, "an array", *it);
   return &*it;
 }
 

@@ -37,20 +37,33 @@ TEST(BatchInputLine, ReadsEveryField) {
 
 TEST(BatchInputLine, NumbersOutsideTheirTypeNameTheField) {
   EXPECT_EQ(error_of(R"({"prompt_ids": [1], "max_new_tokens": 1e300})"),
-            "input line 3: 'max_new_tokens' must be an integer in [-9223372036854775808, 9223372036854775807], got 1e+300");
+            "input line 3: field 'max_new_tokens' must be an integer in [-9223372036854775808, 9223372036854775807], got 1e+300");
   EXPECT_EQ(error_of(R"({"prompt_ids": [1], "top_k": 1e300})"),
-            "input line 3: 'top_k' must be an integer in [-2147483648, 2147483647], got 1e+300");
+            "input line 3: field 'top_k' must be an integer in [-2147483648, 2147483647], got 1e+300");
   EXPECT_EQ(error_of(R"({"prompt_ids": [1], "top_k": 2147483648})"),
-            "input line 3: 'top_k' must be an integer in [-2147483648, 2147483647], got 2147483648");
+            "input line 3: field 'top_k' must be an integer in [-2147483648, 2147483647], got 2147483648");
   EXPECT_EQ(error_of(R"({"prompt_ids": [1], "num_return_sequences": 2.5})"),
-            "input line 3: 'num_return_sequences' must be an integer in [-2147483648, 2147483647], got 2.5");
+            "input line 3: field 'num_return_sequences' must be an integer in [-2147483648, 2147483647], got 2.5");
   EXPECT_EQ(error_of(R"({"prompt_ids": [1], "temperature": 1e39})"),
-            "input line 3: 'temperature' must be a finite number, got 1e+39");
+            "input line 3: field 'temperature' must be a finite number, got 1e+39");
   EXPECT_EQ(error_of(R"({"prompt_ids": [1], "top_p": "high"})"),
-            "input line 3: 'top_p' must be a finite number, got \"high\"");
+            "input line 3: field 'top_p' must be a finite number, got \"high\"");
   EXPECT_EQ(error_of(R"({"prompt_ids": [1], "seed": 1.5e30})"),
-            "input line 3: 'seed' must be a non-negative integer, got 1.5e+30");
-  EXPECT_EQ(error_of(R"({"prompt_ids": [1], "seed": -1})"), "input line 3: 'seed' must be a non-negative integer, got -1");
+            "input line 3: field 'seed' must be a non-negative integer, got 1.5e+30");
+  EXPECT_EQ(error_of(R"({"prompt_ids": [1], "seed": -1})"), "input line 3: field 'seed' must be a non-negative integer, got -1");
+  EXPECT_EQ(error_of(R"({"prompt_ids": [1, "2"]})"), "input line 3: field 'prompt_ids' must be a list of token ids, got \"2\"");
+  EXPECT_EQ(error_of(R"({"prompt_ids": [1], "stop": 7})"),
+            "input line 3: field 'stop' must be a string or a list of strings, got 7");
+}
+
+// One rule for every integer field loom reads from JSON: 2.0 is the integer 2.
+TEST(BatchInputLine, IntegralFloatsAreIntegers) {
+  const BatchInput in = parse_batch_input_line(R"({"prompt_ids": [5.0, 6], "max_new_tokens": 2.0, "seed": 7.0})", 3,
+                                               nullptr, false, nullptr)
+                            .value();
+  EXPECT_EQ(in.input_ids, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(in.options.max_new_tokens, 2);
+  EXPECT_EQ(in.options.seed, 7u);
 }
 
 TEST(BatchInputLine, TextPromptWithoutTokenizerAsksForIds) {

@@ -87,8 +87,12 @@ struct ContinuousBatchingConfig {
   static Result<ContinuousBatchingConfig> from_file(const std::string& path);
   nlohmann::json to_json() const;
 
-  // "use_cuda_graph: no effect on CPU" for each GPU-only field set to a non-default value.
+  // "use_cuda_graph: no effect on CPU (no CUDA graphs)" for each GPU-only field set to a
+  // non-default value, from the one list of them (continuous_batching_config.cc).
   std::vector<std::string> cpu_no_op_fields() const;
+  // All of them in one line, or "" when none is set: what ContinuousBatchingManager::create
+  // logs once as a warning (the only place they are reported).
+  std::string cpu_no_op_warning() const;
   // page_size, or block_size when only the deprecated name was set.
   int64_t effective_page_size() const;
   // kv_cache_dtype as a DType (F32 or BF16); call after validate().

@@ -1,14 +1,12 @@
-// generation_config.json, typed, with Transformers' GenerationConfig defaults
-// for the options loom implements. Unknown keys are ignored (Transformers keeps
-// them as attributes; nothing in loom reads them).
+// Transformers' GenerationConfig, typed, with its defaults for the options loom
+// implements. generation/ uses only core, so generation_config.json is read with
+// io's typed reader in loom/batching/generation_config_file.h.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "loom/core/status.h"
 #include "loom/generation/sampling.h"
@@ -40,15 +38,6 @@ struct GenerationConfig {
 
   // loom extension: seeds the sampler so a request is reproducible.
   std::optional<uint64_t> seed;
-
-  // Parses the keys above; null means "use the default". Type errors are
-  // kParseError naming the source and field; the result is validate()d.
-  static Result<GenerationConfig> from_json(const nlohmann::json& j, const std::string& source);
-  static Result<GenerationConfig> from_file(const std::string& path);
-  // dir/generation_config.json, or the defaults when that file does not exist
-  // (a checkpoint need not ship one), and for a single-file model (a .gguf path).
-  // kNotFound if `dir` itself is missing.
-  static Result<GenerationConfig> from_dir_or_default(const std::string& dir);
 
   // kInvalidArgument naming the field: temperature >= 0, top_k >= 0,
   // 0 < top_p <= 1, 0 <= min_p <= 1, repetition_penalty > 0,

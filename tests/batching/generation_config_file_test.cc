@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "loom/generation/generation_config.h"
+#include "loom/batching/generation_config_file.h"
 
 namespace loom {
 namespace {
@@ -37,13 +37,13 @@ class TempDir {
 };
 
 GenerationConfig parse_ok(const json& j) {
-  auto c = GenerationConfig::from_json(j, "m/generation_config.json");
+  auto c = batching::generation_config_from_json(j, "m/generation_config.json");
   EXPECT_TRUE(c.ok()) << c.status().to_string();
   return c.ok() ? c.value() : GenerationConfig{};
 }
 
 void expect_error(const json& j, ErrorCode code, const std::string& field) {
-  auto c = GenerationConfig::from_json(j, "m/generation_config.json");
+  auto c = batching::generation_config_from_json(j, "m/generation_config.json");
   ASSERT_FALSE(c.ok()) << j.dump();
   EXPECT_EQ(c.status().code(), code) << c.status().to_string();
   EXPECT_NE(c.status().message().find("m/generation_config.json"), std::string::npos) << c.status().message();
@@ -164,31 +164,31 @@ TEST(GenerationConfig, TypeErrorsNameTheField) {
 
 TEST(GenerationConfig, FromDirOrDefault) {
   TempDir dir;
-  auto defaults = GenerationConfig::from_dir_or_default(dir.path());
+  auto defaults = batching::generation_config_from_dir_or_default(dir.path());
   ASSERT_TRUE(defaults.ok()) << defaults.status().to_string();
   EXPECT_EQ(defaults->max_length, 20);
   EXPECT_EQ(defaults->source, "defaults");
 
   const std::string file = dir.write("generation_config.json", R"({"do_sample": true, "top_k": 20})");
-  auto read = GenerationConfig::from_dir_or_default(dir.path());
+  auto read = batching::generation_config_from_dir_or_default(dir.path());
   ASSERT_TRUE(read.ok()) << read.status().to_string();
   EXPECT_TRUE(read->do_sample);
   EXPECT_EQ(read->top_k, 20);
   EXPECT_EQ(read->source, file);
 
   dir.write("generation_config.json", R"({"do_sample": tru)");
-  auto bad = GenerationConfig::from_dir_or_default(dir.path());
+  auto bad = batching::generation_config_from_dir_or_default(dir.path());
   EXPECT_EQ(bad.status().code(), ErrorCode::kParseError);
   EXPECT_NE(bad.status().message().find(file), std::string::npos);
 
   dir.write("generation_config.json", R"({"temperature": -1})");
-  auto invalid = GenerationConfig::from_dir_or_default(dir.path());
+  auto invalid = batching::generation_config_from_dir_or_default(dir.path());
   EXPECT_EQ(invalid.status().code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(invalid.status().message().find(file), std::string::npos);
 
-  auto missing_dir = GenerationConfig::from_dir_or_default(dir.path() + "/absent");
+  auto missing_dir = batching::generation_config_from_dir_or_default(dir.path() + "/absent");
   EXPECT_EQ(missing_dir.status().code(), ErrorCode::kNotFound);
-  auto missing_file = GenerationConfig::from_file(dir.path() + "/absent.json");
+  auto missing_file = batching::generation_config_from_file(dir.path() + "/absent.json");
   EXPECT_EQ(missing_file.status().code(), ErrorCode::kNotFound);
 }
 
