@@ -21,6 +21,19 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::shared_ptr<const m
                                  " tensor-parallel ranks, in a process group of " + std::to_string(size));
   }
   LOOM_ASSIGN_OR_RETURN(r->executor_, runtime::Executor::create(model->step_graph(), *b, r->pool_));
+  // Inputs are bound by position on every step, not looked up by name.
+  r->bound_.assign(r->executor_->graph().inputs().size(), nullptr);
+  const std::pair<const char*, const Tensor*> inputs[] = {{step_io::kInputIds, &r->ids_view_},
+                                                          {step_io::kPositions, &r->positions_view_},
+                                                          {step_io::kLogitsIndices, &r->rows_view_}};
+  for (const auto& [name, view] : inputs) {
+    LOOM_ASSIGN_OR_RETURN(const size_t i, r->executor_->input_index(name));
+    r->bound_[i] = view;
+  }
+  for (size_t i = 0; i < r->bound_.size(); ++i)
+    if (!r->bound_[i])
+      return unsupported("the step graph has an input '" + r->executor_->graph().value(r->executor_->graph().inputs()[i]).name +
+                         "' a ModelRunner does not feed");
   r->model_ = std::move(model);
   return r;
 }
@@ -34,13 +47,22 @@ runtime::KvLayout ModelRunner::kv_layout() const {
 }
 
 Result<Tensor> ModelRunner::step(const std::vector<SequenceChunk>& chunks, graph::KvStore& kv, LogitsRows rows) {
+  Tensor logits;
+  LOOM_RETURN_IF_ERROR(step_into(chunks, kv, rows, &logits));
+  return logits;
+}
+
+Status ModelRunner::step_into(const std::vector<SequenceChunk>& chunks, graph::KvStore& kv, LogitsRows rows,
+                              Tensor* logits) {
   LOOM_RETURN_IF_ERROR(prepare(chunks, rows));
   if (group_) {
     if (!leads_steps()) return failed_precondition("tensor parallelism: only rank 0 drives steps; the others follow them");
     if (ended_) return failed_precondition("tensor parallelism: a step after end_steps()");
     LOOM_RETURN_IF_ERROR(send_plan(chunks, kv, rows));
   }
-  return execute(kv);
+  LOOM_RETURN_IF_ERROR(execute(kv));
+  *logits = executor_->output(0);
+  return Status::Ok();
 }
 
 bool ModelRunner::leads_steps() const { return !group_ || group_->rank() == 0; }
@@ -100,7 +122,7 @@ Status ModelRunner::follow_steps() {
     for (const StepBroadcastSequence& s : plan.sequences)
       chunks.push_back({s.tokens.data(), static_cast<int64_t>(s.tokens.size()), s.past_len, s.all_rows});
     LOOM_RETURN_IF_ERROR(prepare(chunks, plan.all_token_rows ? LogitsRows::kAllTokens : LogitsRows::kLastOfEachSequence));
-    LOOM_RETURN_IF_ERROR(execute(kv).status());
+    LOOM_RETURN_IF_ERROR(execute(kv));
   }
 }
 
@@ -134,17 +156,22 @@ Status ModelRunner::prepare(const std::vector<SequenceChunk>& chunks, LogitsRows
   return Status::Ok();
 }
 
-Result<Tensor> ModelRunner::execute(graph::KvStore& kv) {
+namespace {
+// Rewraps only when the vector moved or changed length, so a steady decode loop
+// binds the same views step after step.
+void view_of(std::vector<int32_t>& v, Tensor* view) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  if (view->defined() && view->data() == v.data() && view->dim(0) == n) return;
+  *view = Tensor::wrap(v.data(), DType::kI32, {n});
+}
+}  // namespace
+
+Status ModelRunner::execute(graph::KvStore& kv) {
   ctx_.kv = &kv;
-  const int64_t n = static_cast<int64_t>(ids_.size());
-  std::vector<std::pair<std::string, Tensor>> inputs = {
-      {step_io::kInputIds, Tensor::wrap(ids_.data(), DType::kI32, {n})},
-      {step_io::kPositions, Tensor::wrap(ctx_.positions.data(), DType::kI32, {n})},
-      {step_io::kLogitsIndices, Tensor::wrap(rows_.data(), DType::kI32, {static_cast<int64_t>(rows_.size())})},
-  };
-  std::vector<Tensor> outputs;
-  LOOM_RETURN_IF_ERROR(executor_->run(inputs, &ctx_, &outputs));
-  return outputs.at(0);
+  view_of(ids_, &ids_view_);
+  view_of(ctx_.positions, &positions_view_);
+  view_of(rows_, &rows_view_);
+  return executor_->run(std::span<const Tensor* const>(bound_), &ctx_);
 }
 
 }  // namespace loom::batching

@@ -1,10 +1,13 @@
 #include "loom/core/thread_pool.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <x86intrin.h>
 #define LOOM_PAUSE() _mm_pause()
 #else
 #define LOOM_PAUSE() std::this_thread::yield()
@@ -21,7 +24,27 @@ std::mutex& global_mu() {
   static std::mutex mu;
   return mu;
 }
-constexpr int kSpinIterations = 20000;  // ~100 µs of pause before sleeping
+
+// An idle worker pauses for a few microseconds (the gap between two regions of one
+// decode step), then yields its core for a while (on a loaded machine another process
+// runs instead of a spinning worker), then sleeps until the next region.
+constexpr auto kPauseSpin = std::chrono::microseconds(4);
+constexpr auto kYieldSpin = std::chrono::microseconds(60);
+// A caller waiting for a started chunk pauses this many times before it yields.
+constexpr int kCallerPauses = 256;
+// Whether parallel regions pay is judged over this many regions; when they did not,
+// the next kMinBackoff regions run inline, doubling while they keep not paying.
+constexpr int kWindow = 32;
+constexpr int64_t kMinBackoff = 64, kMaxBackoff = 8192;
+
+// Cheap timestamps: a region is judged by ratios of them, so units do not matter.
+uint64_t ticks() {
+#if defined(__x86_64__)
+  return __rdtsc();
+#else
+  return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+#endif
+}
 
 void chunk_range(int64_t n, int64_t grain, int parts, int index, int64_t* begin, int64_t* end) {
   const int64_t units = (n + grain - 1) / grain;
@@ -47,8 +70,10 @@ constexpr uint64_t kOpen = 0, kRunning = 1, kTaken = 2, kDone = 3;
 uint64_t slot_value(uint64_t generation, uint64_t state) { return generation << 2 | state; }
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads)
-    : num_threads_(num_threads < 1 ? 1 : num_threads), slots_(new std::atomic<uint64_t>[static_cast<size_t>(num_threads_)]) {
+ThreadPool::ThreadPool(int num_threads, bool back_off)
+    : num_threads_(num_threads < 1 ? 1 : num_threads),
+      slots_(new std::atomic<uint64_t>[static_cast<size_t>(num_threads_)]),
+      back_off_(back_off) {
   for (int i = 0; i < num_threads_; ++i) slots_[static_cast<size_t>(i)].store(slot_value(0, kDone));
   for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
@@ -63,14 +88,32 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+void ThreadPool::run_chunk(int index, int64_t begin, int64_t end) noexcept {
+  if (begin >= end || failed_.load(std::memory_order_relaxed)) return;
+  try {
+    (*task_)(begin, end, index);
+  } catch (...) {
+    // The first error wins; the caller reads it after every started chunk is done.
+    if (!failed_.exchange(true, std::memory_order_acq_rel)) error_ = std::current_exception();
+  }
+}
+
 void ThreadPool::worker_loop(int index) {
   t_in_worker = true;
   uint64_t seen = 0;
   for (;;) {
-    int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) {
-      LOOM_PAUSE();
-      ++spins;
+    if (generation_.load(std::memory_order_acquire) == seen) {
+      using Clock = std::chrono::steady_clock;
+      const auto idle_since = Clock::now();
+      for (int spins = 1; generation_.load(std::memory_order_acquire) == seen; ++spins) {
+        if (spins % 32 != 0) {
+          LOOM_PAUSE();
+          continue;
+        }
+        const auto idle = Clock::now() - idle_since;
+        if (idle > kYieldSpin) break;
+        if (idle > kPauseSpin) std::this_thread::yield();
+      }
     }
     if (generation_.load(std::memory_order_acquire) == seen) {
       std::unique_lock<std::mutex> lock(mu_);
@@ -85,22 +128,46 @@ void ThreadPool::worker_loop(int index) {
     if (!slot.compare_exchange_strong(open, slot_value(seen, kRunning), std::memory_order_acq_rel)) continue;
     int64_t b, e;
     chunk_range(task_n_, task_grain_, num_threads_, index, &b, &e);
-    if (b < e) (*task_)(b, e, index);
+    run_chunk(index, b, e);
     slot.store(slot_value(seen, kDone), std::memory_order_release);
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn, int64_t grain) {
+void ThreadPool::account(uint64_t saved, uint64_t lost) {
+  window_saved_ += saved;
+  window_lost_ += lost;
+  if (++window_regions_ < kWindow) return;
+  if (back_off_ && window_lost_ > window_saved_) {
+    backoff_ = backoff_ == 0 ? kMinBackoff : std::min(backoff_ * 2, kMaxBackoff);
+    inline_left_ = backoff_;
+  } else {
+    backoff_ = 0;
+  }
+  window_saved_ = window_lost_ = 0;
+  window_regions_ = 0;
+}
+
+void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t grain) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
   if (num_threads_ == 1 || t_in_worker || n <= grain) {
     fn(0, n, 0);
     return;
   }
-  std::lock_guard<std::mutex> dispatch(dispatch_mu_);
+  std::unique_lock<std::mutex> dispatch(dispatch_mu_);
+  if (inline_left_ > 0) {
+    --inline_left_;
+    backed_off_total_.fetch_add(1, std::memory_order_relaxed);
+    dispatch.unlock();
+    fn(0, n, 0);
+    return;
+  }
+  const uint64_t t_start = ticks();
   task_ = &fn;
   task_n_ = n;
   task_grain_ = grain;
+  failed_.store(false, std::memory_order_relaxed);
+  error_ = nullptr;
   const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
   for (int i = 1; i < num_threads_; ++i) slots_[static_cast<size_t>(i)].store(slot_value(gen, kOpen), std::memory_order_relaxed);
   {
@@ -108,23 +175,45 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     generation_.store(gen, std::memory_order_release);
   }
   cv_.notify_all();
-  t_in_worker = true;
+  t_in_worker = true;  // a nested parallel_for in the caller's chunks runs inline
   int64_t b, e;
   chunk_range(n, grain, num_threads_, 0, &b, &e);
-  if (b < e) fn(b, e, 0);
-  // Chunks no worker has started yet are cheaper to run here than to wait for.
+  const uint64_t t_own = ticks();
+  run_chunk(0, b, e);
+  const uint64_t own_ticks = ticks() - t_own;
+  // Chunks no worker has started yet are cheaper to run here than to wait for
+  // (after an error they are skipped).
+  int worker_chunks = 0;
   for (int i = 1; i < num_threads_; ++i) {
+    chunk_range(n, grain, num_threads_, i, &b, &e);
     uint64_t open = slot_value(gen, kOpen);
-    if (slots_[static_cast<size_t>(i)].compare_exchange_strong(open, slot_value(gen, kTaken), std::memory_order_acq_rel)) {
-      chunk_range(n, grain, num_threads_, i, &b, &e);
-      if (b < e) fn(b, e, i);
-    }
+    if (slots_[static_cast<size_t>(i)].compare_exchange_strong(open, slot_value(gen, kTaken), std::memory_order_acq_rel))
+      run_chunk(i, b, e);
+    else if (b < e)
+      ++worker_chunks;
   }
   t_in_worker = false;
+  const uint64_t t_wait = ticks();
   for (int i = 1; i < num_threads_; ++i) {
-    while (slots_[static_cast<size_t>(i)].load(std::memory_order_acquire) == slot_value(gen, kRunning)) LOOM_PAUSE();
+    // A worker that lost its core mid-chunk needs the core back to finish: pause
+    // briefly, then yield.
+    for (int spins = 0; slots_[static_cast<size_t>(i)].load(std::memory_order_acquire) == slot_value(gen, kRunning);
+         ++spins) {
+      if (spins < kCallerPauses) LOOM_PAUSE();
+      else std::this_thread::yield();
+    }
   }
+  const uint64_t t_end = ticks();
   task_ = nullptr;
+  // Other threads ran chunks about as long as the caller's own; the caller paid the
+  // dispatch and the wait.
+  account(own_ticks * static_cast<uint64_t>(worker_chunks), (t_own - t_start) + (t_end - t_wait));
+  if (failed_.load(std::memory_order_acquire)) {
+    std::exception_ptr error = std::move(error_);
+    error_ = nullptr;
+    dispatch.unlock();
+    std::rethrow_exception(error);
+  }
 }
 
 ThreadPool& ThreadPool::global() {

@@ -11,8 +11,19 @@ namespace {
 
 // The group the graph was sharded for must be the one this process runs in:
 // a graph for 2 ranks run alone would silently compute half a model.
-Result<Collectives*> group_for(const graph::Node& n) {
-  const int64_t parts = n.attr_int("parts");
+struct PartsState : NodeState {
+  int64_t parts = 1;
+};
+
+Result<std::unique_ptr<NodeState>> prepare_parts(const graph::Graph&, const graph::Node& n) {
+  auto s = std::make_unique<PartsState>();
+  s->parts = n.attr_int("parts");
+  return std::unique_ptr<NodeState>(std::move(s));
+}
+
+Result<Collectives*> group_for(const KernelArgs& a) {
+  const graph::Node& n = a.node;
+  const int64_t parts = static_cast<const PartsState*>(a.state)->parts;
   Collectives* g = process_collectives();
   const int64_t size = g ? g->size() : 1;
   if (size != parts)
@@ -24,8 +35,8 @@ Result<Collectives*> group_for(const graph::Node& n) {
 }  // namespace
 
 OpKernel all_reduce_kernel() {
-  return OpKernel{nullptr, [](KernelArgs& a) -> Status {
-                    LOOM_ASSIGN_OR_RETURN(Collectives * g, group_for(a.node));
+  return OpKernel{prepare_parts, [](KernelArgs& a) -> Status {
+                    LOOM_ASSIGN_OR_RETURN(Collectives * g, group_for(a));
                     const Tensor& x = a.in[0];
                     float* out = a.out[0].data_as<float>();
                     if (out != x.data_as<float>()) std::memcpy(out, x.data(), x.nbytes());
@@ -35,8 +46,8 @@ OpKernel all_reduce_kernel() {
 }
 
 OpKernel all_gather_kernel() {
-  return OpKernel{nullptr, [](KernelArgs& a) -> Status {
-                    LOOM_ASSIGN_OR_RETURN(Collectives * g, group_for(a.node));
+  return OpKernel{prepare_parts, [](KernelArgs& a) -> Status {
+                    LOOM_ASSIGN_OR_RETURN(Collectives * g, group_for(a));
                     const Tensor& x = a.in[0];
                     float* out = a.out[0].data_as<float>();
                     if (!g) {

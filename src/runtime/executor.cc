@@ -2,11 +2,40 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
+#include <new>
 
 #include "loom/runtime/op_profile.h"
 
 namespace loom::runtime {
+
+namespace {
+struct Block {
+  size_t offset, size;
+};
+constexpr size_t kAlign = 64;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+// Distinct shapes kept planned. A decode loop uses one or two; continuous batching
+// a handful more as prefill chunks and batch sizes vary; beyond that the least
+// recently used plan goes (re-planning one costs what every run used to).
+constexpr size_t kMaxPlans = 16;
+const Tensor kAbsent;  // an absent optional input
+}  // namespace
+
+// One binding of the symbols: the arena layout and every Tensor a run hands to
+// the kernels, built once. Pointers into `inputs` and `node_outputs` stay valid
+// because neither vector changes size after the plan is made.
+struct Executor::Plan {
+  std::vector<int64_t> symbols;
+  std::vector<Tensor> inputs;              // per graph input: the caller's tensor, bound each run
+  std::vector<Tensor> node_outputs;        // arena views, node by node
+  std::vector<const Tensor*> node_inputs;  // each node's input table, node by node
+  std::vector<const Tensor*> graph_outputs;
+};
+
+Executor::Executor(std::shared_ptr<const graph::Graph> g, const Backend& b, ThreadPool* pool)
+    : graph_(std::move(g)), backend_(b), pool_(pool) {}
+
+Executor::~Executor() = default;
 
 Result<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const graph::Graph> graph, const Backend& backend,
                                                    ThreadPool* pool) {
@@ -39,31 +68,38 @@ Result<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const graph::
     for (graph::ValueId v : n.inputs)
       if (v != graph::kNoValue) ex->last_use_[static_cast<size_t>(v)] = n.id;
   for (const auto& [name, v] : g.outputs()) ex->is_output_[static_cast<size_t>(v)] = true;
+  ex->in_begin_.push_back(0);
+  ex->out_begin_.push_back(0);
+  for (const graph::Node& n : nodes) {
+    ex->in_begin_.push_back(ex->in_begin_.back() + n.inputs.size());
+    ex->out_begin_.push_back(ex->out_begin_.back() + n.outputs.size());
+  }
+  ex->symbols_.assign(g.symbols().size(), -1);
   return ex;
 }
 
-namespace {
-struct Block {
-  size_t offset, size;
-};
-constexpr size_t kAlign = 64;
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-}  // namespace
+Result<size_t> Executor::input_index(const std::string& name) const {
+  const auto& in = graph_->inputs();
+  for (size_t i = 0; i < in.size(); ++i)
+    if (graph_->value(in[i]).name == name) return i;
+  return not_found("the graph has no input '" + name + "'");
+}
 
-Status Executor::run(const std::vector<std::pair<std::string, Tensor>>& inputs, graph::StepContext* step,
-                     std::vector<Tensor>* outputs) {
+const Tensor& Executor::output(size_t i) const {
+  if (!current_ || i >= current_->graph_outputs.size()) return kAbsent;
+  return *current_->graph_outputs[i];
+}
+
+Status Executor::bind_symbols(std::span<const Tensor* const> inputs) {
   const graph::Graph& g = *graph_;
-  const size_t nv = g.values().size();
-  std::vector<Tensor> values(nv);
-  std::vector<int64_t> symbol_values(g.symbols().size(), -1);
-
-  // Bind inputs and symbols.
-  for (graph::ValueId id : g.inputs()) {
-    const graph::Value& v = g.value(id);
-    const Tensor* t = nullptr;
-    for (const auto& [name, tensor] : inputs)
-      if (name == v.name) t = &tensor;
-    if (!t) return invalid_argument("graph input '" + v.name + "' was not given");
+  if (inputs.size() != g.inputs().size())
+    return invalid_argument("the graph has " + std::to_string(g.inputs().size()) + " inputs, " +
+                            std::to_string(inputs.size()) + " were given");
+  std::fill(symbols_.begin(), symbols_.end(), -1);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const graph::Value& v = g.value(g.inputs()[i]);
+    const Tensor* t = inputs[i];
+    if (!t || !t->defined()) return invalid_argument("graph input '" + v.name + "' was not given");
     if (t->dtype() != v.dtype)
       return invalid_argument("graph input '" + v.name + "' must be " + std::string(dtype_name(v.dtype)) + ", got " +
                               t->describe());
@@ -78,25 +114,40 @@ Status Executor::run(const std::vector<std::pair<std::string, Tensor>>& inputs, 
           return invalid_argument("graph input '" + v.name + "' dim " + std::to_string(d) + " must be " +
                                   std::to_string(dim.value) + ", got " + std::to_string(actual));
       } else {
-        int64_t& bound = symbol_values[static_cast<size_t>(dim.symbol)];
+        int64_t& bound = symbols_[static_cast<size_t>(dim.symbol)];
         if (bound >= 0 && bound != actual)
           return invalid_argument("graph input '" + v.name + "': dimension '" + g.symbols()[static_cast<size_t>(dim.symbol)] +
                                   "' is " + std::to_string(actual) + " here but " + std::to_string(bound) + " elsewhere");
         bound = actual;
       }
     }
-    values[static_cast<size_t>(id)] = *t;
   }
-  for (const graph::Value& v : g.values())
-    if (v.kind == graph::ValueKind::kParameter || v.kind == graph::ValueKind::kConstant) values[static_cast<size_t>(v.id)] = v.tensor;
+  return Status::Ok();
+}
 
+Result<Executor::Plan*> Executor::plan_for_symbols() {
+  for (size_t i = plans_.size(); i-- > 0;) {
+    if (plans_[i]->symbols != symbols_) continue;
+    std::rotate(plans_.begin() + static_cast<long>(i), plans_.begin() + static_cast<long>(i) + 1, plans_.end());
+    return plans_.back().get();
+  }
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan, make_plan());
+  if (plans_.size() >= kMaxPlans) plans_.erase(plans_.begin());
+  plans_.push_back(std::move(plan));
+  return plans_.back().get();
+}
+
+Result<std::unique_ptr<Executor::Plan>> Executor::make_plan() {
+  const graph::Graph& g = *graph_;
+  const size_t nv = g.values().size();
+  const auto& nodes = g.nodes();
   auto concrete = [&](const graph::SymShape& s, Shape* out) -> Status {
     out->clear();
     for (const graph::Dim& d : s) {
       if (d.is_static()) {
         out->push_back(d.value);
       } else {
-        const int64_t b = symbol_values[static_cast<size_t>(d.symbol)];
+        const int64_t b = symbols_[static_cast<size_t>(d.symbol)];
         if (b < 0) return internal_error("symbol '" + g.symbols()[static_cast<size_t>(d.symbol)] + "' is unbound");
         out->push_back(b);
       }
@@ -104,9 +155,8 @@ Status Executor::run(const std::vector<std::pair<std::string, Tensor>>& inputs, 
     return Status::Ok();
   };
 
-  // Plan: first-fit placement of node outputs in one arena, freeing a value's
-  // block after its last reader.
-  const auto& nodes = g.nodes();
+  // First-fit placement of node outputs in one arena, freeing a value's block
+  // after its last reader.
   std::vector<Shape> shapes(nv);
   std::vector<size_t> offsets(nv, 0);
   std::vector<Block> free_blocks;
@@ -154,24 +204,79 @@ Status Executor::run(const std::vector<std::pair<std::string, Tensor>>& inputs, 
     }
   }
   if (arena_end > arena_bytes_ || !arena_) {
-    arena_ = allocate_aligned(std::max<size_t>(arena_end, kAlign));
-    arena_bytes_ = std::max<size_t>(arena_end, kAlign);
+    // Plans made for the smaller arena point into it: they are made again when
+    // their shapes come back. Views a caller still holds keep the old one alive.
+    plans_.clear();
+    current_ = nullptr;
+    arena_bytes_ = std::max(arena_end, kAlign);
+    arena_ = allocate_aligned(arena_bytes_);
   }
   char* base = static_cast<char*>(arena_.get());
 
+  auto plan = std::make_unique<Plan>();
+  plan->symbols = symbols_;
+  plan->inputs.resize(g.inputs().size());
+  plan->node_outputs.reserve(out_begin_.back());
+  std::vector<const Tensor*> where(nv, nullptr);
+  for (size_t i = 0; i < g.inputs().size(); ++i) where[static_cast<size_t>(g.inputs()[i])] = &plan->inputs[i];
+  for (const graph::Value& v : g.values())
+    if (v.kind == graph::ValueKind::kParameter || v.kind == graph::ValueKind::kConstant)
+      where[static_cast<size_t>(v.id)] = &v.tensor;
+  for (const graph::Node& n : nodes)
+    for (graph::ValueId o : n.outputs)
+      plan->node_outputs.push_back(Tensor::wrap(base + offsets[static_cast<size_t>(o)], g.value(o).dtype,
+                                                shapes[static_cast<size_t>(o)], arena_));
+  for (const graph::Node& n : nodes)
+    for (size_t k = 0; k < n.outputs.size(); ++k)
+      where[static_cast<size_t>(n.outputs[k])] = &plan->node_outputs[out_begin_[static_cast<size_t>(n.id)] + k];
+  plan->node_inputs.reserve(in_begin_.back());
   for (const graph::Node& n : nodes) {
-    KernelArgs args{g, n, {}, {}, step, *pool_, states_[static_cast<size_t>(n.id)].get()};
-    args.in.reserve(n.inputs.size());
-    for (graph::ValueId v : n.inputs) args.in.push_back(v == graph::kNoValue ? Tensor() : values[static_cast<size_t>(v)]);
-    for (graph::ValueId o : n.outputs) {
-      Tensor t = Tensor::wrap(base + offsets[static_cast<size_t>(o)], g.value(o).dtype, shapes[static_cast<size_t>(o)], arena_);
-      values[static_cast<size_t>(o)] = t;
-      args.out.push_back(t);
+    for (graph::ValueId v : n.inputs) {
+      const Tensor* t = v == graph::kNoValue ? &kAbsent : where[static_cast<size_t>(v)];
+      if (!t) return internal_error(n.op + " in " + n.scope + " reads value " + std::to_string(v) + " before it is made");
+      plan->node_inputs.push_back(t);
     }
-    OpProfile& profile = OpProfile::global();
+  }
+  for (const auto& [name, v] : g.outputs()) {
+    const Tensor* t = where[static_cast<size_t>(v)];
+    if (!t) return internal_error("graph output '" + name + "' is made by no node");
+    plan->graph_outputs.push_back(t);
+  }
+  return plan;
+}
+
+Status Executor::run(std::span<const Tensor* const> inputs, graph::StepContext* step) {
+  const graph::Graph& g = *graph_;
+  current_ = nullptr;
+  LOOM_RETURN_IF_ERROR(bind_symbols(inputs));
+  LOOM_ASSIGN_OR_RETURN(Plan * plan, plan_for_symbols());
+  // Binding is a view's copy: the shape vectors already have their size.
+  for (size_t i = 0; i < inputs.size(); ++i) plan->inputs[i] = *inputs[i];
+  OpProfile& profile = OpProfile::global();
+  const auto& nodes = g.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const graph::Node& n = nodes[i];
+    KernelArgs args{g,
+                    n,
+                    TensorRefs(plan->node_inputs.data() + in_begin_[i], in_begin_[i + 1] - in_begin_[i]),
+                    std::span<Tensor>(plan->node_outputs.data() + out_begin_[i], out_begin_[i + 1] - out_begin_[i]),
+                    step,
+                    *pool_,
+                    states_[i].get()};
     const bool timed = profile.enabled();
     const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-    Status st = kernels_[static_cast<size_t>(n.id)]->run(args);
+    Status st;
+    // A kernel's exception (its own, or a parallel region's rethrown by the pool)
+    // becomes an error naming the op, as a Status from it would.
+    try {
+      st = kernels_[i]->run(args);
+    } catch (const Error& e) {
+      st = e.status();
+    } catch (const std::bad_alloc&) {
+      st = resource_exhausted("out of memory");
+    } catch (const std::exception& e) {
+      st = internal_error(e.what());
+    }
     if (timed) {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const int64_t rows = !args.out.empty() && args.out[0].rank() > 0 ? args.out[0].dim(0) : 1;
@@ -179,8 +284,23 @@ Status Executor::run(const std::vector<std::pair<std::string, Tensor>>& inputs, 
     }
     if (!st.ok()) return st.with_context(n.op + (n.scope.empty() ? "" : " in " + n.scope));
   }
-  outputs->clear();
-  for (const auto& [name, v] : g.outputs()) outputs->push_back(values[static_cast<size_t>(v)]);
+  current_ = plan;
+  return Status::Ok();
+}
+
+Status Executor::run(const std::vector<std::pair<std::string, Tensor>>& inputs, graph::StepContext* step,
+                     std::vector<Tensor>* outputs) {
+  const graph::Graph& g = *graph_;
+  std::vector<const Tensor*> bound(g.inputs().size(), nullptr);
+  for (size_t i = 0; i < bound.size(); ++i) {
+    const std::string& name = g.value(g.inputs()[i]).name;
+    for (const auto& [given, tensor] : inputs)
+      if (given == name) bound[i] = &tensor;
+    if (!bound[i]) return invalid_argument("graph input '" + name + "' was not given");
+  }
+  LOOM_RETURN_IF_ERROR(run(std::span<const Tensor* const>(bound), step));
+  outputs->resize(g.outputs().size());
+  for (size_t i = 0; i < outputs->size(); ++i) (*outputs)[i] = output(i);
   return Status::Ok();
 }
 

@@ -11,6 +11,7 @@ namespace {
 struct ExternalCallState : NodeState {
   graph::ExternalFunction fn;
   std::vector<float> weight;  // rms_norm: f32, weight_offset applied
+  float eps = 0;
 };
 
 }  // namespace
@@ -28,6 +29,7 @@ OpKernel external_call_op_kernel() {
       if (!w.tensor.defined())
         return invalid_argument(n.scope + ": external_call " + LOOM_CALL_RMS_NORM_F32_V1 + " needs a weight parameter");
       s->weight = w.tensor.to_f32_vector();
+      s->eps = static_cast<float>(n.attr_float("eps"));
       const float offset = static_cast<float>(n.attr_float("weight_offset", 0.0));
       for (float& v : s->weight) v += offset;
     }
@@ -39,8 +41,7 @@ OpKernel external_call_op_kernel() {
     if (rows == 0) return Status::Ok();
     if (s.fn.signature == LOOM_CALL_RMS_NORM_F32_V1) {
       reinterpret_cast<LoomRmsNormF32V1>(s.fn.entry)(a.in[0].data_as<float>(), s.weight.data(),
-                                                     a.out[0].data_as<float>(), rows, cols,
-                                                     static_cast<float>(a.node.attr_float("eps")));
+                                                     a.out[0].data_as<float>(), rows, cols, s.eps);
     } else {
       reinterpret_cast<LoomSiluAndMulF32V1>(s.fn.entry)(a.in[0].data_as<float>(), a.in[1].data_as<float>(),
                                                         a.out[0].data_as<float>(), rows, cols);

@@ -10,7 +10,7 @@ struct MoeState : NodeState {
   cpu::MoeParams params;
 };
 
-bool present(const std::vector<Tensor>& in, size_t i) { return in.size() > i && in[i].defined(); }
+bool present(const TensorRefs& in, size_t i) { return in.size() > i && in[i].defined(); }
 
 }  // namespace
 

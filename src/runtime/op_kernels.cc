@@ -22,8 +22,25 @@ namespace {
 
 using graph::Node;
 
-struct F32Weight : NodeState {
-  std::vector<float> w;
+// A state holding only a node's decoded attributes.
+template <class T>
+struct AttrState : NodeState {
+  explicit AttrState(T v) : value(v) {}
+  T value;
+};
+template <class T>
+Result<std::unique_ptr<NodeState>> attr_state(T v) {
+  return std::unique_ptr<NodeState>(std::make_unique<AttrState<T>>(v));
+}
+template <class T>
+const T& attr_of(const KernelArgs& a) {
+  return static_cast<const AttrState<T>*>(a.state)->value;
+}
+
+// rms_norm and layer_norm: weight (and bias) widened to f32 once, attributes decoded.
+struct NormState : NodeState {
+  std::vector<float> w, b;
+  float eps = 0, offset = 0;
 };
 struct PackedWeight : NodeState {
   std::shared_ptr<const cpu::PackedLinear> packed;
@@ -35,6 +52,8 @@ struct RopeState : NodeState {
   std::vector<float> long_inv_freq;  // longrope past original_max_position_embeddings
   float attention_scaling = 1.0f;
   bool per_sequence = false;  // dynamic, longrope: the frequencies follow each sequence's length
+  bool longrope = false;
+  std::vector<float> scratch_inv_freq;  // dynamic: a sequence's frequencies, reused from step to step
 };
 
 std::vector<float> to_f32(const Tensor& t) { return t.to_f32_vector(); }
@@ -146,16 +165,18 @@ template <bool kRef>
 OpKernel rms_norm_kernel() {
   OpKernel k;
   k.prepare = [](const graph::Graph& g, const Node& n) -> Result<std::unique_ptr<NodeState>> {
-    auto s = std::make_unique<F32Weight>();
+    auto s = std::make_unique<NormState>();
     s->w = to_f32(g.value(n.inputs[1]).tensor);
+    s->eps = static_cast<float>(n.attr_float("eps"));
+    s->offset = static_cast<float>(n.attr_float("weight_offset", 0.0));
     return std::unique_ptr<NodeState>(std::move(s));
   };
   k.run = [](KernelArgs& a) -> Status {
-    const auto& w = static_cast<F32Weight*>(a.state)->w;
+    const auto& st = *static_cast<const NormState*>(a.state);
+    const auto& w = st.w;
     const int64_t group = static_cast<int64_t>(w.size());
     const int64_t rows = rows_of(a.in[0]) * (cols_of(a.in[0]) / group);
-    const float eps = static_cast<float>(a.node.attr_float("eps"));
-    const float offset = static_cast<float>(a.node.attr_float("weight_offset", 0.0));
+    const float eps = st.eps, offset = st.offset;
     if (kRef)
       cpu::rmsnorm_ref(a.in[0].data_as<float>(), group, rows, group, w.data(), eps, offset, a.out[0].data_as<float>(), group);
     else
@@ -165,17 +186,14 @@ OpKernel rms_norm_kernel() {
   return k;
 }
 
-// ── layer_norm ── (GPT-2): weight and optional bias widened to f32 once.
-struct F32WeightBias : NodeState {
-  std::vector<float> w, b;
-};
-
+// ── layer_norm ── (GPT-2)
 template <bool kRef>
 OpKernel layer_norm_kernel() {
   OpKernel k;
   k.prepare = [](const graph::Graph& g, const Node& n) -> Result<std::unique_ptr<NodeState>> {
-    auto s = std::make_unique<F32WeightBias>();
+    auto s = std::make_unique<NormState>();
     s->w = to_f32(g.value(n.inputs[1]).tensor);
+    s->eps = static_cast<float>(n.attr_float("eps"));
     if (n.inputs.size() > 2 && n.inputs[2] != graph::kNoValue) s->b = to_f32(g.value(n.inputs[2]).tensor);
     if (!s->b.empty() && s->b.size() != s->w.size())
       return invalid_argument("layer_norm in " + n.scope + ": bias has " + std::to_string(s->b.size()) +
@@ -183,9 +201,9 @@ OpKernel layer_norm_kernel() {
     return std::unique_ptr<NodeState>(std::move(s));
   };
   k.run = [](KernelArgs& a) -> Status {
-    const auto* st = static_cast<F32WeightBias*>(a.state);
+    const auto* st = static_cast<const NormState*>(a.state);
     const int64_t n = cols_of(a.in[0]);
-    const float eps = static_cast<float>(a.node.attr_float("eps"));
+    const float eps = st->eps;
     const float* bias = st->b.empty() ? nullptr : st->b.data();
     if (kRef)
       cpu::layernorm_ref(a.in[0].data_as<float>(), rows_of(a.in[0]), n, st->w.data(), bias, eps, a.out[0].data_as<float>());
@@ -215,9 +233,13 @@ OpKernel binary_kernel(bool is_add) {
 template <bool kRef>
 OpKernel activation_kernel(bool is_gelu) {
   OpKernel k;
-  k.run = [is_gelu](KernelArgs& a) -> Status {
+  k.prepare = [is_gelu](const graph::Graph&, const Node& n) -> Result<std::unique_ptr<NodeState>> {
     cpu::Activation act = cpu::Activation::kSilu;
-    if (is_gelu) act = a.node.attr_str("approximate", "none") == "tanh" ? cpu::Activation::kGeluTanh : cpu::Activation::kGeluErf;
+    if (is_gelu) act = n.attr_str("approximate", "none") == "tanh" ? cpu::Activation::kGeluTanh : cpu::Activation::kGeluErf;
+    return attr_state(act);
+  };
+  k.run = [](KernelArgs& a) -> Status {
+    const cpu::Activation act = attr_of<cpu::Activation>(a);
     if (kRef) cpu::activation_ref(act, a.in[0].data_as<float>(), a.in[0].numel(), a.out[0].data_as<float>());
     else cpu::activation(act, a.in[0].data_as<float>(), a.in[0].numel(), a.out[0].data_as<float>(), a.pool);
     return Status::Ok();
@@ -265,8 +287,11 @@ Status run_split_columns(KernelArgs& a) {
 template <bool kRef>
 OpKernel scale_kernel() {
   OpKernel k;
+  k.prepare = [](const graph::Graph&, const Node& n) -> Result<std::unique_ptr<NodeState>> {
+    return attr_state(static_cast<float>(n.attr_float("factor")));
+  };
   k.run = [](KernelArgs& a) -> Status {
-    const float f = static_cast<float>(a.node.attr_float("factor"));
+    const float f = attr_of<float>(a);
     if (kRef) cpu::scale_ref(a.in[0].data_as<float>(), f, a.in[0].numel(), a.out[0].data_as<float>());
     else cpu::scale(a.in[0].data_as<float>(), f, a.in[0].numel(), a.out[0].data_as<float>(), a.pool);
     return Status::Ok();
@@ -277,8 +302,11 @@ OpKernel scale_kernel() {
 template <bool kRef>
 OpKernel softcap_kernel() {
   OpKernel k;
+  k.prepare = [](const graph::Graph&, const Node& n) -> Result<std::unique_ptr<NodeState>> {
+    return attr_state(static_cast<float>(n.attr_float("cap")));
+  };
   k.run = [](KernelArgs& a) -> Status {
-    const float cap = static_cast<float>(a.node.attr_float("cap"));
+    const float cap = attr_of<float>(a);
     if (kRef) cpu::softcap_ref(a.in[0].data_as<float>(), cap, a.in[0].numel(), a.out[0].data_as<float>());
     else cpu::softcap(a.in[0].data_as<float>(), cap, a.in[0].numel(), a.out[0].data_as<float>(), a.pool);
     return Status::Ok();
@@ -326,6 +354,7 @@ OpKernel rope_kernel() {
     if (s->params.type != "dynamic")
       LOOM_RETURN_IF_ERROR(cpu::compute_inv_freq(s->params, s->head_dim, 0, &s->inv_freq, &s->attention_scaling));
     s->per_sequence = s->params.type == "dynamic" || s->params.type == "longrope";
+    s->longrope = s->params.type == "longrope";
     if (s->params.type == "longrope")
       LOOM_RETURN_IF_ERROR(cpu::compute_inv_freq(s->params, s->head_dim, s->params.original_max_position_embeddings + 1,
                                                  &s->long_inv_freq, &s->attention_scaling));
@@ -359,7 +388,7 @@ OpKernel rope_kernel() {
       for (int64_t i = 0; i < sq.q_len; ++i) max_pos = std::max(max_pos, pos[sq.q_begin + i]);
       return max_pos;
     };
-    if (s->params.type == "longrope") {
+    if (s->longrope) {
       // Transformers switches to the long factors when max(position_ids) + 1 of the
       // forward passes the original length; here per sequence, so a sequence's
       // rotation does not depend on what else is in the batch.
@@ -372,7 +401,7 @@ OpKernel rope_kernel() {
     }
     // Dynamic NTK depends on the sequence length, so each sequence gets its own
     // frequencies (Transformers uses max(position_ids) + 1 of the forward call).
-    std::vector<float> inv_freq;
+    std::vector<float>& inv_freq = s->scratch_inv_freq;
     float scaling = 1.0f;
     for (size_t i = 0; i < count; ++i) {
       const graph::StepSequence& sq = seqs[i];
@@ -385,28 +414,40 @@ OpKernel rope_kernel() {
 }
 
 // ── attention ──
+struct AttentionState : NodeState {
+  int layer = 0;
+  cpu::AttentionParams params;
+  std::vector<cpu::AttentionSequence> seqs;  // reused from step to step
+};
+
 template <bool kRef>
 OpKernel attention_kernel() {
   OpKernel k;
-  k.run = [](KernelArgs& a) -> Status {
-    LOOM_RETURN_IF_ERROR(require_step(a));
-    const Node& n = a.node;
-    const int layer = static_cast<int>(n.attr_int("layer"));
-    cpu::AttentionParams p;
+  k.prepare = [](const graph::Graph&, const Node& n) -> Result<std::unique_ptr<NodeState>> {
+    auto s = std::make_unique<AttentionState>();
+    s->layer = static_cast<int>(n.attr_int("layer"));
+    cpu::AttentionParams& p = s->params;
     p.num_q_heads = n.attr_int("num_q_heads");
     p.num_kv_heads = n.attr_int("num_kv_heads");
     p.head_dim = n.attr_int("head_dim");
     p.scale = static_cast<float>(n.attr_float("scale"));
     p.sliding_window = n.attr_int("sliding_window", 0);
     p.softcap = static_cast<float>(n.attr_float("softcap", 0.0));
+    return std::unique_ptr<NodeState>(std::move(s));
+  };
+  k.run = [](KernelArgs& a) -> Status {
+    LOOM_RETURN_IF_ERROR(require_step(a));
+    auto& state = *static_cast<AttentionState*>(a.state);
+    const int layer = state.layer;
+    const cpu::AttentionParams& p = state.params;
     const Tensor &q = a.in[0], &k_new = a.in[1], &v_new = a.in[2];
     const int64_t kv_row = p.num_kv_heads * p.head_dim;
     const auto& step = *a.step;
     if (static_cast<int64_t>(step.positions.size()) != q.dim(0))
       return internal_error("attention: step has " + std::to_string(step.positions.size()) + " positions for " +
                             std::to_string(q.dim(0)) + " rows");
-    std::vector<cpu::AttentionSequence> seqs;
-    seqs.reserve(step.sequences.size());
+    std::vector<cpu::AttentionSequence>& seqs = state.seqs;
+    seqs.clear();
     for (size_t s = 0; s < step.sequences.size(); ++s) {
       const graph::StepSequence& sq = step.sequences[s];
       const graph::KvPageTable t = step.kv->pages(layer, static_cast<int>(s));

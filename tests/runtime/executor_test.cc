@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <new>
+#include <span>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -171,6 +174,86 @@ TEST(Executor, TiedEmbeddingReadsItsRowsFromTheLinearsPackedCopy) {
     ASSERT_TRUE(ref->run({{"ids", id_tensor}}, nullptr, &ref_out).ok());
     EXPECT_EQ(std::memcmp(ref_out[0].data(), out[0].data(), out[0].nbytes()), 0) << dtype_name(dt);
   }
+}
+
+std::vector<float> chain_reference(const std::vector<float>& xs, int length) {
+  std::vector<float> out(xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) {
+    float h = xs[i];
+    for (int k = 0; k < length; ++k) h = k % 2 ? silu(h) * xs[i] : silu(h) + xs[i];
+    out[i] = h;
+  }
+  return out;
+}
+
+// A shape is planned once: running it again reuses the plan (the same arena
+// places), another shape gets its own, and each output has its exact shape.
+TEST(Executor, PlansEachShapeOnceAndReusesIt) {
+  auto ex = Executor::create(chain_graph(6), cpu_backend()).value();
+  const float* first_place = nullptr;
+  for (int64_t tokens : {5, 3, 5, 3, 3}) {
+    std::vector<float> xs(static_cast<size_t>(tokens) * 64);
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::cos(static_cast<float>(i + tokens)) * 0.5f;
+    std::vector<Tensor> out;
+    ASSERT_TRUE(ex->run({{"x", Tensor::from_f32(xs, {tokens, 64})}}, nullptr, &out).ok());
+    ASSERT_EQ(out[0].shape(), (Shape{tokens, 64}));
+    const std::vector<float> want = chain_reference(xs, 6);
+    for (size_t i = 0; i < xs.size(); ++i) ASSERT_NEAR(out[0].data_as<float>()[i], want[i], 1e-5f) << tokens << " " << i;
+    if (tokens == 3) {
+      if (!first_place) first_place = out[0].data_as<float>();
+      EXPECT_EQ(out[0].data_as<float>(), first_place);
+    }
+  }
+  EXPECT_EQ(ex->cached_plans(), 2u);
+}
+
+TEST(Executor, InputsByPositionEqualInputsByName) {
+  auto ex = Executor::create(chain_graph(4), cpu_backend()).value();
+  ASSERT_EQ(ex->input_index("x").value(), 0u);
+  EXPECT_EQ(ex->input_index("y").status().code(), ErrorCode::kNotFound);
+  std::vector<float> xs(2 * 64);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(static_cast<float>(3 * i)) * 0.5f;
+  const Tensor x = Tensor::from_f32(xs, {2, 64});
+  const Tensor* bound[] = {&x};
+  ASSERT_TRUE(ex->run(std::span<const Tensor* const>(bound), nullptr).ok());
+  const std::vector<float> by_position = ex->output(0).to_f32_vector();
+  std::vector<Tensor> out;
+  ASSERT_TRUE(ex->run({{"x", x}}, nullptr, &out).ok());
+  EXPECT_EQ(out[0].to_f32_vector(), by_position);
+  const std::vector<float> want = chain_reference(xs, 4);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(by_position[i], want[i], 1e-5f) << i;
+  const Tensor* none[] = {nullptr};
+  Status missing = ex->run(std::span<const Tensor* const>(none), nullptr);
+  EXPECT_NE(missing.message().find("'x'"), std::string::npos) << missing.message();
+  EXPECT_FALSE(ex->output(0).defined());
+}
+
+// A kernel's exception, thrown on the calling thread or on a pool worker, comes
+// back as an error naming the op; the executor and the pool go on working.
+TEST(Executor, AKernelsExceptionIsAnErrorNamingTheOp) {
+  ThreadPool pool(2, /*back_off=*/false);
+  auto g = chain_graph(1);
+  for (int thrower : {0, 1}) {
+    Backend b("throwing");
+    b.add("add", *cpu_backend().find("add"));
+    b.add("mul", *cpu_backend().find("mul"));
+    b.add("silu", OpKernel{nullptr, [thrower](KernelArgs& a) -> Status {
+                             a.pool.parallel_for(2, [&](int64_t begin, int64_t, int) {
+                               if (begin == thrower) throw std::bad_alloc();
+                             });
+                             return Status::Ok();
+                           }});
+    auto ex = Executor::create(g, b, &pool).value();
+    std::vector<Tensor> out;
+    for (int round = 0; round < 3; ++round) {
+      Status st = ex->run({{"x", Tensor::zeros(DType::kF32, {2, 64})}}, nullptr, &out);
+      EXPECT_EQ(st.code(), ErrorCode::kResourceExhausted) << st.to_string();
+      EXPECT_NE(st.message().find("silu"), std::string::npos) << st.message();
+    }
+  }
+  std::atomic<int64_t> covered{0};
+  pool.parallel_for(100, [&](int64_t b, int64_t e, int) { covered.fetch_add(e - b); });
+  EXPECT_EQ(covered.load(), 100);
 }
 
 }  // namespace

@@ -38,6 +38,10 @@ class ModelRunner {
   // Token ids outside the vocabulary are an error naming the sequence and position.
   Result<Tensor> step(const std::vector<SequenceChunk>& chunks, graph::KvStore& kv,
                       LogitsRows rows = LogitsRows::kLastOfEachSequence);
+  // The same, assigning the logits view to *logits: a step of a shape seen before
+  // allocates nothing (assigning over a Tensor of the same rank reuses its shape),
+  // where returning a new Tensor allocates its shape.
+  Status step_into(const std::vector<SequenceChunk>& chunks, graph::KvStore& kv, LogitsRows rows, Tensor* logits);
 
   // Tensor parallelism (models/tensor_parallel.h, batching/step_broadcast.h): on
   // rank 0, step() first sends the other ranks the step's plan, and
@@ -58,7 +62,7 @@ class ModelRunner {
   ModelRunner() = default;
   Status prepare(const std::vector<SequenceChunk>& chunks, LogitsRows rows);
   Status send_plan(const std::vector<SequenceChunk>& chunks, graph::KvStore& kv, LogitsRows rows);
-  Result<Tensor> execute(graph::KvStore& kv);
+  Status execute(graph::KvStore& kv);
   runtime::Collectives* group_ = nullptr;  // tensor parallel: the process group
   bool ended_ = false;                      // end_steps() was called
   std::shared_ptr<const models::Model> model_;
@@ -66,6 +70,10 @@ class ModelRunner {
   ThreadPool* pool_ = nullptr;
   graph::StepContext ctx_;
   std::vector<int32_t> ids_, rows_;
+  // Views of ids_, ctx_.positions and rows_, made again only when those move or
+  // change length; bound_[input_slot_[i]] is graph input i.
+  Tensor ids_view_, positions_view_, rows_view_;
+  std::vector<const Tensor*> bound_;
 };
 
 }  // namespace loom::batching

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -23,11 +24,27 @@ class NodeState {
   virtual ~NodeState() = default;
 };
 
+// A node's inputs, by reference: parameters and constants are the graph's own
+// tensors, activations views into the arena, an absent optional input an undefined
+// Tensor. Built once per planned shape, so running a node copies no Tensor.
+class TensorRefs {
+ public:
+  TensorRefs(const Tensor* const* refs, size_t count) : refs_(refs), count_(count) {}
+  const Tensor& operator[](size_t i) const { return *refs_[i]; }
+  size_t size() const { return count_; }
+
+ private:
+  const Tensor* const* refs_;
+  size_t count_;
+};
+
+// What a kernel's run() sees. Attributes are decoded into its NodeState by
+// prepare(); run() reads no strings and allocates nothing in steady state.
 struct KernelArgs {
   const graph::Graph& graph;
   const graph::Node& node;
-  std::vector<Tensor> in;   // undefined Tensor for an absent optional input
-  std::vector<Tensor> out;  // allocated by the executor with the inferred shapes
+  TensorRefs in;
+  std::span<Tensor> out;  // arena views with the inferred shapes
   graph::StepContext* step;
   ThreadPool& pool;
   NodeState* state;

@@ -9,6 +9,7 @@
 // Tiles are handed out longest-first through an atomic counter, so a causal prefill (whose last
 // blocks cost most) and a batch of decodes of different lengths both keep every thread busy.
 #include <algorithm>
+#include <tuple>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -559,7 +560,12 @@ void PagedAttention(const float* q, int64_t q_stride, const AttentionSequence* s
   if (tiles.empty()) return;
   int64_t total = 0;
   for (const Tile& t : tiles) total += t.cost;
-  std::stable_sort(tiles.begin(), tiles.end(), [](const Tile& a, const Tile& b) { return a.cost > b.cost; });
+  // Longest first; ties in the order plan_tiles made them (as a stable sort, but
+  // std::stable_sort allocates a buffer on every call).
+  std::sort(tiles.begin(), tiles.end(), [](const Tile& a, const Tile& b) {
+    if (a.cost != b.cost) return a.cost > b.cost;
+    return std::tie(a.seq, a.t0, a.kv_head, a.g0) < std::tie(b.seq, b.t0, b.kv_head, b.g0);
+  });
 
   const Job job{q, q_stride, seqs, p, out, out_stride};
   const Tile* tile_list = tiles.data();

@@ -32,7 +32,12 @@ void share_chunks(ThreadPool& pool, int64_t units, int64_t chunk, const Body& bo
   struct alignas(64) Share {
     std::atomic<uint64_t> range;
   };
-  std::unique_ptr<Share[]> shares(new Share[static_cast<size_t>(threads)]);
+  // On the stack for any usual pool: a decode step calls this per linear, and
+  // the step allocates nothing in steady state.
+  constexpr int kOnStack = 64;
+  Share on_stack[kOnStack];
+  std::unique_ptr<Share[]> on_heap(threads > kOnStack ? new Share[static_cast<size_t>(threads)] : nullptr);
+  Share* shares = on_heap ? on_heap.get() : on_stack;
   for (int t = 0; t < threads; ++t) {
     const uint64_t f = static_cast<uint64_t>(chunks * t / threads), b = static_cast<uint64_t>(chunks * (t + 1) / threads);
     shares[static_cast<size_t>(t)].range.store(f << 32 | b, std::memory_order_relaxed);
