@@ -331,7 +331,8 @@ std::map<std::string, OpSchema> build_schemas() {
   {
     // A function loom did not compile (a plugin kernel), by key in
     // external_functions.h; "signature" says how it is called and what the
-    // inputs are (external_call_abi.h). Output: f32, the shape of input 0.
+    // inputs are (external_call_abi.h). Output: f32, the shape of input 0
+    // ([rows, out] for a projection).
     OpSchema s;
     s.name = "external_call";
     s.summary = "calls a registered plugin function (attrs: callee, signature)";
@@ -346,6 +347,11 @@ std::map<std::string, OpSchema> build_schemas() {
         LOOM_RETURN_IF_ERROR(expect_rank(in[1], 1, "weight"));
         LOOM_RETURN_IF_ERROR(expect_weight(in[1], "weight"));
         if (!dims_match(in[1]->shape[0], in[0]->shape[1])) return invalid_argument("weight size != x features");
+      } else if (sig == LOOM_CALL_LINEAR_T_F32_V1) {
+        LOOM_RETURN_IF_ERROR(expect_rank(in[1], 2, "w_t"));
+        if (!dims_match(in[1]->shape[0], in[0]->shape[1])) return invalid_argument("w_t rows != x features");
+        out->push_back({DType::kF32, {in[0]->shape[0], in[1]->shape[1]}});
+        return Status::Ok();
       } else if (!in[1] || in[1]->shape != in[0]->shape) {
         return invalid_argument("gate and up must have the same shape");
       } else {

@@ -134,7 +134,9 @@ ValueId RMSNorm::forward(GraphBuilder& b, ValueId x) const {
     if (k->kind == ModuleKernelKind::kFused && is_builtin(*k, "RMSNormMLP")) return record_rms_norm_mlp(b, *k, x);
     if (const std::string callee = plugin_callee(*k, LOOM_CALL_RMS_NORM_F32_V1); !callee.empty()) {
       GraphBuilder::Scope scope(b, path());
-      return b.op("external_call", {x, b.param(param_name("weight"))},
+      // A plugin may own its weight (ABI 2: renamed or converted at load).
+      const std::string weight = k->layout ? k->layout->parameters.at(0).name : param_name("weight");
+      return b.op("external_call", {x, b.param(weight)},
                   {{"callee", callee}, {"signature", std::string(LOOM_CALL_RMS_NORM_F32_V1)}, {"eps", eps_},
                    {"weight_offset", offset_}});
     }
@@ -318,13 +320,21 @@ ValueId SelfAttention::forward(GraphBuilder& b, ValueId x, ValueId positions) co
   ValueId q, k, v;
   if (const ModuleKernel* kern = b.kernel(path())) {
     if (kern->kind == ModuleKernelKind::kFusedAway) return x;
-    if (!(kern->kind == ModuleKernelKind::kKernel && is_builtin(*kern, "FusedQKV"))) cannot_record(*this, *kern);
-    // loom:FusedQKV: one projection over the concatenated [q; k; v] rows, split
-    // back into q, k and v; the rest of attention is this module's own.
     GraphBuilder::Scope scope(b, path());
-    std::vector<ValueId> in = {x, b.param(need_layout_param(*this, *kern, param_name("qkv_proj.weight")))};
-    if (s_.qkv_bias) in.push_back(b.param(need_layout_param(*this, *kern, param_name("qkv_proj.bias"))));
-    ValueId qkv = b.op("linear", std::move(in));
+    ValueId qkv;
+    if (const std::string callee = plugin_callee(*kern, LOOM_CALL_LINEAR_T_F32_V1); !callee.empty()) {
+      // A plugin owning the merged q/k/v weight in its own [in, q + k + v] layout (ABI 2).
+      if (s_.qkv_bias || !kern->layout || kern->layout->parameters.size() != 1) cannot_record(*this, *kern);
+      qkv = b.op("external_call", {x, b.param(kern->layout->parameters[0].name)},
+                 {{"callee", callee}, {"signature", std::string(LOOM_CALL_LINEAR_T_F32_V1)}});
+    } else {
+      if (!(kern->kind == ModuleKernelKind::kKernel && is_builtin(*kern, "FusedQKV"))) cannot_record(*this, *kern);
+      // loom:FusedQKV: one projection over the concatenated [q; k; v] rows, split
+      // back into q, k and v; the rest of attention is this module's own.
+      std::vector<ValueId> in = {x, b.param(need_layout_param(*this, *kern, param_name("qkv_proj.weight")))};
+      if (s_.qkv_bias) in.push_back(b.param(need_layout_param(*this, *kern, param_name("qkv_proj.bias"))));
+      qkv = b.op("linear", std::move(in));
+    }
     const std::vector<int64_t> sizes = {s_.num_heads * s_.head_dim, s_.num_kv_heads * s_.head_dim,
                                         s_.num_kv_heads * s_.head_dim};
     const std::vector<ValueId> parts = b.op_multi("split_columns", {qkv}, {{"sizes", sizes}});

@@ -10,8 +10,9 @@ namespace {
 
 struct ExternalCallState : NodeState {
   graph::ExternalFunction fn;
-  std::vector<float> weight;  // rms_norm: f32, weight_offset applied
-  float eps = 0;
+  std::vector<float> weight;  // rms_norm: f32, weight_offset applied; linear_t: f32 [in, out]
+  float eps = 0;              // rms_norm
+  int64_t out_features = 0;   // linear_t
 };
 
 }  // namespace
@@ -32,6 +33,12 @@ OpKernel external_call_op_kernel() {
       s->eps = static_cast<float>(n.attr_float("eps"));
       const float offset = static_cast<float>(n.attr_float("weight_offset", 0.0));
       for (float& v : s->weight) v += offset;
+    } else if (s->fn.signature == LOOM_CALL_LINEAR_T_F32_V1) {
+      const graph::Value& w = g.value(n.inputs[1]);
+      if (!w.tensor.defined() || w.tensor.rank() != 2)
+        return invalid_argument(n.scope + ": external_call " + LOOM_CALL_LINEAR_T_F32_V1 + " needs a 2-D weight parameter");
+      s->weight = w.tensor.to_f32_vector();
+      s->out_features = w.tensor.dim(1);
     }
     return std::unique_ptr<NodeState>(std::move(s));
   };
@@ -42,6 +49,9 @@ OpKernel external_call_op_kernel() {
     if (s.fn.signature == LOOM_CALL_RMS_NORM_F32_V1) {
       reinterpret_cast<LoomRmsNormF32V1>(s.fn.entry)(a.in[0].data_as<float>(), s.weight.data(),
                                                      a.out[0].data_as<float>(), rows, cols, s.eps);
+    } else if (s.fn.signature == LOOM_CALL_LINEAR_T_F32_V1) {
+      reinterpret_cast<LoomLinearTF32V1>(s.fn.entry)(a.in[0].data_as<float>(), s.weight.data(),
+                                                     a.out[0].data_as<float>(), rows, cols, s.out_features);
     } else {
       reinterpret_cast<LoomSiluAndMulF32V1>(s.fn.entry)(a.in[0].data_as<float>(), a.in[1].data_as<float>(),
                                                         a.out[0].data_as<float>(), rows, cols);

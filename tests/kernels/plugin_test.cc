@@ -143,8 +143,74 @@ TEST(Plugin, FusedPluginKernelThroughAFusionKey) {
   const ModuleKernel* head = p->find("model.layers.0.post_attention_layernorm");
   ASSERT_EQ(head->kind, ModuleKernelKind::kFused);
   EXPECT_EQ(head->kernel->name, "CustomRMSNormMLP");
-  EXPECT_FALSE(head->layout.has_value());  // plugins carry no Layout (see plugin_abi.h)
+  EXPECT_FALSE(head->layout.has_value());  // it declares no parameters of its own
   EXPECT_EQ(p->find("model.layers.0.mlp")->kind, ModuleKernelKind::kFusedAway);
+}
+
+TEST(Plugin, VersionOneManifestsStillLoad) {
+  KernelRegistry reg;
+  reg.add_plugin_directory(kPluginDir, true);
+  auto sel = select_kernel(reg, KernelRef::parse("acme/legacy:CustomRMSNorm").value(), "RMSNorm", "cpu",
+                           CpuFeatures::host(), false);
+  ASSERT_TRUE(sel.ok()) << sel.status().to_string();
+  ASSERT_TRUE(sel->kernel);
+  EXPECT_EQ(sel->kernel->entry_signature, LOOM_CALL_RMS_NORM_F32_V1);
+  EXPECT_NE(sel->kernel->entry, nullptr);
+  EXPECT_FALSE(sel->kernel->layout);  // ABI 1 has no parameters of its own
+  auto all = reg.find(KernelRef::parse("acme/legacy:CustomRMSNormMLP").value());
+  ASSERT_TRUE(all.ok()) << all.status().to_string();  // the third V1 entry: read with V1's stride
+  EXPECT_EQ((*all)[0]->layers, std::vector<std::string>{"RMSNorm+MLP"});
+}
+
+// ABI 2 (examples/kernel_plugin): the parameters a plugin declares become a
+// layout of this model instance, with the weight rules that make them.
+TEST(Plugin, DeclaredParametersBecomeTheKernelsLayout) {
+  Recorded r;
+  testing::record(TinyDecoder{}, &r);
+  KernelRegistry reg;
+  reg.add_plugin_directory(kPluginDir, true);
+  auto p = resolve(R"({"Attention": "example/layout_kernels:MergedQKV", "RMSNorm": "example/layout_kernels:ScaledRMSNorm"})",
+                   reg, cpu(kAvx2), r.view);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  const ModuleKernel* attn = p->find("model.layers.0.self_attn");
+  ASSERT_TRUE(attn && attn->layout);
+  const TinyDecoder d;
+  const LayoutInstance& li = *attn->layout;
+  ASSERT_EQ(li.parameters.size(), 1u);
+  EXPECT_EQ(li.parameters[0].name, "model.layers.0.self_attn.qkv_t.weight");
+  EXPECT_EQ(li.parameters[0].shape, (Shape{d.hidden, d.q_out + 2 * d.kv_out}));  // concatenated, then transposed
+  EXPECT_EQ(li.replaced, (std::vector<std::string>{"model.layers.0.self_attn.q_proj.weight",
+                                                   "model.layers.0.self_attn.k_proj.weight",
+                                                   "model.layers.0.self_attn.v_proj.weight"}));
+  ASSERT_EQ(li.rules.size(), 1u);
+  const std::string rule = describe(li.rules[0]);
+  EXPECT_NE(rule.find("Concatenate"), std::string::npos) << rule;
+  EXPECT_NE(rule.find("Transpose"), std::string::npos) << rule;
+  const ModuleKernel* norm = p->find("model.norm");
+  ASSERT_TRUE(norm && norm->layout);
+  EXPECT_EQ(norm->layout->parameters[0].name, "model.norm.scale");
+  EXPECT_EQ(norm->layout->replaced, std::vector<std::string>{"model.norm.weight"});
+  ASSERT_EQ(norm->layout->rules.size(), 1u);
+  EXPECT_TRUE(std::holds_alternative<WeightRenaming>(norm->layout->rules[0]));
+  ExpectedParams model_expected;
+  for (const ModuleInfo& m : r.view.modules)
+    for (const ParamInfo& prm : m.parameters) model_expected[prm.name].shape = prm.shape;
+  auto expected = p->apply_layouts(model_expected);
+  ASSERT_TRUE(expected.ok()) << expected.status().to_string();
+  EXPECT_EQ(expected->at("model.layers.0.self_attn.qkv_t.weight").shape, li.parameters[0].shape);
+  EXPECT_FALSE(expected->count("model.layers.0.self_attn.q_proj.weight"));
+  EXPECT_TRUE(expected->count("model.norm.scale") && !expected->count("model.norm.weight"));
+}
+
+TEST(Plugin, AMisdeclaredParameterIsAnErrorNamingIt) {
+  Recorded r;
+  testing::record(TinyDecoder{}, &r);
+  KernelRegistry reg;
+  reg.add_plugin_directory(kPluginDir, true);
+  auto p = resolve(R"({"RMSNorm": ["acme/norms:MisdeclaredRMSNorm", {"version": 2}]})", reg, cpu(kAvx2), r.view);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("parameter 'scale'"), std::string::npos) << p.status().message();
+  EXPECT_NE(p.status().message().find("source module 1 does not exist"), std::string::npos) << p.status().message();
 }
 
 TEST(Plugin, ManifestErrorsNameTheFile) {
@@ -153,7 +219,7 @@ TEST(Plugin, ManifestErrorsNameTheFile) {
   auto s = select_kernel(reg, KernelRef::parse("acme/future:CustomRMSNorm").value(), "RMSNorm", "cpu",
                          CpuFeatures::host(), true);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("libacme_future.so: ABI version 99"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("libacme_future.so: ABI version 99, loom speaks 1 to 2"), std::string::npos) << s.status().message();
   s = select_kernel(reg, KernelRef::parse("acme/absent:X").value(), "RMSNorm", "cpu", CpuFeatures::host(), true);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("'acme/absent' not found in plugin directories [" + kPluginDir + "]"),

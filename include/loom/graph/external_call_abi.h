@@ -25,6 +25,12 @@ typedef void (*LoomRmsNormF32V1)(const float* x, const float* weight, float* y, 
 #define LOOM_CALL_SILU_AND_MUL_F32_V1 "loom.silu_and_mul_f32.v1"
 typedef void (*LoomSiluAndMulF32V1)(const float* gate, const float* up, float* y, int64_t rows, int64_t cols);
 
+/* y[r, o] = sum_i x[r, i] * w_t[i, o]: a projection whose weight the kernel
+ * keeps transposed, [in, out] (its own layout, made at load: plugin_abi.h's
+ * LoomKernelParam). Used for an Attention kernel owning the merged q/k/v weight. */
+#define LOOM_CALL_LINEAR_T_F32_V1 "loom.linear_t_f32.v1"
+typedef void (*LoomLinearTF32V1)(const float* x, const float* w_t, float* y, int64_t rows, int64_t in, int64_t out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -54,12 +54,27 @@ static const char* const kMaxLevel = EXAMPLE_MAX_LEVEL;
 static const char* const kMaxLevel = NULL;
 #endif
 
-static const LoomKernelEntry kKernels[] = {
+#if EXAMPLE_ABI == 1
+/* A plugin built for ABI 1: its entries are the shorter LoomKernelEntryV1. */
+typedef LoomKernelEntryV1 ExampleEntry;
+#else
+typedef LoomKernelEntry ExampleEntry;
+/* ABI 2: a kernel owning a parameter declared against a module it does not
+ * replace (source module 1 of a single-module kernel): an error at load. */
+static const char* const kBadSources[] = {"1:weight", NULL};
+static const LoomKernelParam kBadParams[] = {{"scale", kBadSources, 0, 0}};
+#endif
+
+static const ExampleEntry kKernels[] = {
     {"CustomRMSNorm", EXAMPLE_VERSION, EXAMPLE_REVISION, kDevices, kFeatures, kMaxLevel, kNormLayers,
      LOOM_CALL_RMS_NORM_F32_V1, (void (*)(void))custom_rms_norm_f32},
     {"CustomSiLUAndMul", EXAMPLE_VERSION, EXAMPLE_REVISION, kDevices, kFeatures, kMaxLevel, kActLayers,
      LOOM_CALL_SILU_AND_MUL_F32_V1, (void (*)(void))custom_silu_and_mul_f32},
     {"CustomRMSNormMLP", EXAMPLE_VERSION, EXAMPLE_REVISION, kDevices, kFeatures, kMaxLevel, kFusedLayers, NULL, NULL},
+#if EXAMPLE_ABI != 1
+    {"MisdeclaredRMSNorm", EXAMPLE_VERSION, EXAMPLE_REVISION, kDevices, kFeatures, kMaxLevel, kNormLayers,
+     LOOM_CALL_RMS_NORM_F32_V1, (void (*)(void))custom_rms_norm_f32, kBadParams, 1},
+#endif
 };
 
 static const LoomKernelManifest kManifest = {EXAMPLE_ABI, EXAMPLE_REPO, sizeof(kKernels) / sizeof(kKernels[0]), kKernels};
