@@ -4,6 +4,7 @@
 // call. Destroying the manager never holds the GIL while the loop ends (a
 // handler may be waiting for it).
 #include <chrono>
+#include <mutex>
 #include <thread>
 
 #include "bindings.h"
@@ -24,30 +25,51 @@ constexpr double kWaitSlice = 0.05;  // seconds between checks for Ctrl-C
 
 struct ManagerHandle {
   std::shared_ptr<ThreadPool> pool;  // the model's, kept while the manager may outlive the model
-  std::shared_ptr<ContinuousBatchingManager> m;
   ~ManagerHandle() { close(); }
   void close() {
-    if (!m) return;
-    if (m->on_loop_thread()) {
+    std::shared_ptr<ContinuousBatchingManager> doomed = share();
+    if (!doomed) return;
+    if (doomed->on_loop_thread()) {
       // A result handler (or the last reference, dropped by one): the loop cannot
       // join itself, so it is only told to end here, and a thread of its own
       // finishes the teardown once it has.
-      m->destroy();
-      std::thread([m = std::move(m), pool = pool] { m->destroy(); }).detach();
+      doomed->destroy();
+      drop();
+      std::thread([doomed, pool = pool] { doomed->destroy(); }).detach();
       return;
     }
     if (PyGILState_Check()) {
       py::gil_scoped_release release;
-      m->destroy();
+      doomed->destroy();
     } else {
-      m->destroy();
+      doomed->destroy();
     }
+    drop();
+  }
+  // A reference for the duration of one call: destroy() from another thread may
+  // drop the handle's own meanwhile, and the manager must outlive the call.
+  std::shared_ptr<ContinuousBatchingManager> get() const {
+    std::shared_ptr<ContinuousBatchingManager> m = share();
+    if (!m) throw Error(failed_precondition("the ContinuousBatchingManager was destroyed"));
+    return m;
+  }
+  // Null once destroyed. Calls read it without the GIL, so it is guarded.
+  std::shared_ptr<ContinuousBatchingManager> share() const {
+    std::lock_guard<std::mutex> lk(mu);
+    return m;
+  }
+  void set(std::shared_ptr<ContinuousBatchingManager> manager) {
+    std::lock_guard<std::mutex> lk(mu);
+    m = std::move(manager);
+  }
+
+ private:
+  void drop() {
+    std::lock_guard<std::mutex> lk(mu);
     m.reset();
   }
-  ContinuousBatchingManager& get() {
-    if (!m) throw Error(failed_precondition("the ContinuousBatchingManager was destroyed"));
-    return *m;
-  }
+  mutable std::mutex mu;
+  std::shared_ptr<ContinuousBatchingManager> m;
 };
 
 std::shared_ptr<ManagerHandle> create(ModelHandle& h, const std::string& gc_json, const std::string& cb_json) {
@@ -57,14 +79,14 @@ std::shared_ptr<ManagerHandle> create(ModelHandle& h, const std::string& gc_json
   std::shared_ptr<batching::ModelRunner> runner = h.new_runner();
   auto out = std::make_shared<ManagerHandle>();
   out->pool = h.pool;
-  out->m = unwrap(ContinuousBatchingManager::create(runner, gc, cb, h.manager_options()));
+  out->set(unwrap(ContinuousBatchingManager::create(runner, gc, cb, h.manager_options())));
   return out;
 }
 
 // Waits for an output in slices; None on timeout or once the manager stopped
 // with nothing left to deliver (the C++ get_result's nullopt).
 py::object get_result(ManagerHandle& h, std::optional<std::string> request_id, std::optional<double> timeout) {
-  ContinuousBatchingManager& m = h.get();
+  const std::shared_ptr<ContinuousBatchingManager> m = h.get();
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   while (true) {
@@ -77,8 +99,8 @@ py::object get_result(ManagerHandle& h, std::optional<std::string> request_id, s
     bool running = false;
     {
       py::gil_scoped_release release;
-      out = m.get_result(request_id, slice);
-      running = m.is_running();
+      out = m->get_result(request_id, slice);
+      running = m->is_running();
     }
     if (out) return py::cast(std::move(*out));
     raise_pending_signals();
@@ -98,9 +120,9 @@ void register_result_handler(ManagerHandle& h, const std::string& request_id, py
       e.discard_as_unraisable("loom: a result handler raised");
     }
   };
-  ContinuousBatchingManager& m = h.get();
+  const std::shared_ptr<ContinuousBatchingManager> m = h.get();
   py::gil_scoped_release release;
-  check(m.register_result_handler(request_id, std::move(cb)));
+  check(m->register_result_handler(request_id, std::move(cb)));
 }
 
 // pause()'s guard for Python: it keeps the manager alive, so releasing it after
@@ -112,15 +134,15 @@ struct PauseHandle {
 };
 
 std::shared_ptr<PauseHandle> pause(ManagerHandle& h) {
-  std::shared_ptr<ContinuousBatchingManager> m = h.m;
-  if (!m) throw Error(failed_precondition("the ContinuousBatchingManager was destroyed"));
+  std::shared_ptr<ContinuousBatchingManager> m = h.get();
   py::gil_scoped_release release;
   PauseGuard guard = unwrap(m->pause());
   return std::make_shared<PauseHandle>(PauseHandle{std::move(m), std::move(guard)});
 }
 
 py::dict stats(const ManagerHandle& h) {
-  const batching::ManagerStats s = h.m ? h.m->stats() : batching::ManagerStats{};
+  const std::shared_ptr<ContinuousBatchingManager> m = h.share();
+  const batching::ManagerStats s = m ? m->stats() : batching::ManagerStats{};
   py::dict d;
   d["requests_added"] = s.requests_added;
   d["finished"] = s.finished;
@@ -170,42 +192,47 @@ void register_manager(py::module_& m) {
       .def(
           "add_request",
           [](ManagerHandle& h, std::vector<int32_t> ids, const RequestOptions& o) {
-            return unwrap(h.get().add_request(std::move(ids), o));
+            return unwrap(h.get()->add_request(std::move(ids), o));
           },
           py::arg("input_ids"), py::arg("options"), py::call_guard<py::gil_scoped_release>())
       .def(
-          "cancel_request", [](ManagerHandle& h, const std::string& id) { check(h.get().cancel_request(id)); },
+          "cancel_request", [](ManagerHandle& h, const std::string& id) { check(h.get()->cancel_request(id)); },
           py::arg("request_id"), py::call_guard<py::gil_scoped_release>())
       .def("get_result", &get_result, py::arg("request_id") = py::none(), py::arg("timeout") = py::none())
       .def("register_result_handler", &register_result_handler, py::arg("request_id"), py::arg("callback"))
       .def(
-          "start", [](ManagerHandle& h) { check(h.get().start()); }, py::call_guard<py::gil_scoped_release>())
+          "start", [](ManagerHandle& h) { check(h.get()->start()); }, py::call_guard<py::gil_scoped_release>())
       .def(
           "stop",
           [](ManagerHandle& h, bool block, std::optional<double> timeout, bool keep_for_next_session, bool hard_stop) {
-            check(h.get().stop(block, timeout, keep_for_next_session, hard_stop));
+            check(h.get()->stop(block, timeout, keep_for_next_session, hard_stop));
           },
           py::arg("block") = true, py::arg("timeout") = py::none(), py::arg("keep_for_next_session") = false,
           py::arg("hard_stop") = false, py::call_guard<py::gil_scoped_release>())
       .def(
           "join",
           [](ManagerHandle& h, std::optional<double> timeout) {
-            const Status ended = h.get().join(timeout);
+            const Status ended = h.get()->join(timeout);
             if (ended.code() == ErrorCode::kTimeout) return false;
             check(ended);
             return true;
           },
           py::arg("timeout") = py::none(), py::call_guard<py::gil_scoped_release>())
       .def(
-          "warmup", [](ManagerHandle& h) { check(h.get().warmup()); }, py::call_guard<py::gil_scoped_release>())
+          "warmup", [](ManagerHandle& h) { check(h.get()->warmup()); }, py::call_guard<py::gil_scoped_release>())
       .def("pause", &pause)
-      .def("is_running", [](const ManagerHandle& h) { return h.m && h.m->is_running(); })
+      .def("is_running",
+           [](const ManagerHandle& h) {
+             const std::shared_ptr<ContinuousBatchingManager> m = h.share();
+             return m && m->is_running();
+           })
       .def("destroy", &ManagerHandle::close)
-      .def_property_readonly("destroyed", [](const ManagerHandle& h) { return !h.m; })
+      .def_property_readonly("destroyed", [](const ManagerHandle& h) { return !h.share(); })
       .def("fatal_error",
            [](const ManagerHandle& h) -> py::object {
-             if (!h.m) return py::none();
-             const auto e = h.m->fatal_error();
+             const std::shared_ptr<ContinuousBatchingManager> m = h.share();
+             if (!m) return py::none();
+             const auto e = m->fatal_error();
              return e ? py::cast(e->to_string()) : py::none();
            })
       .def("stats", &stats);

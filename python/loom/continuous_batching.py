@@ -7,8 +7,9 @@ No lifecycle call waits for something that cannot happen: where it would, it rai
 FailedPreconditionError saying why. Inside `with manager.pause():` a blocking soft
 stop(), join() without a timeout and start() of a stopping manager raise (the loop cannot
 finish while paused; stop(hard_stop=True), stop(block=False) and destroy() work there).
-In a result handler run on the batching thread, pause(), join() and stop(block=True)
-raise (the loop cannot wait for itself); stop(block=False) and destroy() work there."""
+In a result handler run inline (on the batching thread, or inside register_result_handler
+for outputs queued before it), pause(), join() and stop(block=True) raise (the loop waits
+for the handler); stop(block=False) and destroy() work there."""
 import asyncio
 import atexit
 import contextlib

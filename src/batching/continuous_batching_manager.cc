@@ -281,7 +281,17 @@ Status ContinuousBatchingManager::register_result_handler(const std::string& req
   if (live.empty() && queued.empty()) return not_found("register_result_handler: no request '" + request_id + "'");
   for (const std::string& id : live) handlers_[id] = Handler{callback, executor};
   for (const GenerationOutput& o : queued) handlers_[o.request_id] = Handler{callback, executor};  // a final one erases it
+  // Delivered here, on the caller's thread, while the loop waits for delivery_mu_:
+  // lifecycle calls from the handler meanwhile are refused as on the loop thread.
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    delivering_id_ = std::this_thread::get_id();
+  }
   for (GenerationOutput& o : queued) deliver(std::move(o));
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    delivering_id_ = std::thread::id();
+  }
   return Status::Ok();
 }
 
@@ -297,8 +307,8 @@ Status ContinuousBatchingManager::check_may_wait_for_end_locked(const char* call
   if (!thread_alive_) return Status::Ok();
   if (on_loop_thread_locked())
     return failed_precondition(std::string(call) +
-                               ": called on the batching thread (from a result handler), which cannot wait for "
-                               "itself to end; use stop(block=false) there");
+                               ": called from a result handler, which the batching loop waits for, so it cannot "
+                               "wait for the loop to end; use stop(block=false) there");
   if (pause_blocks && !hard_stop_ && pause_holders_.count(std::this_thread::get_id()))
     return failed_precondition(std::string(call) +
                                ": this thread holds pause(), and the loop cannot finish its requests and end "
@@ -376,8 +386,8 @@ Result<PauseGuard> ContinuousBatchingManager::pause() {
   std::unique_lock<std::mutex> lk(mu_);
   if (destroyed_) return failed_precondition("pause: the manager was destroyed");
   if (on_loop_thread_locked())
-    return failed_precondition("pause: called on the batching thread (from a result handler), which cannot park "
-                               "while it runs the handler");
+    return failed_precondition("pause: called from a result handler, which the batching loop waits for, so it "
+                               "cannot park");
   const std::thread::id me = std::this_thread::get_id();
   ++pause_count_;
   ++pause_holders_[me];

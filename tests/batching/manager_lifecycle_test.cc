@@ -500,8 +500,8 @@ TEST_F(ManagerTest, MainThreadInsidePauseGetsErrorsNotHangs) {
   within(kNoHang, "hard stop inside pause", [&] {
     auto m = manager();
     ASSERT_TRUE(m->start().ok());
-    ASSERT_TRUE(m->add_request(prompt(4), long_request("a")).ok());
     PauseGuard paused = m->pause().value();
+    ASSERT_TRUE(m->add_request(prompt(4), long_request("a")).ok());  // paused: it cannot finish first
     EXPECT_TRUE(m->stop(/*block=*/true, std::nullopt, false, /*hard_stop=*/true).ok());
     EXPECT_FALSE(m->is_running());
     EXPECT_TRUE(m->join().ok());  // ended: join returns at once, pause or not
@@ -534,7 +534,8 @@ TEST_F(ManagerTest, MainThreadInsidePauseGetsErrorsNotHangs) {
   });
 }
 
-// Result handlers run on the batching thread: the loop cannot wait for itself.
+// Result handlers run on the batching thread (or, for outputs already queued, inside
+// register_result_handler while the loop waits): the loop cannot wait for itself.
 TEST_F(ManagerTest, ResultHandlerLifecycleCallsEndOrFail) {
   struct Seen {
     std::mutex mu;
@@ -560,7 +561,7 @@ TEST_F(ManagerTest, ResultHandlerLifecycleCallsEndOrFail) {
     ASSERT_TRUE(m->stop(true, kNoHang).ok());
     ASSERT_EQ(seen->statuses.size(), 1u);
     EXPECT_EQ(seen->statuses[0].code(), ErrorCode::kFailedPrecondition);
-    EXPECT_NE(seen->statuses[0].message().find("batching thread"), std::string::npos) << seen->statuses[0].message();
+    EXPECT_NE(seen->statuses[0].message().find("result handler"), std::string::npos) << seen->statuses[0].message();
   });
   within(kNoHang, "join and blocking stops from a handler", [&] {
     auto m = manager();
@@ -600,6 +601,25 @@ TEST_F(ManagerTest, ResultHandlerLifecycleCallsEndOrFail) {
     EXPECT_EQ(m->add_request({1}).status().code(), ErrorCode::kFailedPrecondition);
     m->destroy();  // the teardown the handler could not do
     EXPECT_FALSE(m->is_running());
+  });
+  within(kNoHang, "a handler given queued outputs by register_result_handler", [&] {
+    // Outputs queued before the handler exists are delivered on this thread while
+    // the loop waits to deliver the next ones: waiting for the loop here would never end.
+    auto m = manager();
+    ASSERT_TRUE(m->start().ok());
+    ASSERT_TRUE(m->add_request(prompt(4), long_request("q", true)).ok());
+    while (m->stats().generated_tokens < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::vector<Status> seen;
+    ASSERT_TRUE(m->register_result_handler("q", [&](const GenerationOutput&) {
+                   if (seen.empty()) {
+                     seen.push_back(m->pause().status());
+                     seen.push_back(m->stop(/*block=*/true));
+                     seen.push_back(m->join());
+                   }
+                 }).ok());
+    ASSERT_EQ(seen.size(), 3u);
+    for (const Status& st : seen) EXPECT_EQ(st.code(), ErrorCode::kFailedPrecondition) << st.to_string();
+    ASSERT_TRUE(m->stop(true, kNoHang).ok());
   });
   within(kNoHang, "destructor after a handler's destroy", [&] {
     auto m = manager();
@@ -655,14 +675,16 @@ TEST_F(ManagerTest, OtherThreadsMayWaitOnEachOther) {
   within(kNoHang, "two threads destroy at once, one holding pause", [&] {
     auto m = manager();
     ASSERT_TRUE(m->start().ok());
-    ASSERT_TRUE(m->add_request(prompt(4), long_request("a")).ok());
-    std::promise<void> holding;
+    std::promise<void> holding, added;
     std::thread a([&] {
       PauseGuard g = m->pause().value();
       holding.set_value();
+      added.get_future().wait();
       m->destroy();
     });
     holding.get_future().wait();
+    ASSERT_TRUE(m->add_request(prompt(4), long_request("a")).ok());  // paused: it cannot finish first
+    added.set_value();
     std::thread b([&] { m->destroy(); });
     a.join();
     b.join();

@@ -71,8 +71,8 @@ def test_main_thread_inside_pause():
 
         step("hard stop inside pause ends the loop")
         m = manager()
-        rid = m.add_request([1, 2, 3], max_new_tokens=30)
         with m.pause():
+            rid = m.add_request([1, 2, 3], max_new_tokens=30)  # paused: it cannot finish first
             m.stop(hard_stop=True)
             assert not m.is_running()
             assert m.join() is True
@@ -120,10 +120,29 @@ def test_result_handler_calls():
             step(name + " from a handler raises")
             m, (kind, message) = handled(call)
             assert kind == "FailedPreconditionError", (name, kind, message)
-            assert "batching thread" in message, message
+            assert "result handler" in message, message
             m.stop(block=True, timeout=60)
             assert not m.is_running()
             m.destroy()
+
+        step("a handler given queued outputs by register_result_handler")
+        m = manager()
+        rid = m.add_request([1, 2, 3], max_new_tokens=30, streaming=True)
+        while m.stats()["generated_tokens"] < 2:
+            time.sleep(0.001)
+        seen = []
+        def queued(out):
+            if not seen:
+                for call in (lambda: m.pause().__enter__(), m.join, m.stop):
+                    try:
+                        call()
+                        seen.append("no error")
+                    except loom.FailedPreconditionError as e:
+                        seen.append(str(e))
+        m.register_result_handler(rid, queued)  # delivers the queued outputs on this thread
+        assert len(seen) == 3 and all("result handler" in s for s in seen), seen
+        m.stop(block=True, timeout=60)
+        m.destroy()
 
         step("non-blocking stop from a handler")
         m, (kind, message) = handled(lambda m: m.stop(block=False))

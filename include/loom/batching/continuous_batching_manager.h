@@ -159,8 +159,9 @@ class ContinuousBatchingManager {
 
   // Lifecycle calls never wait for something that cannot happen; instead they
   // fail with FailedPrecondition naming the reason. The two such waits:
-  //  - on the batching thread (inside a result handler run inline): the loop
-  //    cannot park, end or be joined while it is running the handler, so
+  //  - inside a result handler run inline (on the batching thread, or on the
+  //    caller's thread when register_result_handler hands it outputs already
+  //    queued): the loop cannot park, end or be joined while the handler runs, so
   //    pause(), join() and stop(block=true) fail there; stop(block=false) and
   //    destroy() only request the end (destroy's teardown then happens in the
   //    destructor or a later destroy() from another thread);
@@ -191,7 +192,8 @@ class ContinuousBatchingManager {
   // scratch allocated) so the first requests do not pay for it.
   Status warmup();
   bool is_running() const;
-  // Whether the caller runs on the batching thread (inside a result handler run inline).
+  // Whether the caller runs inside a result handler the loop waits for (on the
+  // batching thread, or delivered by register_result_handler).
   bool on_loop_thread() const;
   // Set when the loop died on an error no single request explains.
   std::optional<Status> fatal_error() const;
@@ -207,8 +209,11 @@ class ContinuousBatchingManager {
   ContinuousBatchingManager() = default;
   Status build_cache();
   void unpause(std::thread::id holder);
-  // Whether the calling thread is the loop's (mu_ held).
-  bool on_loop_thread_locked() const { return thread_alive_ && std::this_thread::get_id() == loop_id_; }
+  // Whether the calling thread is the loop's, or delivers outputs the loop waits for (mu_ held).
+  bool on_loop_thread_locked() const {
+    const std::thread::id me = std::this_thread::get_id();
+    return (thread_alive_ && me == loop_id_) || me == delivering_id_;
+  }
   // Why the calling thread may not wait for the loop to end, or Ok (mu_ held).
   Status check_may_wait_for_end_locked(const char* call, bool soft) const;
 
@@ -295,6 +300,7 @@ class ContinuousBatchingManager {
   bool destroyed_ = false;    // no more use; teardown may be pending
   bool torn_down_ = false;    // loop joined, pool freed (destroy_mu_)
   std::thread::id loop_id_;
+  std::thread::id delivering_id_;  // register_result_handler handing out queued outputs
   std::unordered_map<std::thread::id, int> pause_holders_;
   std::mutex destroy_mu_;     // one teardown at a time, never taken on the loop thread
   std::optional<Status> fatal_;
