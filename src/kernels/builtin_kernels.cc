@@ -96,13 +96,13 @@ Result<LayoutInstance> rms_norm_mlp_layout(const LayoutRequest& r) {
   li.replaced = {g->name, u->name, d->name};
   const std::string why = kernel + " at " + norm.path;
   li.rules.push_back(concat_rule({g, u}, gu, why));
-  li.rules.push_back(WeightRenaming{anchored(d->name), dn, false, false, why});
+  li.rules.push_back(WeightRenaming{anchored(d->name), dn, false, why});
   if (!biases.empty()) {
     li.parameters.push_back({norm.path + ".gate_up_proj.bias", {2 * g->shape[0]}, biases[0]->name});
     li.parameters.push_back({norm.path + ".down_proj.bias", biases[2]->shape, biases[2]->name});
     for (const ParamInfo* p : biases) li.replaced.push_back(p->name);
     li.rules.push_back(concat_rule({biases[0], biases[1]}, norm.path + ".gate_up_proj.bias", why + " (bias)"));
-    li.rules.push_back(WeightRenaming{anchored(biases[2]->name), norm.path + ".down_proj.bias", false, false, why + " (bias)"});
+    li.rules.push_back(WeightRenaming{anchored(biases[2]->name), norm.path + ".down_proj.bias", false, why + " (bias)"});
   }
   return li;
 }

@@ -6,24 +6,13 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/kernels/layer_names.h"
+#include "loom/weights/weight_pattern.h"
 
 namespace loom::kernels {
 
 namespace {
 
 using nlohmann::json;
-
-std::vector<std::string_view> split_dots(std::string_view s) {
-  std::vector<std::string_view> out;
-  size_t start = 0;
-  while (true) {
-    const auto dot = s.find('.', start);
-    out.push_back(s.substr(start, dot == std::string_view::npos ? s.npos : dot - start));
-    if (dot == std::string_view::npos) break;
-    start = dot + 1;
-  }
-  return out;
-}
 
 Status with_key(const Status& s, const std::string& key) {
   return s.ok() ? s : Status(s.code(), "kernel config " + key + ": " + s.message());
@@ -130,22 +119,16 @@ std::string FusionEntry::describe() const {
 
 Status validate_module_pattern(std::string_view pattern) {
   if (pattern.empty()) return invalid_argument("empty module path pattern");
-  for (std::string_view seg : split_dots(pattern)) {
-    if (seg.empty()) return invalid_argument("module path pattern '" + std::string(pattern) + "' has an empty segment");
-    if (seg != "*" && seg.find('*') != std::string_view::npos)
-      return invalid_argument("module path pattern '" + std::string(pattern) +
-                              "': '*' must be a whole segment (it matches exactly one)");
-  }
+  if (pattern.front() == '^' || pattern.back() == '$')
+    return invalid_argument("module path pattern '" + std::string(pattern) + "': no anchors, it always names a whole path");
+  Result<WeightPattern> p = WeightPattern::parse(pattern);
+  if (!p.ok()) return invalid_argument("module path " + p.status().message());
   return Status::Ok();
 }
 
 bool module_pattern_matches(std::string_view pattern, std::string_view path) {
-  const auto p = split_dots(pattern);
-  const auto s = split_dots(path);
-  if (p.size() != s.size()) return false;
-  for (size_t i = 0; i < p.size(); ++i)
-    if (p[i] != "*" && p[i] != s[i]) return false;
-  return true;
+  Result<WeightPattern> p = WeightPattern::parse(pattern);
+  return p.ok() && p->match(path).has_value();
 }
 
 Status KernelConfig::add_layer(const std::string& layer, KernelChoice choice) {

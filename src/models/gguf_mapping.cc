@@ -8,6 +8,8 @@
 #include <iterator>
 #include <optional>
 
+#include "loom/weights/weight_pattern.h"
+
 namespace loom::models {
 namespace {
 
@@ -152,33 +154,19 @@ std::vector<NamePair> plain_names(const Family& f) {
   return out;
 }
 
-// Pattern with one `*` standing for a layer number; returns the number.
-std::optional<std::string> match_star(const std::string& pattern, const std::string& name) {
-  const size_t star = pattern.find('*');
-  if (star == std::string::npos) return pattern == name ? std::optional<std::string>("") : std::nullopt;
-  const std::string head = pattern.substr(0, star), tail = pattern.substr(star + 1);
-  if (name.size() <= head.size() + tail.size() || name.compare(0, head.size(), head) != 0 ||
-      name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
-    return std::nullopt;
-  std::string mid = name.substr(head.size(), name.size() - head.size() - tail.size());
-  for (char c : mid)
-    if (c < '0' || c > '9') return std::nullopt;
-  return mid;
+// The layer number when `name` is all of `pattern` (one `*`, weights' pattern syntax).
+std::optional<std::string> match_layer(const std::string& pattern, const std::string& name) {
+  Result<WeightPattern> p = WeightPattern::parse(pattern);
+  if (!p.ok()) return std::nullopt;
+  std::optional<std::vector<std::string>> caps = p->match(name);
+  if (!caps) return std::nullopt;
+  return caps->empty() ? std::string() : caps->front();
 }
 
-std::string fill_star(const std::string& pattern, const std::string& value) {
-  const size_t star = pattern.find('*');
-  return star == std::string::npos ? pattern : pattern.substr(0, star) + value + pattern.substr(star + 1);
-}
-
-std::string anchored_regex(const std::string& pattern) {
-  std::string r = "^";
-  for (char ch : pattern) {
-    if (ch == '.') r += "\\.";
-    else if (ch == '*') r += "(\\d+)";
-    else r += ch;
-  }
-  return r + "$";
+// `pattern` with its `*` replaced by `layer`.
+std::string with_layer(const std::string& pattern, const std::string& layer) {
+  Result<WeightPattern> p = WeightPattern::parse(pattern);
+  return p.ok() ? p->substitute({layer}) : pattern;
 }
 
 int64_t rope_heads_of(RopeRows r, const ModelConfig& c) {
@@ -550,9 +538,9 @@ Result<WeightRules> gguf_weight_rules(const ModelConfig& config) {
       rules.push_back(WeightConverter{{n.gguf}, {n.hf}, {AddScalar(-1.0)}, true,
                                       std::string("GGUF ") + n.gguf + " (stored as 1 + w)"});
     } else {
-      // Anchored: a glob renaming replaces any matching run, and "output.weight"
-      // is also the tail of "blk.0.attn_output.weight".
-      rules.push_back(WeightRenaming{anchored_regex(n.gguf), fill_star(n.hf, "$1"), true, true, std::string("GGUF ") + n.gguf});
+      // Anchored: a renaming replaces any matching run, and "output.weight" is
+      // also the tail of "blk.0.attn_output.weight".
+      rules.push_back(WeightRenaming{std::string("^") + n.gguf + "$", n.hf, true, std::string("GGUF ") + n.gguf});
     }
   }
   return rules;
@@ -658,24 +646,24 @@ Result<GgufTensorName> gguf_tensor_name_for(const ModelConfig& config, const std
         {"model.layers.*.mlp.up_proj.weight", "blk.*.ffn_up.weight"},
     };
     for (size_t i = 0; i < std::size(fused); ++i)
-      if (auto star = match_star(fused[i].first, parameter_name)) {
+      if (auto star = match_layer(fused[i].first, parameter_name)) {
         GgufTensorName out;
-        out.gguf_name = fill_star(fused[i].second, *star);
+        out.gguf_name = with_layer(fused[i].second, *star);
         out.part = static_cast<int>(i < 3 ? i : i - 3);
         out.parts = i < 3 ? 3 : 2;
         return out;
       }
   }
   if (fam->experts)
-    if (auto star = match_star("model.layers.*.mlp.experts.gate_up_proj", parameter_name)) {
+    if (auto star = match_layer("model.layers.*.mlp.experts.gate_up_proj", parameter_name)) {
       GgufTensorName out;
-      out.split_into = {fill_star("blk.*.ffn_gate_exps.weight", *star), fill_star("blk.*.ffn_up_exps.weight", *star)};
+      out.split_into = {with_layer("blk.*.ffn_gate_exps.weight", *star), with_layer("blk.*.ffn_up_exps.weight", *star)};
       return out;
     }
   for (const NamePair& n : plain_names(*fam)) {
-    if (auto star = match_star(n.hf, parameter_name)) {
+    if (auto star = match_layer(n.hf, parameter_name)) {
       GgufTensorName out;
-      out.gguf_name = fill_star(n.gguf, *star);
+      out.gguf_name = with_layer(n.gguf, *star);
       out.rope_heads = fam->interleaved_rope ? rope_heads_of(n.rope, config) : 0;
       if (fam->gemma_norms && is_norm_weight(n.gguf)) out.add = 1.0;
       return out;

@@ -85,11 +85,11 @@ Result<std::unique_ptr<CausalLM>> build_gpt2(const ModelConfig& c) {
 }
 
 WeightRules gpt2_rules(const ModelConfig&) {
-  auto rename = [](std::string from, std::string to, bool regex) {
+  auto rename = [](std::string from, std::string to, bool optional) {
     WeightRenaming r;
     r.source = std::move(from);
     r.target = std::move(to);
-    r.regex = regex;
+    r.optional = optional;
     return WeightRule{r};
   };
   auto transpose = [](const char* name) {
@@ -97,11 +97,15 @@ WeightRules gpt2_rules(const ModelConfig&) {
   };
   return {
       // Saved by GPT2LMHeadModel under transformer.*; the original OpenAI
-      // conversion has no prefix. Both land on the same paths.
-      rename(R"(^(transformer\.)?h\.(\d+)\.)", "model.layers.$2.", true),
-      rename(R"(^(transformer\.)?wte\.)", "model.embed_tokens.", true),
-      rename(R"(^(transformer\.)?wpe\.)", "model.embed_positions.", true),
-      rename(R"(^(transformer\.)?ln_f\.)", "model.norm.", true),
+      // conversion has no prefix. Both land on the same paths (a file uses one).
+      rename("^transformer.h.*", "model.layers.*", true),
+      rename("^h.*", "model.layers.*", true),
+      rename("^transformer.wte", "model.embed_tokens", true),
+      rename("^wte", "model.embed_tokens", true),
+      rename("^transformer.wpe", "model.embed_positions", true),
+      rename("^wpe", "model.embed_positions", true),
+      rename("^transformer.ln_f", "model.norm", true),
+      rename("^ln_f", "model.norm", true),
       rename("ln_1", "input_layernorm", false),
       rename("ln_2", "post_attention_layernorm", false),
       rename("attn.c_proj", "self_attn.o_proj", false),

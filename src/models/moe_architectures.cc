@@ -179,7 +179,7 @@ Result<std::unique_ptr<CausalLM>> build_moe(const ModelConfig& c, bool qwen) {
 
 // Optional: a checkpoint already in the stacked layout passes straight through.
 WeightRules mixtral_rules(const ModelConfig&) {
-  WeightRenaming rename{"block_sparse_moe", "mlp", false, true, "Mixtral block_sparse_moe → mlp"};
+  WeightRenaming rename{"block_sparse_moe", "mlp", true, "Mixtral block_sparse_moe → mlp"};
   return {
       rename,
       WeightConverter{{"mlp.experts.*.w1.weight", "mlp.experts.*.w3.weight"},

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
-#include <regex>
 #include <set>
 
 #include "loom/weights/conversion_plan.h"
@@ -21,8 +20,7 @@ std::string label_of(const std::string& rules_name, int index, const WeightRule&
 
 struct CompiledRenaming {
   int index;
-  std::optional<WeightPattern> glob;
-  std::optional<std::regex> re;
+  WeightPattern glob;
   const WeightRenaming* rule;
   size_t matches = 0;
 };
@@ -121,23 +119,12 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
     const int index = static_cast<int>(ri);
     const std::string label = rule_label(index, rules[ri]);
     if (const auto* rn = std::get_if<WeightRenaming>(&rules[ri])) {
-      CompiledRenaming c{index, std::nullopt, std::nullopt, rn};
-      if (rn->regex) {
-        try {
-          c.re.emplace(rn->source, std::regex::ECMAScript);
-        } catch (const std::regex_error& e) {
-          return invalid_argument(label + ": bad regex: " + e.what());
-        }
-      } else {
-        auto p = WeightPattern::parse(rn->source);
-        if (!p.ok()) return p.status().with_context(label);
-        auto t = WeightPattern::parse(rn->target);
-        if (!t.ok()) return t.status().with_context(label);
-        if (t->num_stars() > p->num_stars())
-          return invalid_argument(label + ": target has more stars than the source");
-        c.glob = std::move(p).value();
-      }
-      renamings.push_back(std::move(c));
+      auto p = WeightPattern::parse(rn->source);
+      if (!p.ok()) return p.status().with_context(label);
+      auto t = WeightPattern::parse(rn->target);
+      if (!t.ok()) return t.status().with_context(label);
+      if (t->num_stars() > p->num_stars()) return invalid_argument(label + ": target has more stars than the source");
+      renamings.push_back(CompiledRenaming{index, std::move(p).value(), rn});
       continue;
     }
     const auto& cv = std::get<WeightConverter>(rules[ri]);
@@ -177,16 +164,10 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
     std::string key = source.tensors[i].name;
     const CompiledRenaming* last = nullptr;
     for (auto& r : renamings) {
-      if (r.re) {
-        std::smatch m;
-        if (!std::regex_search(key, m, *r.re)) continue;
-        key = std::regex_replace(key, *r.re, r.rule->target, std::regex_constants::format_first_only);
-      } else {
-        auto m = r.glob->search(key);
-        if (!m) continue;
-        auto target = WeightPattern::parse(r.rule->target);
-        key = join_key(m->prefix, target->substitute(m->captures), m->suffix);
-      }
+      auto m = r.glob.search(key);
+      if (!m) continue;
+      auto target = WeightPattern::parse(r.rule->target);
+      key = join_key(m->prefix, target->substitute(m->captures), m->suffix);
       ++r.matches;
       last = &r;
     }

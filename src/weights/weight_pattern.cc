@@ -87,6 +87,15 @@ std::optional<PatternMatch> WeightPattern::search(std::string_view key) const {
   return std::nullopt;
 }
 
+std::optional<std::vector<std::string>> WeightPattern::match(std::string_view key) const {
+  const std::vector<std::string_view> parts = split_dots(key);
+  if (parts.size() != segments_.size()) return std::nullopt;
+  std::vector<std::string> caps;
+  for (size_t i = 0; i < parts.size(); ++i)
+    if (!match_segment(segments_[i], parts[i], &caps)) return std::nullopt;
+  return caps;
+}
+
 std::string WeightPattern::substitute(const std::vector<std::string>& captures) const {
   std::string out;
   size_t k = 0;

@@ -14,7 +14,7 @@ std::string list(const std::vector<std::string>& v) {
 std::string WeightRenaming::describe() const {
   std::string s = "WeightRenaming";
   if (!name.empty()) s += " '" + name + "'";
-  return s + (regex ? " (regex) " : " ") + source + " → " + target;
+  return s + " " + source + " → " + target;
 }
 
 std::string WeightConverter::describe() const {

@@ -129,8 +129,8 @@ TEST(KernelConfig, FusionKeyErrors) {
   EXPECT_NE(m.find("at least two"), std::string::npos) << m;
   m = parse_error(R"({"fusions": [[[["RMSNorm", "model.layers.*.norm"], ["MLP", "model.*.mlp"]], "loom:RMSNormMLP"]]})");
   EXPECT_NE(m.find("share one parent"), std::string::npos) << m;
-  m = parse_error(R"({"fusions": [[[["RMSNorm", "model.layers.x*.norm"], ["MLP", "model.layers.x*.mlp"]], "loom:X"]]})");
-  EXPECT_NE(m.find("whole segment"), std::string::npos) << m;
+  m = parse_error(R"({"fusions": [[[["RMSNorm", "^model.layers.*.norm"], ["MLP", "^model.layers.*.mlp"]], "loom:X"]]})");
+  EXPECT_NE(m.find("no anchors"), std::string::npos) << m;
   m = parse_error(R"({"fusions": [[[["RMSNorm", "a..norm"], ["MLP", "a..mlp"]], "loom:X"]]})");
   EXPECT_NE(m.find("empty segment"), std::string::npos) << m;
   m = parse_error(R"({"fusions": [[[["RMSNorm", "a.n"], ["MLP", "a.m"]], "loom:X"],
@@ -181,6 +181,18 @@ TEST(ModulePattern, StarIsExactlyOneSegment) {
   EXPECT_FALSE(module_pattern_matches("model.layers.*.mlp", "xmodel.layers.3.mlp"));
   EXPECT_TRUE(module_pattern_matches("model.layers.1.mlp", "model.layers.1.mlp"));
   EXPECT_FALSE(module_pattern_matches("model.layers.1.mlp", "model.layers.11.mlp"));
+}
+
+// Module paths use weights' one pattern syntax: a star inside a segment is one or
+// more characters of it; anchors mean nothing for a whole path and are refused.
+TEST(ModulePattern, SameSyntaxAsWeightRules) {
+  EXPECT_TRUE(module_pattern_matches("model.layers.1*.mlp", "model.layers.12.mlp"));
+  EXPECT_FALSE(module_pattern_matches("model.layers.1*.mlp", "model.layers.1.mlp"));
+  EXPECT_TRUE(module_pattern_matches("model.layers.*.*_proj", "model.layers.0.q_proj"));
+  EXPECT_TRUE(validate_module_pattern("model.layers.*.mlp").ok());
+  EXPECT_FALSE(validate_module_pattern("model..mlp").ok());
+  EXPECT_FALSE(validate_module_pattern("model.layers.**.mlp").ok());
+  EXPECT_FALSE(validate_module_pattern("^model.layers.*.mlp").ok());
 }
 
 }  // namespace

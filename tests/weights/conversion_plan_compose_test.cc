@@ -84,7 +84,7 @@ Layouts layouts() {
                                         {Concatenate(0)},
                                         false,
                                         "RMSNormMLP at layer " + std::to_string(l)});
-    out.rules.push_back(WeightRenaming{anchored(p + "mlp.down_proj.weight"), norm + "down_proj.weight", false, false,
+    out.rules.push_back(WeightRenaming{anchored(p + "mlp.down_proj.weight"), norm + "down_proj.weight", false,
                                        "RMSNormMLP down at layer " + std::to_string(l)});
     for (const char* n : {"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) e.erase(p + n);
     e[norm + "gate_up_proj.weight"] = {{2 * I, H}};
@@ -269,7 +269,7 @@ TEST_F(ComposeRoundTrip, SecondStageDtypeCastsOnLoadAndBackOnSave) {
   NamedTensors ckpt{{"qk", Tensor::from_f32({1.0f, -2.5f, 3.25f, 0.5f, 8.0f, -0.125f}, {3, 2})}};
   WeightRules first{WeightConverter{{"^qk$"}, {"q", "k"}, {Chunk(0, {2, 1})}, false, "split"}};
   ExpectedParams mid{{"q", {{2, 2}}}, {"k", {{1, 2}}}};
-  WeightRules second{WeightRenaming{"^k$", "key", false, false, "rename k"}};
+  WeightRules second{WeightRenaming{"^k$", "key", false, "rename k"}};
   ExpectedParams fin{{"q", {{2, 2}}}, {"key", {{1, 2}, DType::kBF16}}};
   auto params = load(ckpt, first, mid, second, fin);
   ASSERT_EQ(params.at("key").dtype(), DType::kBF16);

@@ -28,7 +28,7 @@ TEST(WeightLoader, RegexRenamingThenFuseAndSaveBack) {
                        {"unrelated.buffer", iota(DType::kBF16, {2}, 500)}};
   ASSERT_TRUE(write_safetensors(path, tensors, {{"format", "pt"}}, SafetensorsOrder::kLikePython).ok());
   WeightRules rules{
-      WeightRenaming{R"(^transformer\.h\.(\d+)\.)", "model.layers.$1.", /*regex=*/true},
+      WeightRenaming{"^transformer.h.*", "model.layers.*"},
       WeightRenaming{"ln.gamma", "input_layernorm.weight"},
       // No `.weight` in the patterns: one rule covers weight and bias.
       WeightConverter{{"mlp.gate_proj", "mlp.up_proj"}, {"mlp.gate_up_proj"}, {Concatenate(0)}, false, "fuse gate_up"},

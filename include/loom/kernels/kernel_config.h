@@ -16,7 +16,8 @@
 //   }
 // A fusion key is a tuple of (layer name, module path pattern) pairs, which
 // JSON cannot use as an object key, so fusions are a list of [key, value]
-// pairs. In a pattern `*` is exactly one whole path segment; all patterns of a
+// pairs. Patterns use the one tensor-name syntax (weight_pattern.h; a lone `*`
+// is exactly one whole path segment, as before); all patterns of a
 // fusion must share their parent (everything but the last segment) and the
 // order of the pairs is the order of the chain (and of the Layout's modules).
 //
@@ -96,8 +97,9 @@ class KernelConfig {
   bool use_fallback_ = true;
 };
 
-// A module path pattern: dot-separated, non-empty segments; `*` must be a
-// whole segment. Matching is whole-path, one segment per `*`.
+// A module path pattern, in weights' one pattern syntax (loom/weights/weight_pattern.h):
+// dot-separated, non-empty segments where `*` matches one or more characters of a
+// segment, so a lone `*` is one whole segment. Matching is whole-path; no anchors.
 Status validate_module_pattern(std::string_view pattern);
 bool module_pattern_matches(std::string_view pattern, std::string_view path);
 

@@ -1,11 +1,17 @@
-// Key patterns of weight rules: dotted names where `*` matches a run of
-// characters without a dot and captures it (`model.layers.*.mlp.gate_proj.weight`,
-// `experts.*.w1.weight`, `*_proj`). As in Transformers, a pattern need not name
-// the whole key: it matches a dot-aligned run of segments anywhere in it (the
-// leftmost one), and the rest of the key (prefix, suffix) carries over into the
-// target name, so `mlp.gate_proj` covers both `model.layers.3.mlp.gate_proj.weight`
-// and its `.bias`. A leading `^` pins the match to the key's start, a trailing
-// `$` to its end.
+// The one pattern syntax for tensor and module names in loom: weight rules
+// (conversion mappings, kernel layouts), the GGUF name mapping and kernel-config
+// module paths all use it; there are no regexes.
+//
+// Dotted names where `*` matches a run of one or more characters without a dot
+// and captures it (`model.layers.*.mlp.gate_proj.weight`, `experts.*.w1.weight`,
+// `*_proj`); a segment that is only `*` is exactly one whole segment. As in
+// Transformers, a rule's pattern need not name the whole key: search() finds a
+// dot-aligned run of segments anywhere in it (the leftmost one), and the rest of
+// the key (prefix, suffix) carries over into the target name, so `mlp.gate_proj`
+// covers both `model.layers.3.mlp.gate_proj.weight` and its `.bias`. A leading `^`
+// pins the match to the key's start, a trailing `$` to its end; match() takes the
+// whole key (what a kernel-config module path means). In a rule's target, the
+// stars are filled with the source's captures in order.
 #pragma once
 
 #include <optional>
@@ -33,6 +39,8 @@ class WeightPattern {
 
   // Leftmost dot-aligned match in `key`.
   std::optional<PatternMatch> search(std::string_view key) const;
+  // The captures when the pattern covers all of `key` (anchors or not).
+  std::optional<std::vector<std::string>> match(std::string_view key) const;
   // The pattern (without anchors) with its first captures.size() stars replaced.
   std::string substitute(const std::vector<std::string>& captures) const;
 

@@ -4,7 +4,7 @@
 // Layout); nothing is registered globally.
 //
 //   WeightRenaming{"LayerNorm.gamma", "LayerNorm.weight"}
-//   WeightRenaming{R"(^transformer\.h\.(\d+)\.)", "model.layers.$1.", /*regex=*/true}
+//   WeightRenaming{"^transformer.h.*", "model.layers.*"}
 //   WeightConverter{{"self_attn.qkv_proj"}, {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
 //                   {Chunk(0)}}
 //   WeightConverter{{"block_sparse_moe.experts.*.w1.weight", "block_sparse_moe.experts.*.w3.weight"},
@@ -17,9 +17,8 @@
 // reverse, SplitModulelist direction).
 //
 // Renamings apply first, in order, each to the key the previous ones produced
-// (a glob renaming replaces the matched run; a regex renaming is ECMAScript with
-// $1-style references, replacing the first match). Converters then match the
-// renamed keys; one key may feed only one converter.
+// (replacing the matched run, the target's stars filled with the captures).
+// Converters then match the renamed keys; one key may feed only one converter.
 #pragma once
 
 #include <string>
@@ -33,7 +32,6 @@ namespace loom {
 struct WeightRenaming {
   std::string source;
   std::string target;
-  bool regex = false;
   // An optional rule may match nothing (legacy spellings a checkpoint may or
   // may not use); a required one that matches nothing is a compile error.
   bool optional = false;
