@@ -36,6 +36,7 @@ constexpr int kCallerPauses = 256;
 // the next kMinBackoff regions run inline, doubling while they keep not paying.
 constexpr int kWindow = 32;
 constexpr int64_t kMinBackoff = 64, kMaxBackoff = 8192;
+constexpr auto kMaxBackoffTime = std::chrono::milliseconds(200);
 
 // Cheap timestamps: a region is judged by ratios of them, so units do not matter.
 uint64_t ticks() {
@@ -140,6 +141,7 @@ void ThreadPool::account(uint64_t saved, uint64_t lost) {
   if (back_off_ && window_lost_ > window_saved_) {
     backoff_ = backoff_ == 0 ? kMinBackoff : std::min(backoff_ * 2, kMaxBackoff);
     inline_left_ = backoff_;
+    inline_until_ = std::chrono::steady_clock::now() + kMaxBackoffTime;
   } else {
     backoff_ = 0;
   }
@@ -155,6 +157,7 @@ void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t grain) {
     return;
   }
   std::unique_lock<std::mutex> dispatch(dispatch_mu_);
+  if (inline_left_ > 0 && std::chrono::steady_clock::now() >= inline_until_) inline_left_ = 0;
   if (inline_left_ > 0) {
     --inline_left_;
     backed_off_total_.fetch_add(1, std::memory_order_relaxed);

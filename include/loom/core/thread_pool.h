@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -92,10 +93,13 @@ class ThreadPool {
   // Whether parallel regions pay (all under dispatch_mu_): ticks other threads
   // worked for the caller against ticks it spent dispatching and waiting, summed
   // over a window of regions; when the loss wins, the next `inline_left_` regions
-  // run inline (the window after doubling it, up to a cap).
+  // run inline (the window after doubling it, up to a cap), or those until
+  // `inline_until_`, whichever ends first: a big model's regions are long, and the
+  // load that made them not pay may be gone.
   uint64_t window_saved_ = 0, window_lost_ = 0;
   int window_regions_ = 0;
   int64_t inline_left_ = 0;
+  std::chrono::steady_clock::time_point inline_until_;
   int64_t backoff_ = 0;
   const bool back_off_;
   std::atomic<uint64_t> backed_off_total_{0};
