@@ -97,7 +97,7 @@ KernelLayout declared_layout(std::vector<ParamDecl> decls, std::string kernel) {
       for (const ParamInfo* p : src) li.replaced.push_back(p->name);
       const std::string why = kernel + " at " + slot;
       if (src.size() == 1 && !d.transpose) {
-        li.rules.push_back(WeightRenaming{"^" + src[0]->name + "$", target, false, false, why});
+        li.rules.push_back(WeightRenaming{"^" + src[0]->name + "$", target, false, why});
         continue;
       }
       WeightConverter c;
