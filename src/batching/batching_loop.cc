@@ -180,9 +180,11 @@ void ContinuousBatchingManager::finalize_plan(StepPlan& plan) {
   plan.short_of_memory = false;
 }
 
-Result<Tensor> ContinuousBatchingManager::run_model(const std::vector<SequenceChunk>& chunks) {
+Result<float*> ContinuousBatchingManager::run_model(const std::vector<SequenceChunk>& chunks) {
   try {
-    return runner_->step(chunks, *view_);
+    // Into a Tensor kept across steps: a steady decode loop allocates nothing here.
+    LOOM_RETURN_IF_ERROR(runner_->step_into(chunks, *view_, LogitsRows::kLastOfEachSequence, &step_logits_));
+    return step_logits_.data_as<float>();
   } catch (const Error& e) {
     return e.status();
   } catch (const std::exception& e) {
@@ -240,7 +242,7 @@ void ContinuousBatchingManager::run_step() {
   }
   prefetch_masks(plan);
   const auto t0 = std::chrono::steady_clock::now();
-  Result<Tensor> logits = run_model(chunks);
+  Result<float*> logits = run_model(chunks);
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (next) {
     std::unique_lock<std::mutex> pl(planner_mu_);
@@ -257,7 +259,7 @@ void ContinuousBatchingManager::run_step() {
     fail_step(plan, logits.status());
     return;
   }
-  float* rows = logits->data_as<float>();
+  float* rows = *logits;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const PlannedChunk& c = plan.chunks[i];
     if (chunks[i].all_rows) {
@@ -310,12 +312,12 @@ void ContinuousBatchingManager::fail_step(StepPlan& plan, const Status& error) {
     RequestState* r = c.request;
     kv_->bind(*view_, {&r->kv});
     const bool all_rows = r->needs_prompt_rows();
-    Result<Tensor> logits = run_model({{r->tokens.data() + c.start, c.count, c.start, all_rows}});
+    Result<float*> logits = run_model({{r->tokens.data() + c.start, c.count, c.start, all_rows}});
     if (!logits.ok()) {
       finish(r, RequestStatus::kFailed, FinishReason::kError, logits.status());
       continue;
     }
-    float* rows = logits->data_as<float>();
+    float* rows = *logits;
     if (all_rows) {
       record_prompt_logprobs(r, c.start, c.count, rows);
       rows += (c.count - 1) * vocab_;

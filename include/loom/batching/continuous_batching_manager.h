@@ -223,7 +223,7 @@ class ContinuousBatchingManager {
   void cancel_now(const std::string& id);
   bool has_work() const;
   void run_step();
-  Result<Tensor> run_model(const std::vector<SequenceChunk>& chunks);
+  Result<float*> run_model(const std::vector<SequenceChunk>& chunks);  // the step's logits rows
   void commit(RequestState* r, int64_t count, float* logits_row);
   // Records the prompt log-probabilities in the rows of a chunk computed with all_rows.
   void record_prompt_logprobs(RequestState* r, int64_t start, int64_t count, const float* rows);
@@ -275,6 +275,7 @@ class ContinuousBatchingManager {
   std::unique_ptr<StepKvView> view_;
   std::vector<SequenceChunk> step_chunks_;  // run_step's, reused
   std::vector<const SequenceKv*> step_seqs_;
+  Tensor step_logits_;  // run_model's, a view into the executor's arena until the next step
   uint64_t next_arrival_ = 0;
 
   // Shared with callers (mu_).
