@@ -4,7 +4,8 @@
 The bundled 4.5M-parameter model's weights fit in L3, so its decode speed is set by
 what a step does besides the matmuls (planning, copying, sampling, waking threads).
 Batch 1 comes from `loom bench` (decode tok/s after a short prompt); 32 sequences from
-`loom batch` (generated tok/s of 32 greedy requests, load time excluded). Each cell is
+`loom batch` (generated tok/s, load time excluded), greedy and sampled as the model's
+generation_config.json asks (top-p over the whole vocabulary), each request seeded. Each cell is
 the best of --rounds runs; the binaries take turns within each round, since this
 machine's speed changes from minute to minute.
 
@@ -62,29 +63,34 @@ def main():
         if not os.access(b, os.X_OK):
             sys.exit(f"{b}: not an executable loom binary")
 
-    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
-        for i in range(args.sequences):
-            ids = [1] + [(97 * i + 31 * k) % 500 + 3 for k in range(7)]
-            f.write(json.dumps({"id": str(i), "prompt_ids": ids, "max_new_tokens": args.new_tokens,
-                                "temperature": 0}) + "\n")
-        prompts = f.name
+    prompts = {}
+    for mode in ("greedy", "sampled"):
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            for i in range(args.sequences):
+                line = {"id": str(i), "prompt_ids": [1] + [(97 * i + 31 * k) % 500 + 3 for k in range(7)],
+                        "max_new_tokens": args.new_tokens}
+                line.update({"temperature": 0} if mode == "greedy" else {"seed": i})
+                f.write(json.dumps(line) + "\n")
+            prompts[mode] = f.name
+    cases = ["batch 1", f"{args.sequences} sequences, greedy", f"{args.sequences} sequences, sampled"]
     try:
         rows = []
         for threads in [int(t) for t in args.threads.split(",")]:
-            for case in ("batch 1", f"{args.sequences} sequences"):
+            for case in cases:
                 best = {"old": 0.0, "new": 0.0}
                 for r in range(args.rounds):
                     order = ("old", "new") if r % 2 == 0 else ("new", "old")
                     for which in order:
                         binary = args.old if which == "old" else args.new
                         tps = (batch1(binary, threads, args.decode_tokens) if case == "batch 1"
-                               else batch32(binary, threads, args.new_tokens, prompts))
+                               else batch32(binary, threads, args.new_tokens, prompts[case.split(", ")[1]]))
                         best[which] = max(best[which], tps)
                 rows.append((case, threads, best["old"], best["new"]))
                 print(f"{case}, {threads} thread(s): old {best['old']:.1f}, new {best['new']:.1f} tok/s",
                       file=sys.stderr)
     finally:
-        os.unlink(prompts)
+        for path in prompts.values():
+            os.unlink(path)
 
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print(f"CPU: {cpu}, {os.cpu_count()} cores; best of {args.rounds} alternating rounds\n")
