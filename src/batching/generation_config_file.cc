@@ -1,12 +1,9 @@
 #include "loom/batching/generation_config_file.h"
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "loom/io/json_fields.h"
+#include "loom/io/json_file.h"
 
 namespace loom::batching {
 namespace {
@@ -52,21 +49,7 @@ Result<GenerationConfig> generation_config_from_json(const json& j, const std::s
 }
 
 Result<GenerationConfig> generation_config_from_file(const std::string& path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) return invalid_argument(path + ": is a directory, not a JSON file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (errno == ENOENT) return not_found(path + ": no such file");
-    return io_error(path + ": cannot open: " + std::strerror(errno));
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::exception& e) {
-    return parse_error(path + ": not valid JSON: " + e.what());
-  }
+  LOOM_ASSIGN_OR_RETURN(json j, io::read_json_file(path));
   return generation_config_from_json(j, path);
 }
 

@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "io/json_file.h"
+#include "loom/io/json_file.h"
 #include "loom/core/logging.h"
 
 namespace loom {

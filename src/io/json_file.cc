@@ -1,4 +1,4 @@
-#include "io/json_file.h"
+#include "loom/io/json_file.h"
 
 #include <cerrno>
 #include <cstring>

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "loom/io/json_fields.h"
-#include "io/json_file.h"
+#include "loom/io/json_file.h"
 #include "loom/core/logging.h"
 
 namespace loom {
