@@ -31,7 +31,7 @@ void run_generate(const GenerateFlags& f) {
   const std::string dir = resolve_model_dir(f.model).value();
   apply_process_options(f.model);
   GenerationConfig gc = batching::generation_config_from_dir_or_default(dir).value();
-  auto model = load_model_or_program(dir, f.model, /*tensor_parallel_ok=*/true).value();
+  auto model = load_model(dir, f.model, /*tensor_parallel_ok=*/true).value();
   auto runner = batching::ModelRunner::create(model, f.model.backend).value();
   set_tensor_parallel_timeout(f.cpu_group_timeout);
   if (follow_steps_unless_leader(*runner)) return;

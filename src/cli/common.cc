@@ -106,8 +106,9 @@ Result<int> join_tensor_parallel(const ModelOptions& o) {
   return tp.rank;
 }
 
-Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const ModelOptions& o,
-                                                  bool tensor_parallel_ok) {
+namespace {
+Result<std::shared_ptr<models::Model>> load_checkpoint(const std::string& dir, const ModelOptions& o,
+                                                       bool tensor_parallel_ok) {
   models::LoadOptions lo;
   if (o.tensor_parallel > 0 && !tensor_parallel_ok)
     return unsupported("--tensor-parallel: this command does not run split over ranks yet (generate, batch, bench and serve do)");
@@ -127,10 +128,10 @@ Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const 
   lo.trusted_plugin_dirs = o.trusted_plugin_dirs;
   return models::Model::load(dir, lo);
 }
+}  // namespace
 
-Result<std::shared_ptr<models::Model>> load_model_or_program(const std::string& dir, const ModelOptions& o,
-                                                             bool tensor_parallel_ok) {
-  if (!exporting::is_program_dir(dir)) return load_model(dir, o, tensor_parallel_ok);
+Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const ModelOptions& o, bool tensor_parallel_ok) {
+  if (!exporting::is_program_dir(dir)) return load_checkpoint(dir, o, tensor_parallel_ok);
   for (const auto& [flag, given] : {std::pair<const char*, bool>{"--kernel-config", !o.kernel_config.empty()},
                                     {"--quantize", !o.quantize.empty()},
                                     {"--tensor-parallel", o.tensor_parallel > 0},

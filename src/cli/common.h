@@ -31,18 +31,16 @@ struct ModelOptions {
 // Adds --model, --threads, --backend, --kernel-config, --plugin-dir,
 // --trusted-plugin-dir, --matmul-precision to `cmd`.
 void add_model_options(CLI::App* cmd, ModelOptions* o, bool model_required = false);
-// Model::load with the kernel flags (plugin directories without
-// --kernel-config are an error: nothing would use them).
+// The model of a checkpoint folder or .gguf file (Model::load with the kernel flags:
+// plugin directories without --kernel-config are an error, nothing would use them),
+// or of a folder holding an exported program (`loom export --format program`), run
+// like the checkpoint it came from; every command takes either. With a program, the
+// flags that change how weights load (--kernel-config, --quantize, --tensor-parallel)
+// are an error: its graph and weights are fixed at export.
 // `tensor_parallel_ok`: the command runs --tensor-parallel (generate, batch,
 // bench); elsewhere the flag is an error naming the ones that do.
 Result<std::shared_ptr<models::Model>> load_model(const std::string& dir, const ModelOptions& o,
                                                   bool tensor_parallel_ok = false);
-// load_model, or for a folder holding an exported program (`loom export
-// --format program`) that program, run like the checkpoint it came from. The
-// flags that change how weights load (--kernel-config, --quantize,
-// --tensor-parallel) are an error with a program: its graph and weights are fixed.
-Result<std::shared_ptr<models::Model>> load_model_or_program(const std::string& dir, const ModelOptions& o,
-                                                             bool tensor_parallel_ok = false);
 
 // With --tensor-parallel N: joins the mpirun job (once; load_model joins too)
 // and returns this process's rank; 0 without the flag.

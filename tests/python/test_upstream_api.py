@@ -100,6 +100,19 @@ def test_loom_generate_runs_a_program_like_its_checkpoint(program):
     assert r.returncode != 0 and "--quantize" in r.stderr and "exported program" in r.stderr
 
 
+
+def test_every_command_runs_a_program_like_its_checkpoint(program, tmp_path):
+    """loom batch (and chat, serve, bench, perplexity: one loader) take a program too."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": str(i), "prompt": p, "max_new_tokens": 12, "temperature": 0}) + "\n"
+                               for i, p in enumerate(("And God said", "Jesus wept", "The LORD is my shepherd"))))
+    results = {}
+    for name, model in (("program", str(program)), ("checkpoint", DEFAULT_MODEL)):
+        out = tmp_path / (name + ".jsonl")
+        run_cli("batch", "--model", model, "--input", str(prompts), "--output", str(out), "--no-progress")
+        results[name] = [(r["id"], r["generated_ids"], r["text"]) for r in map(json.loads, out.read_text().splitlines())]
+    assert results["program"] == results["checkpoint"] and len(results["program"]) == 3
+
 def damaged_copies(program, root):
     """(what was damaged, folder) pairs."""
     def copy(name):
