@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "forced_isa_child.h"
+
 #include <unistd.h>
 
 #include <array>
@@ -74,28 +76,11 @@ TEST(CpuCapability, HostDetectionAgreesWithProcCpuinfo) {
   }
 }
 
-// Runs this binary again with LOOM_FORCE_ISA set (the tier is read when the process
-// starts), filtered to CpuCapabilityChild; "" when that child passed, else its output.
-std::string run_child_with_forced_isa(const std::string& name) {
-  std::array<char, 4096> exe{};
-  const ssize_t n = readlink("/proc/self/exe", exe.data(), exe.size() - 1);
-  if (n <= 0) return "cannot read /proc/self/exe";
-  const std::string cmd = "LOOM_FORCE_ISA=" + name + " LOOM_TEST_EXPECTED_ISA=" + name + " '" +
-                          std::string(exe.data(), static_cast<size_t>(n)) +
-                          "' --gtest_filter=CpuCapabilityChild.* 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return "popen failed";
-  std::string out;
-  std::array<char, 512> buf{};
-  while (fgets(buf.data(), static_cast<int>(buf.size()), pipe)) out += buf.data();
-  const int status = pclose(pipe);
-  return status == 0 && out.find("[  PASSED  ] 1 test") != std::string::npos ? "" : out;
-}
 
 TEST(CpuCapability, ForcedIsaFromEnvironmentSetsTheHostTier) {
   for (CpuLevel l : {CpuLevel::kScalar, CpuLevel::kAvx2, CpuLevel::kAvx512, CpuLevel::kAvx512Bf16}) {
     if (!cpu::isa_supported(l)) continue;
-    EXPECT_EQ(run_child_with_forced_isa(std::string(cpu::isa_name(l))), "") << "LOOM_FORCE_ISA=" << cpu::isa_name(l);
+    EXPECT_EQ(loom::testing::run_child_with_forced_isa(std::string(cpu::isa_name(l)), "CpuCapabilityChild"), "") << "LOOM_FORCE_ISA=" << cpu::isa_name(l);
   }
 }
 

@@ -1,6 +1,8 @@
 #include "loom/core/cpu_features.h"
 
 #include <gtest/gtest.h>
+
+#include "forced_isa_child.h"
 #include <unistd.h>
 
 #include <array>
@@ -159,29 +161,11 @@ TEST(CpuFeatures, ForcedPathReachesHighwayKernels) {
   EXPECT_EQ(highway_target_name(), unforced) << "leaving the scope restores Highway's own choice";
 }
 
-// The process's tier comes from LOOM_FORCE_ISA when it starts. Runs this binary
-// again with the variable set, filtered to CpuFeaturesChild (which checks every
-// consumer there); true when that child passed.
-std::string run_child_with_forced_isa(const std::string& name) {
-  std::array<char, 4096> exe{};
-  const ssize_t n = readlink("/proc/self/exe", exe.data(), exe.size() - 1);
-  if (n <= 0) return "cannot read /proc/self/exe";
-  const std::string cmd = "LOOM_FORCE_ISA=" + name + " LOOM_TEST_EXPECTED_ISA=" + name + " '" +
-                          std::string(exe.data(), static_cast<size_t>(n)) +
-                          "' --gtest_filter=CpuFeaturesChild.* 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return "popen failed";
-  std::string out;
-  std::array<char, 512> buf{};
-  while (fgets(buf.data(), static_cast<int>(buf.size()), pipe)) out += buf.data();
-  const int status = pclose(pipe);
-  return status == 0 && out.find("[  PASSED  ] 1 test") != std::string::npos ? "" : out;
-}
 
 TEST(CpuFeatures, ForcedIsaFromEnvironmentReachesEveryKernelFamily) {
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
     if (!isa_supported(isa)) continue;
-    const std::string failure = run_child_with_forced_isa(std::string(isa_name(isa)));
+    const std::string failure = loom::testing::run_child_with_forced_isa(std::string(isa_name(isa)), "CpuFeaturesChild");
     EXPECT_EQ(failure, "") << "LOOM_FORCE_ISA=" << isa_name(isa);
   }
 }
