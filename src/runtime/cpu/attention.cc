@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "loom/runtime/cpu/attention.h"
+#include "runtime/cpu/per_thread_scratch.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "runtime/cpu/attention.cc"
@@ -75,6 +76,7 @@ struct Job {
   AttentionParams p;
   float* out;
   int64_t out_stride;
+  const float* zero_row;  // head_dim zeros, for rows of pages not held
 };
 
 // Up to one vector of consecutive positions of a chunk that lie in one page: their K^T rows
@@ -85,12 +87,28 @@ struct Segment {
   int64_t i, n;
 };
 
-// Grows-only per-thread buffers, so steady-state decode steps do not allocate.
+// Grows-only buffers of one thread index (per_thread_scratch), reserved by the
+// caller for the largest tile, so steady-state decode steps do not allocate.
 struct Scratch {
   std::vector<float> a, b, c, m, l;
   std::vector<int32_t> lo, hi;
   std::vector<const void*> vp;
   std::vector<Segment> seg, next_seg;
+
+  // Room for tiles of up to `rows` query rows of head_dim `d`, chunks of `chunk` positions.
+  void reserve(int64_t rows, int64_t d, int64_t chunk) {
+    const auto n = [](int64_t v) { return static_cast<size_t>(v); };
+    a.reserve(n(rows * d));
+    b.reserve(n(rows * d));
+    c.reserve(n(rows * chunk));
+    m.reserve(n(rows));
+    l.reserve(n(rows));
+    lo.reserve(n(rows));
+    hi.reserve(n(rows));
+    vp.reserve(n(chunk));
+    seg.reserve(n(chunk));
+    next_seg.reserve(n(chunk));
+  }
 };
 
 inline const void* element_at(const void* page, int64_t i, DType dtype) {
@@ -113,23 +131,17 @@ inline int64_t plan_segments(const KvPages& kv, int64_t kvh, int64_t head_dim, i
   return count;
 }
 
-// Rows of a null page (before a sliding window) read as zeros: chunks start at
+// Fills V row pointers for kv positions [c0, c0 + n) of kv head kvh. Rows of a
+// null page (before a sliding window) point at `zero_row`: chunks start at
 // absolute multiples of the chunk size, so their first rows may lie before every
 // query's window; they are masked, but must point at readable memory.
-inline const void* zero_row(int64_t head_dim) {
-  thread_local std::vector<float> zeros;
-  if (static_cast<int64_t>(zeros.size()) < head_dim) zeros.assign(static_cast<size_t>(head_dim), 0.0f);
-  return zeros.data();
-}
-
-// Fills V row pointers for kv positions [c0, c0 + n) of kv head kvh.
-inline void v_rows(const KvPages& kv, int64_t head_dim, int64_t kvh, int64_t c0, int64_t n,
+inline void v_rows(const KvPages& kv, int64_t head_dim, int64_t kvh, int64_t c0, int64_t n, const void* zero_row,
                    const void** vp) {
   int64_t page = c0 / kv.page_size, off = c0 % kv.page_size;
   for (int64_t i = 0; i < n; ++i) {
     const bool present = page < kv.num_pages && kv.k_pages[page] && kv.v_pages[page];
     vp[i] = present ? element_at(kv.v_pages[page], v_page_index(off, kvh, 0, kv.page_size, head_dim), kv.dtype)
-                    : zero_row(head_dim);
+                    : zero_row;
     if (++off == kv.page_size) {
       off = 0;
       ++page;
@@ -434,7 +446,7 @@ void TileBody(const Job& job, const Tile& tile, const Tile* next_tile, Scratch& 
   for (int64_t c0 = tile.span_lo - tile.span_lo % C; c0 <= tile.span_hi; c0 += C) {
     const int64_t cn = std::min(C, tile.span_hi - c0 + 1);
     const int64_t num_seg = attention_detail::plan_segments(kv, tile.kv_head, D, c0, cn, N, seg);
-    attention_detail::v_rows(kv, D, tile.kv_head, c0, cn, s.vp.data());
+    attention_detail::v_rows(kv, D, tile.kv_head, c0, cn, job.zero_row, s.vp.data());
     Lookahead la_v, la_k;
     if (lookahead) {
       la_v = {s.vp.data(), cn, D * static_cast<int64_t>(sizeof(T))};
@@ -567,14 +579,20 @@ void PagedAttention(const float* q, int64_t q_stride, const AttentionSequence* s
     return std::tie(a.seq, a.t0, a.kv_head, a.g0) < std::tie(b.seq, b.t0, b.kv_head, b.g0);
   });
 
-  const Job job{q, q_stride, seqs, p, out, out_stride};
+  thread_local std::vector<float> zeros;
+  if (static_cast<int64_t>(zeros.size()) < p.head_dim) zeros.assign(static_cast<size_t>(p.head_dim), 0.0f);
+  const Job job{q, q_stride, seqs, p, out, out_stride, zeros.data()};
   const Tile* tile_list = tiles.data();
   const int64_t num_tiles = static_cast<int64_t>(tiles.size());
+  int64_t max_rows = 0;
+  for (const Tile& t : tiles) max_rows = std::max(max_rows, (t.t1 - t.t0) * (t.g1 - t.g0));
+  std::vector<Scratch>& scratches = detail::per_thread_scratch<Scratch>(threads);
+  for (Scratch& s : scratches) s.reserve(max_rows, p.head_dim, std::max<int64_t>(attention_detail::kChunk, N));
   std::atomic<int64_t> next{0};
   // Each thread claims its next tile before running the current one, so the current one's last
   // chunk can prefetch the next one's first.
-  auto work = [&](int64_t, int64_t, int) {
-    thread_local Scratch scratch;
+  auto work = [&](int64_t, int64_t, int thread_index) {
+    Scratch& scratch = scratches[static_cast<size_t>(thread_index)];
     int64_t i = next.fetch_add(1, std::memory_order_relaxed);
     while (i < num_tiles) {
       const int64_t j = next.fetch_add(1, std::memory_order_relaxed);

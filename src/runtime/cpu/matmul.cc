@@ -18,6 +18,7 @@
 #include <limits>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "loom/core/file_pages.h"
 #include "loom/core/logging.h"
@@ -26,6 +27,7 @@
 #include "runtime/cpu/pack_panel_words.h"
 #include "runtime/cpu/qlayout.h"
 #include "runtime/cpu/qlinear.h"
+#include "runtime/cpu/per_thread_scratch.h"
 #include "runtime/cpu/share_chunks.h"
 
 namespace loom::cpu {
@@ -135,13 +137,18 @@ class Scratch {
   size_t size_ = 0;
 };
 
-struct Scratches {
-  Scratch x_block;   // packed x rows (large-M path)
-  Scratch w_block;   // widened weight block
-  Scratch x_bf16;    // x rounded to bf16 (AVX512_BF16 path), filled by the caller thread
-  Scratch x_pack;    // x in k blocks (large-M path), filled for all threads
+// Filled by the calling thread.
+struct CallerScratch {
+  Scratch x_bf16;  // x rounded to bf16 (AVX512_BF16 path)
+  Scratch x_pack;  // x in k blocks (large-M path), read by all threads
 };
-thread_local Scratches t_scratch;
+thread_local CallerScratch t_scratch;
+
+// Of one thread index (per_thread_scratch), grown by the caller before the region.
+struct BlockScratch {
+  Scratch x_block;  // packed x rows (large-M path)
+  Scratch w_block;  // widened weight block
+};
 
 struct Problem {
   const float* x;
@@ -228,14 +235,31 @@ void stream_panels(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0
 // Rows [m_begin, m_end) × panels [p0, p1), blocked: for each block of rows and of
 // k, x is packed at stride kXs and each panel's k block is widened to f32 once,
 // then swept by every row tile while it sits in L1.
-void blocked(const Problem& pb, int64_t m_begin, int64_t m_end, int64_t p0, int64_t p1) {
+size_t x_block_bytes(const Problem& pb) {
+  const int max_mr = pb.kt->max_mr;
+  return sizeof(float) * static_cast<size_t>(std::max<int64_t>(max_mr, kMc / max_mr * max_mr) * kXs);
+}
+size_t w_block_bytes() { return sizeof(float) * kKc * kNr; }
+
+// The blocked path's buffers for each of the pool's thread indices, grown here on
+// the calling thread.
+std::vector<BlockScratch>& block_scratches(const Problem& pb, int threads) {
+  std::vector<BlockScratch>& all = detail::per_thread_scratch<BlockScratch>(threads);
+  for (BlockScratch& s : all) {
+    if (!pb.x_bf16 && !pb.xpack) s.x_block.get(x_block_bytes(pb));
+    s.w_block.get(w_block_bytes());
+  }
+  return all;
+}
+
+void blocked(const Problem& pb, BlockScratch& scratch, int64_t m_begin, int64_t m_end, int64_t p0, int64_t p1) {
   const PackedLinear& w = *pb.w;
   const DType dt = w.weight_dtype();
   const int64_t N = w.out_features(), K = w.in_features();
   const int max_mr = pb.kt->max_mr;
   const int64_t mc = std::max<int64_t>(max_mr, kMc / max_mr * max_mr);
-  float* xblk = pb.x_bf16 || pb.xpack ? nullptr : static_cast<float*>(t_scratch.x_block.get(sizeof(float) * mc * kXs));
-  float* wblk = static_cast<float*>(t_scratch.w_block.get(sizeof(float) * kKc * kNr));
+  float* xblk = pb.x_bf16 || pb.xpack ? nullptr : static_cast<float*>(scratch.x_block.get(x_block_bytes(pb)));
+  float* wblk = static_cast<float*>(scratch.w_block.get(w_block_bytes()));
   // Packed bytes per k step of a panel (bf16 pairs: 2 bytes per k and column).
   const int64_t k_bytes = dt == DType::kF32 ? kNr * 4 : kNr * 2;
   for (int64_t mb = m_begin; mb < m_end; mb += mc) {
@@ -663,17 +687,21 @@ void linear(const float* x, int64_t M, int64_t x_stride, const PackedLinear& w, 
         pb.xpack = xpack;
       }
       const int64_t chunk = std::max<int64_t>(1, panels / (kBlockedChunksPerThread * threads));
-      detail::share_chunks(pool, panels, chunk, [&](int64_t p0, int64_t p1) { blocked(pb, 0, M, p0, p1); });
+      std::vector<BlockScratch>& scratch = block_scratches(pb, threads);
+      detail::share_chunks(pool, panels, chunk, [&](int64_t p0, int64_t p1, int t) {
+        blocked(pb, scratch[static_cast<size_t>(t)], 0, M, p0, p1);
+      });
     }
   } else {
     // Few panels, many rows: split rows (in whole tiles) instead.
+    std::vector<BlockScratch>* scratch = stream ? nullptr : &block_scratches(pb, threads);
     pool.parallel_for(
         M,
-        [&](int64_t m0, int64_t m1, int) {
+        [&](int64_t m0, int64_t m1, int t) {
           if (stream) {
             stream_panels(pb, m0, m1, 0, panels);
           } else {
-            blocked(pb, m0, m1, 0, panels);
+            blocked(pb, (*scratch)[static_cast<size_t>(t)], m0, m1, 0, panels);
           }
         },
         kt.max_mr);

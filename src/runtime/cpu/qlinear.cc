@@ -19,6 +19,7 @@
 #include "runtime/cpu/qdot_kernels.h"
 #include "runtime/cpu/qgemm.h"
 #include "runtime/cpu/qlayout.h"
+#include "runtime/cpu/per_thread_scratch.h"
 #include "runtime/cpu/share_chunks.h"
 
 namespace loom::cpu::detail {
@@ -63,7 +64,6 @@ int64_t chunk_rows(int64_t N, size_t row_bytes, int64_t M, int threads) {
 thread_local std::vector<uint8_t> t_act;
 thread_local std::vector<int32_t> t_act_offset_sums;
 thread_local std::vector<int16_t> t_act_sub_sums;
-thread_local std::vector<uint8_t> t_rows;  // interleaved rows copied out for the row kernels
 
 // Rows of interleaved weights the row kernels get per copy: whole groups (of 8
 // rows, every interleaved layout alike), and small enough to stay in L1/L2 between the
@@ -327,9 +327,10 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
   }
 #endif
   // Other kernels read rows: copy a few groups out at a time.
-  share_chunks(pool, N, chunk, [&](int64_t n0, int64_t n1) {
-    std::vector<uint8_t>& copied = t_rows;
-    copied.resize(static_cast<size_t>(kCopiedRows) * w.quant_row_bytes());
+  std::vector<std::vector<uint8_t>>& copies = per_thread_scratch<std::vector<uint8_t>>(pool.num_threads());
+  for (std::vector<uint8_t>& c : copies) c.resize(static_cast<size_t>(kCopiedRows) * w.quant_row_bytes());
+  share_chunks(pool, N, chunk, [&](int64_t n0, int64_t n1, int thread_index) {
+    std::vector<uint8_t>& copied = copies[static_cast<size_t>(thread_index)];
     for (int64_t c0 = n0; c0 < n1; c0 += kCopiedRows) {
       const int64_t c1 = std::min(n1, c0 + kCopiedRows);
       if (c0 >= grouped) {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 
 #include "loom/core/thread_pool.h"
 
@@ -13,7 +14,8 @@ namespace loom::cpu::detail {
 
 inline std::atomic<bool> g_work_stealing{true};  // bench override: false keeps static shares
 
-// body(u0, u1) over [0, units) in chunks of `chunk` units on the pool's threads.
+// body(u0, u1) over [0, units) in chunks of `chunk` units on the pool's threads;
+// body(u0, u1, thread_index) when it takes the index (for per_thread_scratch).
 // Each thread starts at the front of its own equal share, so its weights stream
 // as one contiguous run; a thread that finishes early takes chunks from the back
 // of the share with the most left. A share is not left waiting on a thread that
@@ -24,8 +26,16 @@ template <class Body>
 void share_chunks(ThreadPool& pool, int64_t units, int64_t chunk, const Body& body) {
   const int64_t chunks = (units + chunk - 1) / chunk;
   const int threads = static_cast<int>(std::min<int64_t>(pool.num_threads(), chunks));
+  auto call = [&](int64_t u0, int64_t u1, int thread_index) {
+    if constexpr (std::is_invocable_v<const Body&, int64_t, int64_t, int>) {
+      body(u0, u1, thread_index);
+    } else {
+      (void)thread_index;
+      body(u0, u1);
+    }
+  };
   if (threads <= 1) {
-    body(int64_t{0}, units);
+    call(int64_t{0}, units, 0);
     return;
   }
   // front (high 32 bits) and back (low 32) of a share, in chunks.
@@ -54,13 +64,13 @@ void share_chunks(ThreadPool& pool, int64_t units, int64_t chunk, const Body& bo
       }
     }
   };
-  auto run = [&](int64_t c) { body(c * chunk, std::min(units, (c + 1) * chunk)); };
+  auto run = [&](int64_t c, int thread_index) { call(c * chunk, std::min(units, (c + 1) * chunk), thread_index); };
   const bool steal = g_work_stealing.load(std::memory_order_relaxed);
   pool.parallel_for(
       threads,
-      [&](int64_t t0, int64_t t1, int) {
+      [&](int64_t t0, int64_t t1, int thread_index) {
         for (int64_t t = t0; t < t1; ++t) {
-          for (int64_t c; (c = take(static_cast<int>(t), false)) >= 0;) run(c);
+          for (int64_t c; (c = take(static_cast<int>(t), false)) >= 0;) run(c, thread_index);
         }
         while (steal) {
           int victim = -1;
@@ -71,7 +81,7 @@ void share_chunks(ThreadPool& pool, int64_t units, int64_t chunk, const Body& bo
             if (f < b && b - f > most) most = b - f, victim = v;
           }
           if (victim < 0) break;
-          if (const int64_t c = take(victim, true); c >= 0) run(c);
+          if (const int64_t c = take(victim, true); c >= 0) run(c, thread_index);
         }
       },
       1);
