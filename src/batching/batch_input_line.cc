@@ -63,6 +63,7 @@ Result<BatchInput> parse_batch_input_line(std::string_view line, size_t line_num
     LOOM_ASSIGN_OR_RETURN(std::optional<int64_t> sequences, fields.int_field("num_return_sequences", kInt32Min, kInt32Max));
     if (sequences) o.num_return_sequences = static_cast<int32_t>(*sequences);
     LOOM_ASSIGN_OR_RETURN(o.stop_strings, fields.string_or_string_list("stop"));
+    LOOM_ASSIGN_OR_RETURN(o.prompt_lookup_num_tokens, fields.int_field("prompt_lookup_num_tokens"));
     LOOM_ASSIGN_OR_RETURN(std::optional<structured::ConstraintSpec> spec,
                           structured::constraint_spec_from_request(j, where));
     if (spec) {

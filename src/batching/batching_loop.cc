@@ -11,6 +11,7 @@
 #include "batching/wall_clock.h"
 #include "loom/batching/continuous_batching_manager.h"
 #include "loom/batching/paged_kv_cache.h"
+#include "loom/batching/prompt_lookup.h"
 #include "loom/batching/request_state.h"
 #include "loom/batching/scheduler.h"
 #include "loom/core/logging.h"
@@ -205,6 +206,7 @@ void ContinuousBatchingManager::run_step() {
     if (!scheduler_->idle()) throw Error(internal_error("scheduler: requests are queued but none could be scheduled"));
     return;
   }
+  add_drafts(plan);
 
   std::vector<SequenceChunk>& chunks = step_chunks_;  // kept across steps: no allocation once grown
   std::vector<const SequenceKv*>& seqs = step_seqs_;
@@ -215,7 +217,8 @@ void ContinuousBatchingManager::run_step() {
   for (const PlannedChunk& c : plan.chunks) {
     RequestState* r = c.request;
     r->inflight = c.count;
-    chunks.push_back({r->tokens.data() + c.start, c.count, c.start, r->needs_prompt_rows()});
+    if (c.draft > 0) chunks.push_back({r->draft_feed.data(), c.count, c.start, /*all_rows=*/true});
+    else chunks.push_back({r->tokens.data() + c.start, c.count, c.start, r->needs_prompt_rows()});
     seqs.push_back(&r->kv);
     if (r->first_scheduled_time < 0) {
       r->first_scheduled_time = now;
@@ -262,6 +265,11 @@ void ContinuousBatchingManager::run_step() {
   float* rows = *logits;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const PlannedChunk& c = plan.chunks[i];
+    if (c.draft > 0) {  // verified after the step's other rows are sampled
+      to_verify_.push_back({c, rows});
+      rows += c.count * vocab_;
+      continue;
+    }
     if (chunks[i].all_rows) {
       record_prompt_logprobs(c.request, c.start, c.count, rows);
       rows += (c.count - 1) * vocab_;
@@ -270,6 +278,82 @@ void ContinuousBatchingManager::run_step() {
     rows += vocab_;
   }
   sample_committed();
+  for (const auto& [c, first_row] : to_verify_) verify_draft(c, first_row);
+  to_verify_.clear();
+}
+
+void ContinuousBatchingManager::add_drafts(StepPlan& plan) {
+  for (PlannedChunk& c : plan.chunks) {
+    RequestState* r = c.request;
+    const int64_t n = static_cast<int64_t>(r->tokens.size());
+    if (r->draft_length.max_tokens() <= 0) continue;
+    // Only a plain decode: its one fed token is the last known one.
+    if (c.count != 1 || c.start != n - 1 || c.start != r->num_computed || r->kv.swapped) continue;
+    // No more tokens than the request may still generate after this step's own,
+    // nor than the step's token budget leaves (drafts never displace real work:
+    // they are added after the scheduler filled the step).
+    int64_t want = std::min({r->draft_length.next(), r->max_new_tokens - r->generated() - 1,
+                             res_.max_batch_tokens - plan.num_tokens});
+    if (want <= 0) {
+      r->draft_length.step_without_draft();
+      continue;
+    }
+    draft_scratch_.clear();
+    want = prompt_lookup_draft(r->tokens.data(), n, want, draft_scratch_);
+    // Pages only from the free list, never by evicting a cached block or
+    // preempting anyone: rolling the draft back then restores the pool exactly.
+    want = std::min(want, kv_->max_fit_free(r->kv, n, want));
+    if (want <= 0 || !kv_->ensure(r->kv, n + want, /*may_evict=*/false)) {
+      r->draft_length.step_without_draft();
+      continue;
+    }
+    r->draft_feed.assign(1, r->tokens.back());
+    r->draft_feed.insert(r->draft_feed.end(), draft_scratch_.begin(), draft_scratch_.begin() + want);
+    c.draft = want;
+    c.count += want;
+    plan.num_tokens += want;
+  }
+}
+
+// Rows [0, 1 + draft) of a verification chunk: row i predicts the token after
+// feed[i]. Each row is sampled exactly as a plain decode step would sample it —
+// same processors, same RNG draw, same TokenFinisher — and the next row counts
+// only while the sampled token equals the drafted one that was fed after it. So
+// the tokens are those of plain decoding, greedy or sampled, and the first
+// mismatch is itself the corrected token (or, with every draft accepted, the
+// bonus token of the last row).
+void ContinuousBatchingManager::verify_draft(const PlannedChunk& c, float* rows) {
+  RequestState* r = c.request;
+  r->inflight = 0;
+  {
+    std::lock_guard<std::mutex> sl(stats_mu_);
+    stats_.computed_tokens += c.count;
+    stats_.drafted_tokens += c.draft;
+  }
+  int64_t accepted = 0;
+  bool alive = true;
+  for (int64_t i = 0; i <= c.draft; ++i) {
+    r->num_computed = c.start + i + 1;  // feed[0, i] are accepted tokens: their K/V stands
+    if (!sample_into(r, rows + i * vocab_)) {
+      alive = false;  // finished: its blocks (drafted pages too) went back to the pool
+      break;
+    }
+    if (i == c.draft || r->tokens.back() != r->draft_feed[static_cast<size_t>(i + 1)]) break;
+    ++accepted;
+  }
+  r->drafted_tokens += c.draft;
+  r->accepted_draft_tokens += accepted;
+  {
+    std::lock_guard<std::mutex> sl(stats_mu_);
+    stats_.accepted_draft_tokens += accepted;
+  }
+  if (!alive) return;
+  r->draft_length.record(c.draft, accepted);
+  // The rejected positions' K/V is never read (attention reads positions below
+  // the query's); pages holding only such positions go back to the free list.
+  kv_->trim(r->kv, r->num_computed);
+  kv_->register_blocks(r->kv, r->tokens, r->num_computed);
+  kv_->drop_out_of_window(r->kv, r->num_computed);
 }
 
 // The masks this step's sampling will need, computed while the forward runs: a
@@ -302,6 +386,14 @@ void ContinuousBatchingManager::record_prompt_logprobs(RequestState* r, int64_t 
 
 // A step failed. Run its sequences one by one so that only the request at fault fails.
 void ContinuousBatchingManager::fail_step(StepPlan& plan, const Status& error) {
+  // Drafts are only a guess: the retry feeds each request's own token alone.
+  for (PlannedChunk& c : plan.chunks) {
+    if (c.draft == 0) continue;
+    c.count -= c.draft;
+    c.draft = 0;
+    c.request->inflight = c.count;
+    kv_->trim(c.request->kv, c.start + c.count);
+  }
   if (plan.chunks.size() == 1) {
     finish(plan.chunks[0].request, RequestStatus::kFailed, FinishReason::kError, error);
     return;
@@ -390,6 +482,7 @@ void ContinuousBatchingManager::fork_sequences(RequestState* parent, const float
     c->prompt_logprobs = parent->prompt_logprobs;
     c->prompt_top_logprobs = parent->prompt_top_logprobs;
     c->seed = parent->seed;
+    c->draft_length = DraftLength(parent->draft_length.max_tokens());
     // A distinct stream per sequence, fixed by (seed, index): reproducible whatever the batch.
     c->rng.reseed(parent->seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index));
     if (opts_.text_stream) c->text_stream = opts_.text_stream(c->prompt);
@@ -573,6 +666,8 @@ GenerationOutput ContinuousBatchingManager::snapshot(const RequestState& r) cons
   o.lifespan = {r.first_scheduled_time, r.end_time};
   o.timestamps = r.timestamps;
   o.text = r.text;
+  o.drafted_tokens = r.drafted_tokens;
+  o.accepted_draft_tokens = r.accepted_draft_tokens;
   return o;
 }
 

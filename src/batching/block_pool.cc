@@ -120,27 +120,38 @@ Result<BlockId> BlockPool::allocate(int group) {
 }
 
 void BlockPool::retain(BlockId b) {
-  Block& blk = blocks_.at(static_cast<size_t>(b));
+  if (!is_slot(b)) throw Error(internal_error("BlockPool: retain of free block " + std::to_string(b)));
+  Block& blk = blocks_[static_cast<size_t>(b)];
   if (blk.group < 0) throw Error(internal_error("BlockPool: retain of free block " + std::to_string(b)));
   ++blk.refs;
 }
 
 int32_t BlockPool::release(BlockId b) {
-  Block& blk = blocks_.at(static_cast<size_t>(b));
+  if (!is_slot(b)) throw Error(internal_error("BlockPool: release of unreferenced block " + std::to_string(b)));
+  Block& blk = blocks_[static_cast<size_t>(b)];
   if (blk.group < 0 || blk.refs <= 0)
     throw Error(internal_error("BlockPool: release of unreferenced block " + std::to_string(b)));
   return --blk.refs;
 }
 
 void BlockPool::free(BlockId b) {
-  Block& blk = blocks_.at(static_cast<size_t>(b));
+  if (!is_slot(b)) throw Error(internal_error("BlockPool: free of free block " + std::to_string(b)));
+  Block& blk = blocks_[static_cast<size_t>(b)];
   if (blk.group < 0 || blk.refs != 0)
     throw Error(internal_error("BlockPool: free of block " + std::to_string(b) + " with " + std::to_string(blk.refs) +
                                " references"));
+  // In the reverse of allocate()'s order: freeing the blocks last allocated, last
+  // first, leaves the free list exactly as before they were allocated (a rejected
+  // speculative draft's pages go back where they came from).
   const int n = group_layers_[static_cast<size_t>(blk.group)];
-  for (int i = 0; i < n; ++i) free_pages_.push_back(block_pages_[blk.first_page + static_cast<size_t>(i)]);
+  for (int i = n - 1; i >= 0; --i) free_pages_.push_back(block_pages_[blk.first_page + static_cast<size_t>(i)]);
   blk.group = -1;
-  free_slots_.push_back(b);
+  if (static_cast<size_t>(b) + 1 == blocks_.size()) {  // the newest slot: as if never made
+    blocks_.pop_back();
+    block_pages_.resize(block_pages_.size() - static_cast<size_t>(max_group_layers_));
+  } else {
+    free_slots_.push_back(b);
+  }
   free_count_.store(static_cast<int64_t>(free_pages_.size()), std::memory_order_relaxed);
   live_blocks_.fetch_sub(1, std::memory_order_relaxed);
 }

@@ -140,6 +140,11 @@ Result<std::string> ContinuousBatchingManager::add_request(std::vector<int32_t> 
   r->want_logprobs = cfg_.return_logprobs || o.logprobs || o.top_logprobs > 0;
   r->top_logprobs_k = o.top_logprobs;
   r->prompt_logprobs_k = o.prompt_logprobs.value_or(-1);
+  const int64_t lookup = o.prompt_lookup_num_tokens.value_or(gc_.prompt_lookup_num_tokens.value_or(0));
+  if (lookup < 0 || lookup > kMaxPromptLookupTokens)
+    return invalid_argument("add_request: prompt_lookup_num_tokens must be in [0, " +
+                            std::to_string(kMaxPromptLookupTokens) + "], got " + std::to_string(lookup));
+  r->draft_length = DraftLength(lookup);
 
   const int32_t num_sequences = o.num_return_sequences.value_or(static_cast<int32_t>(gc_.num_return_sequences));
   if (num_sequences < 1)

@@ -44,6 +44,7 @@ Result<GenerationConfig> generation_config_from_json(const json& j, const std::s
   LOOM_ASSIGN_OR_RETURN(c.pad_token_id, f.int_field("pad_token_id"));
   LOOM_ASSIGN_OR_RETURN(c.stop_strings, f.string_or_string_list("stop_strings"));
   LOOM_ASSIGN_OR_RETURN(c.seed, f.uint64_field("seed"));
+  LOOM_ASSIGN_OR_RETURN(c.prompt_lookup_num_tokens, f.int_field("prompt_lookup_num_tokens"));
   if (Status s = c.validate(); !s.ok()) return Status(s.code(), source + ": " + s.message());
   return c;
 }

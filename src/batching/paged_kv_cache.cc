@@ -107,13 +107,18 @@ void PagedKvCache::evict_for(int64_t pages) {
   }
 }
 
-bool PagedKvCache::ensure(SequenceKv& s, int64_t end) {
+int64_t PagedKvCache::max_fit_free(const SequenceKv& s, int64_t start, int64_t count) const {
+  const int64_t max_end = (s.num_pages + pool_.free_pages() / layout_.num_layers) * page_size_;
+  return std::clamp<int64_t>(max_end - start, 0, count);
+}
+
+bool PagedKvCache::ensure(SequenceKv& s, int64_t end, bool may_evict) {
   init_tables(s);
   const int64_t add = ceil_pages(end) - s.num_pages;
   if (add <= 0) return true;
   const int64_t need = add * layout_.num_layers;
-  if (available_pages() < need) return false;
-  evict_for(need);
+  if ((may_evict ? available_pages() : pool_.free_pages()) < need) return false;
+  if (may_evict) evict_for(need);
   if (pool_.free_pages() < need) return false;
   for (int64_t p = 0; p < add; ++p)
     for (size_t g = 0; g < groups_.size(); ++g) s.tables[g].push_back(pool_.allocate(static_cast<int>(g)).value());
@@ -131,11 +136,15 @@ void PagedKvCache::trim(SequenceKv& s, int64_t end) {
   init_tables(s);
   const int64_t keep = ceil_pages(std::max<int64_t>(0, end));
   if (keep >= s.num_pages) return;
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    for (int64_t p = s.num_pages - 1; p >= keep; --p) {
+  // The reverse of ensure()'s order (page by page, group by group): pages just
+  // given by ensure() go back to the pool's free list exactly as they came.
+  for (int64_t p = s.num_pages - 1; p >= keep; --p) {
+    for (size_t g = groups_.size(); g-- > 0;) {
       const BlockId b = s.tables[g][static_cast<size_t>(p)];
       if (b != kNoBlock) release_block(b);
     }
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
     s.tables[g].resize(static_cast<size_t>(keep));
     s.first_live[g] = std::min(s.first_live[g], keep);
   }
@@ -148,12 +157,15 @@ void PagedKvCache::trim(SequenceKv& s, int64_t end) {
 
 void PagedKvCache::release(SequenceKv& s) {
   init_tables(s);
-  // Last blocks first, so a cached chain's head is parked last and evicted last.
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    for (int64_t p = s.num_pages - 1; p >= 0; --p) {
+  // Last blocks first, so a cached chain's head is parked last and evicted last;
+  // in the reverse of ensure()'s order, as trim().
+  for (int64_t p = s.num_pages - 1; p >= 0; --p) {
+    for (size_t g = groups_.size(); g-- > 0;) {
       const BlockId b = s.tables[g][static_cast<size_t>(p)];
       if (b != kNoBlock) release_block(b);
     }
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
     s.tables[g].clear();
     s.first_live[g] = 0;
   }

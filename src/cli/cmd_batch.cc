@@ -54,6 +54,7 @@ void run_batch(const BatchFlags& f) {
   gc.min_p = defaults.sampling.min_p;
   gc.repetition_penalty = defaults.sampling.repetition_penalty;
   gc.stop_strings = defaults.stop_strings;
+  gc.prompt_lookup_num_tokens = defaults.prompt_lookup_num_tokens;
   gc.eos_token_ids.assign(defaults.eos_token_ids.begin(), defaults.eos_token_ids.end());
   // Requests without a seed use --seed, else generation_config's, else 0: a line
   // samples what `loom generate` with the same settings samples.
@@ -187,6 +188,10 @@ void run_batch(const BatchFlags& f) {
       j["finish_reason"] = generation::finish_reason_name(o.finish_reason);
       j["error"] = o.error.empty() ? json(nullptr) : json(o.error);
       if (cb.return_logprobs) j["logprobs"] = o.logprobs;
+      if (o.drafted_tokens > 0) {
+        j["drafted_tokens"] = o.drafted_tokens;
+        j["accepted_draft_tokens"] = o.accepted_draft_tokens;
+      }
       (o.status == batching::RequestStatus::kFinished ? finished : failed) += 1;
       *out << j.dump() << "\n";
     }
@@ -204,6 +209,10 @@ void run_batch(const BatchFlags& f) {
                static_cast<long long>(s.preempted_recompute + s.preempted_swap),
                static_cast<long long>(s.preempted_recompute), static_cast<long long>(s.preempted_swap),
                static_cast<long long>(s.peak_pages_in_use), static_cast<long long>(s.pages_capacity));
+  if (s.drafted_tokens > 0)
+    std::fprintf(stderr, "[batch] prompt lookup: %lld drafted tokens, %lld accepted (%.1f%%)\n",
+                 static_cast<long long>(s.drafted_tokens), static_cast<long long>(s.accepted_draft_tokens),
+                 100.0 * static_cast<double>(s.accepted_draft_tokens) / static_cast<double>(s.drafted_tokens));
 }
 
 }  // namespace

@@ -84,6 +84,8 @@ void run_generate(const GenerateFlags& f) {
       {"decode_seconds", t.decode_seconds},
       {"prefill_tokens_per_second", t.prefill_seconds > 0 ? t.prompt_tokens / t.prefill_seconds : 0.0},
       {"decode_tokens_per_second", t.decode_seconds > 0 ? t.decode_steps / t.decode_seconds : 0.0},
+      {"drafted_tokens", t.drafted_tokens},
+      {"accepted_draft_tokens", t.accepted_draft_tokens},
   };
   std::printf("%s\n", j.dump().c_str());
 }

@@ -194,6 +194,10 @@ void add_sampling_options(CLI::App* cmd, SamplingFlags* f) {
   cmd->add_option("--seed", f->seed, "Random seed for sampling");
   cmd->add_option("--stop", f->stop, "Stop when this string appears (repeatable)");
   cmd->add_flag("--greedy", f->greedy, "Always pick the most likely token");
+  cmd->add_option("--prompt-lookup-num-tokens", f->prompt_lookup_num_tokens,
+                  "Speculative decoding: draft up to K tokens per step from the text's own n-grams and verify them "
+                  "in one forward (same output; 0 = off; Transformers' prompt_lookup_num_tokens)")
+      ->check(CLI::Range(int64_t{0}, kMaxPromptLookupTokens));
 }
 
 batching::GenerateOptions make_generate_options(const SamplingFlags& f, const GenerationConfig& gc,
@@ -214,6 +218,7 @@ batching::GenerateOptions make_generate_options(const SamplingFlags& f, const Ge
     for (int64_t id : model.config().eos_token_ids) o.eos_token_ids.push_back(static_cast<int32_t>(id));
   o.stop_strings = gc.stop_strings;
   o.stop_strings.insert(o.stop_strings.end(), f.stop.begin(), f.stop.end());
+  o.prompt_lookup_num_tokens = f.prompt_lookup_num_tokens.value_or(gc.prompt_lookup_num_tokens.value_or(0));
   return o;
 }
 

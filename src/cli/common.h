@@ -79,6 +79,7 @@ struct SamplingFlags {
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   bool greedy = false;
+  std::optional<int64_t> prompt_lookup_num_tokens;
 };
 void add_sampling_options(CLI::App* cmd, SamplingFlags* f);
 // generation_config.json's values, overridden by the flags; EOS from the

@@ -36,6 +36,9 @@ Status GenerationConfig::validate() const {
     if (id < 0) return field_error("eos_token_id", "must not be negative, got " + std::to_string(id));
   if (bos_token_id && *bos_token_id < 0)
     return field_error("bos_token_id", "must not be negative, got " + std::to_string(*bos_token_id));
+  if (prompt_lookup_num_tokens && (*prompt_lookup_num_tokens < 0 || *prompt_lookup_num_tokens > kMaxPromptLookupTokens))
+    return field_error("prompt_lookup_num_tokens", "must be in [0, " + std::to_string(kMaxPromptLookupTokens) + "], got " +
+                                                       std::to_string(*prompt_lookup_num_tokens));
   for (const std::string& s : stop_strings)
     if (s.empty()) return field_error("stop_strings", "must not contain an empty string");
   return Status::Ok();

@@ -81,8 +81,9 @@ class BlockPool {
   // Returns an unreferenced block's pages to the free list.
   void free(BlockId b);
 
-  int32_t ref_count(BlockId b) const { return blocks_.at(static_cast<size_t>(b)).refs; }
-  int group_of(BlockId b) const { return blocks_.at(static_cast<size_t>(b)).group; }
+  // Of a free block: 0 and -1.
+  int32_t ref_count(BlockId b) const { return is_slot(b) ? blocks_[static_cast<size_t>(b)].refs : 0; }
+  int group_of(BlockId b) const { return is_slot(b) ? blocks_[static_cast<size_t>(b)].group : -1; }
   void* k_page(BlockId b, int index_in_group) const { return storage_.k(page_of(b, index_in_group)); }
   void* v_page(BlockId b, int index_in_group) const { return storage_.v(page_of(b, index_in_group)); }
 
@@ -95,6 +96,10 @@ class BlockPool {
   size_t page_bytes() const { return shape_.page_bytes(); }
   size_t budget_bytes() const { return storage_.bytes(); }
   const PageStorage& storage() const { return storage_; }
+  // The free pages, the next one handed out last; and the free block slots, alike.
+  // Freeing blocks in the reverse order of their allocation restores both exactly.
+  const std::vector<int32_t>& free_page_list() const { return free_pages_; }
+  const std::vector<BlockId>& free_slot_list() const { return free_slots_; }
   size_t bytes_in_use() const { return static_cast<size_t>(used_pages()) * page_bytes(); }
   const KvPageShape& shape() const { return shape_; }
 
@@ -104,6 +109,7 @@ class BlockPool {
     int32_t refs = 0;
     size_t first_page = 0;  // into block_pages_
   };
+  bool is_slot(BlockId b) const { return b >= 0 && static_cast<size_t>(b) < blocks_.size(); }
   int64_t page_of(BlockId b, int index) const {
     return block_pages_[blocks_[static_cast<size_t>(b)].first_page + static_cast<size_t>(index)];
   }

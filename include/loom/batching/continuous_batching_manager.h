@@ -44,6 +44,7 @@ class StreamedOutput;
 struct RequestState;
 struct SequenceKv;
 struct StepPlan;
+struct PlannedChunk;
 
 struct ManagerOptions {
   // Makes one request's detokenizer (given its prompt), for output text and stop
@@ -59,6 +60,8 @@ struct ManagerStats {
   int64_t requests_added = 0, finished = 0, failed = 0, cancelled = 0;
   int64_t prompt_tokens = 0;     // of added requests
   int64_t generated_tokens = 0;
+  // Speculative decoding: tokens drafted and verified, and accepted by the model.
+  int64_t drafted_tokens = 0, accepted_draft_tokens = 0;
   int64_t computed_tokens = 0;   // positions fed to the model (prefill, recompute and decode)
   int64_t steps = 0;
   int64_t prefix_hit_tokens = 0; // positions served by the prefix cache at admission
@@ -225,6 +228,11 @@ class ContinuousBatchingManager {
   void run_step();
   Result<float*> run_model(const std::vector<SequenceChunk>& chunks);  // the step's logits rows
   void commit(RequestState* r, int64_t count, float* logits_row);
+  // Speculative decoding: gives the plan's decodes of requests that draft their
+  // drafted tokens (pages from the free list only), and after the step keeps the
+  // longest accepted prefix plus one token, rolling the rest of the K/V back.
+  void add_drafts(StepPlan& plan);
+  void verify_draft(const PlannedChunk& c, float* rows);
   // Records the prompt log-probabilities in the rows of a chunk computed with all_rows.
   void record_prompt_logprobs(RequestState* r, int64_t start, int64_t count, const float* rows);
   void prefetch_masks(const StepPlan& plan);
@@ -322,6 +330,8 @@ class ContinuousBatchingManager {
   std::unique_ptr<ResultQueue> results_;
   std::vector<float> fork_row_;  // scratch: each forked sequence samples from its own copy of the logits
   std::vector<std::pair<RequestState*, float*>> to_sample_;  // this step's rows, in commit order
+  std::vector<std::pair<PlannedChunk, float*>> to_verify_;   // this step's verification chunks and rows
+  std::vector<int32_t> draft_scratch_;
   std::vector<generation::SampleJob> sample_jobs_;
   generation::ParallelSampler sampler_;
   std::recursive_mutex delivery_mu_;

@@ -31,6 +31,9 @@ struct GenerateOptions {
   // Output constrained to a grammar (RequestOptions::constraint): masked logits,
   // EOS only where the output is complete, finish "stop" when nothing may follow.
   std::shared_ptr<structured::Constraint> constraint;
+  // Speculative decoding by prompt lookup: up to this many drafted tokens verified
+  // per step (adapted as in batching/draft_length.h); 0: off. Same tokens either way.
+  int64_t prompt_lookup_num_tokens = 0;
 };
 
 struct TokenEvent {
@@ -44,6 +47,7 @@ struct GenerateTimings {
   double decode_seconds = 0;
   int64_t prompt_tokens = 0;
   int64_t decode_steps = 0;  // tokens produced by decode steps (all but the first)
+  int64_t drafted_tokens = 0, accepted_draft_tokens = 0;  // prompt lookup: verified, accepted
 };
 
 struct GenerateResult {

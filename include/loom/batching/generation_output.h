@@ -43,6 +43,9 @@ struct GenerationOutput {
   std::pair<double, double> lifespan{-1.0, -1.0};
   std::vector<double> timestamps;  // when each generated token was produced (record_timestamps)
   std::string text;  // decoded text shown so far, when the manager has a tokenizer
+  // Speculative decoding (prompt_lookup_num_tokens): tokens drafted and verified,
+  // and how many of them the model accepted (each also counts in generated_tokens).
+  int64_t drafted_tokens = 0, accepted_draft_tokens = 0;
 
   bool is_final() const { return status == RequestStatus::kFinished || status == RequestStatus::kFailed; }
   bool cancelled() const { return finish_reason == generation::FinishReason::kCancelled; }

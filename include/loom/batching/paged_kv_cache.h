@@ -108,9 +108,13 @@ class PagedKvCache {
   int64_t capacity_pages() const { return pool_.capacity_pages(); }
   // How many of the positions [start, start + count) could be given pages now.
   int64_t max_fit(const SequenceKv& s, int64_t start, int64_t count) const;
+  // max_fit counting only free pages: what fits without evicting a cached block.
+  int64_t max_fit_free(const SequenceKv& s, int64_t start, int64_t count) const;
   // Gives `s` pages for every position < end, evicting cached blocks oldest-first
-  // only as needed. False (and nothing changed) when the budget does not allow it.
-  bool ensure(SequenceKv& s, int64_t end);
+  // only as needed (never with may_evict = false: a speculative draft's pages come
+  // from free pages only, so rolling it back leaves the pool as it was). False
+  // (and nothing changed) when the budget does not allow it.
+  bool ensure(SequenceKv& s, int64_t end, bool may_evict = true);
   // Releases the logical pages that lie wholly at or after position `end`.
   void trim(SequenceKv& s, int64_t end);
   // Releases every block (registered full blocks stay cached for reuse).

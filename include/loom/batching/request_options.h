@@ -63,6 +63,11 @@ struct RequestOptions {
   // where the output is complete. Its vocabulary must be the model's tokenizer's.
   std::shared_ptr<structured::Constraint> constraint;
 
+  // Speculative decoding by prompt lookup (GenerationConfig::prompt_lookup_num_tokens
+  // when unset): at most this many drafted tokens verified per step; 0 turns it off.
+  // The tokens are the same either way.
+  std::optional<int64_t> prompt_lookup_num_tokens;
+
   // With max_queue_size reached: wait this long for room (seconds), else fail at once.
   std::optional<double> queue_timeout;
 

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "loom/batching/draft_length.h"
 #include "loom/batching/generate.h"
 #include "loom/batching/generation_output.h"
 #include "loom/batching/paged_kv_cache.h"
@@ -44,6 +45,12 @@ struct RequestState {
   SequenceKv kv;
   int64_t num_computed = 0;
   int64_t inflight = 0;
+
+  // Speculative decoding: how many tokens to draft (0: never), the step's feed
+  // [last token, drafted...] while a verification step runs, and the totals.
+  DraftLength draft_length;
+  std::vector<int32_t> draft_feed;
+  int64_t drafted_tokens = 0, accepted_draft_tokens = 0;
 
   generation::SamplingParams sampling;
   generation::Rng rng;

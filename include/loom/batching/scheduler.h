@@ -26,7 +26,11 @@ namespace loom::batching {
 struct PlannedChunk {
   RequestState* request = nullptr;
   int64_t start = 0;  // first position fed
-  int64_t count = 0;
+  int64_t count = 0;  // positions fed, drafted ones included
+  // Speculative decoding: the last `draft` of them are drafted tokens to verify
+  // (fed from RequestState::draft_feed); added on the loop thread just before the
+  // step runs, never by the planner.
+  int64_t draft = 0;
 };
 
 struct StepPlan {

@@ -13,6 +13,9 @@
 
 namespace loom {
 
+// Beyond this many drafted tokens a verification step costs more than it can save.
+inline constexpr int64_t kMaxPromptLookupTokens = 128;
+
 struct GenerationConfig {
   std::string source = "defaults";  // where it was read from, for messages
 
@@ -39,10 +42,15 @@ struct GenerationConfig {
   // loom extension: seeds the sampler so a request is reproducible.
   std::optional<uint64_t> seed;
 
+  // Speculative decoding by prompt lookup (batching/prompt_lookup.h): draft up to
+  // this many tokens per step from the sequence's own n-grams and verify them in
+  // the same forward. Unset or 0: off. The output is the same either way.
+  std::optional<int64_t> prompt_lookup_num_tokens;
+
   // kInvalidArgument naming the field: temperature >= 0, top_k >= 0,
   // 0 < top_p <= 1, 0 <= min_p <= 1, repetition_penalty > 0,
   // max_new_tokens > 0, max_length > 0, num_return_sequences >= 1,
-  // eos/bos ids >= 0 (a negative pad id, seen in old Llama exports, is
+  // eos/bos ids >= 0, 0 <= prompt_lookup_num_tokens <= 128 (a negative pad id, seen in old Llama exports, is
   // allowed as Transformers only warns), no empty stop string.
   Status validate() const;
 
