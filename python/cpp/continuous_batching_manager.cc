@@ -150,6 +150,8 @@ py::dict stats(const ManagerHandle& h) {
   d["cancelled"] = s.cancelled;
   d["prompt_tokens"] = s.prompt_tokens;
   d["generated_tokens"] = s.generated_tokens;
+  d["drafted_tokens"] = s.drafted_tokens;
+  d["accepted_draft_tokens"] = s.accepted_draft_tokens;
   d["computed_tokens"] = s.computed_tokens;
   d["steps"] = s.steps;
   d["prefix_hit_tokens"] = s.prefix_hit_tokens;

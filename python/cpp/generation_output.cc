@@ -33,6 +33,8 @@ void register_generation_output(py::module_& m) {
       .def_readonly("lifespan", &GenerationOutput::lifespan)
       .def_readonly("timestamps", &GenerationOutput::timestamps)
       .def_readonly("text", &GenerationOutput::text)
+      .def_readonly("drafted_tokens", &GenerationOutput::drafted_tokens)
+      .def_readonly("accepted_draft_tokens", &GenerationOutput::accepted_draft_tokens)
       .def("is_finished", &GenerationOutput::is_final)
       .def("__repr__", [](const GenerationOutput& o) {
         return "GenerationOutput(request_id='" + o.request_id + "', status=" + batching::request_status_name(o.status) +

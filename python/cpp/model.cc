@@ -137,6 +137,7 @@ py::dict generate(ModelHandle& h, const std::vector<int32_t>& prompt, const std:
   o.seed = seed.value_or(gc.seed.value_or(0));
   for (int64_t id : gc.eos_token_ids) o.eos_token_ids.push_back(static_cast<int32_t>(id));
   o.stop_strings = gc.stop_strings;
+  o.prompt_lookup_num_tokens = gc.prompt_lookup_num_tokens.value_or(0);
   o.kv_cache_dtype = unwrap(batching::kv_cache_dtype_from_name(kv_cache_dtype));
   o.constraint = std::move(constraint);
 
@@ -166,6 +167,8 @@ py::dict generate(ModelHandle& h, const std::vector<int32_t>& prompt, const std:
   d["finish_reason"] = generation::finish_reason_name(r.finish_reason);
   d["prefill_seconds"] = r.timings.prefill_seconds;
   d["decode_seconds"] = r.timings.decode_seconds;
+  d["drafted_tokens"] = r.timings.drafted_tokens;
+  d["accepted_draft_tokens"] = r.timings.accepted_draft_tokens;
   return d;
 }
 

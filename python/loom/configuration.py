@@ -22,6 +22,7 @@ _GENERATION_DEFAULTS = {
     "pad_token_id": None,
     "stop_strings": None,
     "seed": None,
+    "prompt_lookup_num_tokens": None,
 }
 
 

@@ -61,6 +61,33 @@ def test_generate_batch_equals_generate(default_model, prompts):
         assert alone[0].tolist()[len(p):] == out.generated_tokens
 
 
+VERSE = ("In the beginning God created the heaven and the earth. And the earth was without form, and void; and "
+         "darkness was upon the face of the deep. ")
+
+
+def test_prompt_lookup_gives_the_same_tokens_as_plain_decoding(default_model, tokenizer, prompts):
+    # A prompt that repeats, so that drafts are made and accepted, among ones that do not.
+    batch_prompts = [tokenizer.encode(VERSE * 2 + "In the beginning")] + prompts[:3]
+    plain = default_model.generate_batch(batch_prompts, max_new_tokens=24, do_sample=False, progress_bar=False,
+                                         continuous_batching_config=CB)
+    spec = default_model.generate_batch(batch_prompts, max_new_tokens=24, do_sample=False, progress_bar=False,
+                                        continuous_batching_config=CB, prompt_lookup_num_tokens=6)
+    assert [o.generated_tokens for o in spec.values()] == [o.generated_tokens for o in plain.values()]
+    assert all(o.drafted_tokens == 0 for o in plain.values())
+    assert list(spec.values())[0].accepted_draft_tokens > 0
+    alone_plain = default_model.generate([batch_prompts[0]], max_new_tokens=24, do_sample=False)
+    alone_spec = default_model.generate([batch_prompts[0]], max_new_tokens=24, do_sample=False,
+                                        prompt_lookup_num_tokens=6)
+    assert alone_spec.tolist() == alone_plain.tolist()
+    assert alone_plain[0].tolist()[len(batch_prompts[0]):] == list(plain.values())[0].generated_tokens
+    with pytest.raises(ValueError, match="prompt_lookup_num_tokens"):
+        loom.GenerationConfig(prompt_lookup_num_tokens=-2)
+    # loom batch: the flag, and the counts in each line.
+    lines = cli_batch(batch_prompts, "-n", "24", "--greedy", "--prompt-lookup-num-tokens", "6")
+    assert [line["generated_ids"] for line in lines] == [o.generated_tokens for o in plain.values()]
+    assert lines[0]["accepted_draft_tokens"] > 0
+
+
 def test_timestamps_logprobs_and_persistent_manager(default_model, prompts):
     cb = loom.ContinuousBatchingConfig(return_logprobs=True, **CB)
     out = default_model.generate_batch(prompts[:2], continuous_batching_config=cb, record_timestamps=True,

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Batch-1 decode with and without prompt-lookup drafting (--prompt-lookup-num-tokens),
+runs alternating, on a prompt whose continuation repeats it and on one that does not.
+Prints each run's decode tok/s and, per prompt, the median ratio and the acceptance.
+
+  python3 bench/prompt_lookup_bench.py [--loom build/loom] [--model models/loom-kjv-tiny]
+                                       [--rounds 7] [--new-tokens 128] [--k 8]
+"""
+import argparse
+import json
+import statistics
+import subprocess
+
+VERSES = ("In the beginning God created the heaven and the earth. And the earth was without form, and void; "
+          "and darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters. "
+          "And God said, Let there be light: and there was light. ")
+PROMPTS = {
+    # The passage twice and its start a third time: the continuation quotes it.
+    "repeating": VERSES * 2 + "In the beginning",
+    # A fresh start: the model writes new text, which repeats only where KJV style does.
+    "non-repeating": "Blessed are the meek",
+}
+
+
+def run(loom, model, prompt, new_tokens, k, threads):
+    cmd = [loom, "generate", "--model", model, "--prompt", prompt, "-n", str(new_tokens), "--greedy", "--json",
+           "--prompt-lookup-num-tokens", str(k)]
+    if threads:
+        cmd += ["--threads", str(threads)]
+    out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    return out["generated_ids"], out["timings"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--loom", default="build/loom")
+    ap.add_argument("--model", default="models/loom-kjv-tiny")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--k", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=0)
+    a = ap.parse_args()
+    for name, prompt in PROMPTS.items():
+        ratios, plain_rates, spec_rates = [], [], []
+        drafted = accepted = 0
+        for r in range(a.rounds):
+            # Alternate which goes first, so drift on a shared machine hits both alike.
+            order = [0, a.k] if r % 2 == 0 else [a.k, 0]
+            got = {}
+            for k in order:
+                got[k] = run(a.loom, a.model, prompt, a.new_tokens, k, a.threads)
+            if got[0][0] != got[a.k][0]:
+                raise SystemExit(f"{name}: drafting changed the tokens")
+            plain, spec = got[0][1]["decode_tokens_per_second"], got[a.k][1]["decode_tokens_per_second"]
+            plain_rates.append(plain)
+            spec_rates.append(spec)
+            ratios.append(spec / plain)
+            drafted += got[a.k][1]["drafted_tokens"]
+            accepted += got[a.k][1]["accepted_draft_tokens"]
+            print(f"{name} round {r}: plain {plain:.0f} tok/s, K={a.k} {spec:.0f} tok/s ({spec / plain:.2f}x)")
+        print(f"== {name}: median plain {statistics.median(plain_rates):.0f} tok/s, K={a.k} "
+              f"{statistics.median(spec_rates):.0f} tok/s, median ratio {statistics.median(ratios):.2f}x, "
+              f"accepted {accepted}/{drafted} drafted ({100.0 * accepted / max(drafted, 1):.0f}%)")
+
+
+if __name__ == "__main__":
+    main()
