@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Batch-1 decode with and without prompt-lookup drafting (--prompt-lookup-num-tokens),
-runs alternating, on a prompt whose continuation repeats it and on one that does not.
+runs alternating, on a prompt whose continuation repeats it and on text that does not.
 Prints each run's decode tok/s and, per prompt, the median ratio and the acceptance.
 
   python3 bench/prompt_lookup_bench.py [--loom build/loom] [--model models/loom-kjv-tiny]
@@ -14,17 +14,21 @@ import subprocess
 VERSES = ("In the beginning God created the heaven and the earth. And the earth was without form, and void; "
           "and darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters. "
           "And God said, Let there be light: and there was light. ")
-PROMPTS = {
+# name: (prompt, sampling flags). Drafting never changes the tokens, sampled or not.
+CASES = {
     # The passage twice and its start a third time: the continuation quotes it.
-    "repeating": VERSES * 2 + "In the beginning",
-    # A fresh start: the model writes new text, which repeats only where KJV style does.
-    "non-repeating": "Blessed are the meek",
+    "repeating (greedy)": (VERSES * 2 + "In the beginning", ["--greedy"]),
+    # A fresh start; greedy, the tiny model soon loops over its own phrases.
+    "fresh prompt (greedy)": ("Blessed are the meek", ["--greedy"]),
+    # Sampled at temperature 0.9 it writes text that does not repeat: drafts are rarely
+    # accepted, and the draft length backs off.
+    "non-repeating (sampled, seed 3)": ("Blessed are the meek", ["--temperature", "0.9", "--seed", "3"]),
 }
 
 
-def run(loom, model, prompt, new_tokens, k, threads):
-    cmd = [loom, "generate", "--model", model, "--prompt", prompt, "-n", str(new_tokens), "--greedy", "--json",
-           "--prompt-lookup-num-tokens", str(k)]
+def run(loom, model, prompt, sampling, new_tokens, k, threads):
+    cmd = [loom, "generate", "--model", model, "--prompt", prompt, "-n", str(new_tokens), "--json",
+           "--prompt-lookup-num-tokens", str(k)] + sampling
     if threads:
         cmd += ["--threads", str(threads)]
     out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
@@ -40,7 +44,7 @@ def main():
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--threads", type=int, default=0)
     a = ap.parse_args()
-    for name, prompt in PROMPTS.items():
+    for name, (prompt, sampling) in CASES.items():
         ratios, plain_rates, spec_rates = [], [], []
         drafted = accepted = 0
         for r in range(a.rounds):
@@ -48,7 +52,7 @@ def main():
             order = [0, a.k] if r % 2 == 0 else [a.k, 0]
             got = {}
             for k in order:
-                got[k] = run(a.loom, a.model, prompt, a.new_tokens, k, a.threads)
+                got[k] = run(a.loom, a.model, prompt, sampling, a.new_tokens, k, a.threads)
             if got[0][0] != got[a.k][0]:
                 raise SystemExit(f"{name}: drafting changed the tokens")
             plain, spec = got[0][1]["decode_tokens_per_second"], got[a.k][1]["decode_tokens_per_second"]
