@@ -14,6 +14,9 @@
 #include "loom/batching/paged_kv_cache.h"
 #include "loom/batching/prompt_lookup.h"
 #include "loom/batching/tokenizer_text_stream.h"
+#include "loom/structured/constraint.h"
+#include "loom/structured/token_vocabulary.h"
+#include "loom/tokenizer/tokenizer.h"
 
 namespace loom::batching {
 namespace {
@@ -367,6 +370,57 @@ TEST(SpeculativeExactness, BundledModelTextAndStopStrings) {
       if (lookup > 0 && !with_stop) EXPECT_GT(out->accepted_draft_tokens, 0);
     }
   }
+  ASSERT_TRUE(m->stop(true, 30.0).ok());
+}
+
+// Grammar-constrained requests: each row is masked by the grammar state its
+// accepted tokens left, so drafting changes nothing there either.
+TEST(SpeculativeExactness, ConstrainedOutputs) {
+  const std::string dir = std::string(LOOM_SOURCE_DIR) + "/models/loom-kjv-tiny";
+  auto model = models::Model::load(dir).value();
+  auto runner = make_runner(model);
+  std::shared_ptr<Tokenizer> tok = Tokenizer::from_dir(dir).value();
+  structured::ConstraintRegistry registry(structured::TokenVocabulary::from_tokenizer(*tok));
+  std::vector<std::shared_ptr<structured::Constraint>> constraints;
+  for (const auto& [kind, text] : std::vector<std::pair<structured::ConstraintSpec::Kind, std::string>>{
+           {structured::ConstraintSpec::Kind::kJsonSchema,
+            R"({"type":"object","properties":{"verses":{"type":"array","items":{"type":"string","maxLength":20},"maxItems":4}},"required":["verses"]})"},
+           {structured::ConstraintSpec::Kind::kRegex, "(the [a-z]+ of the [a-z]+, ){2,5}"},
+           {structured::ConstraintSpec::Kind::kJsonObject, ""}}) {
+    structured::ConstraintSpec spec;
+    spec.kind = kind;
+    spec.text = text;
+    constraints.push_back(registry.get(spec).value());
+  }
+  const std::vector<int32_t> prompt = tok->encode("And the LORD said unto Moses, and the LORD said", true).value().ids;
+  ContinuousBatchingConfig cfg;
+  cfg.page_size = 16;
+  cfg.num_blocks = 64;
+  auto m = ContinuousBatchingManager::create(runner, testing::no_eos_config(), cfg).value();
+  ASSERT_TRUE(m->start().ok());
+  int64_t accepted = 0;
+  for (const auto& c : constraints) {
+    GenerateOptions o;
+    o.max_new_tokens = 48;
+    o.constraint = c;
+    const GenerateResult plain = generate(*runner, prompt, o).value();
+    o.prompt_lookup_num_tokens = 6;
+    const GenerateResult spec = generate(*runner, prompt, o).value();
+    EXPECT_EQ(spec.generated_ids, plain.generated_ids);
+    EXPECT_EQ(spec.finish_reason, plain.finish_reason);
+    accepted += spec.timings.accepted_draft_tokens;
+    RequestOptions ro;
+    ro.max_new_tokens = 48;
+    ro.constraint = c;
+    ro.prompt_lookup_num_tokens = 6;
+    const std::string id = m->add_request(prompt, ro).value();
+    const std::optional<GenerationOutput> out = m->get_result(id, 120.0);
+    ASSERT_TRUE(out.has_value());
+    EXPECT_EQ(out->generated_tokens, plain.generated_ids);
+    EXPECT_EQ(out->finish_reason, plain.finish_reason);
+    accepted += out->accepted_draft_tokens;
+  }
+  EXPECT_GT(accepted, 0);
   ASSERT_TRUE(m->stop(true, 30.0).ok());
 }
 
