@@ -4,10 +4,11 @@ runs alternating, on a prompt whose continuation repeats it and on text that doe
 Prints each run's decode tok/s and, per prompt, the median ratio and the acceptance.
 
   python3 bench/prompt_lookup_bench.py [--loom build/loom] [--model models/loom-kjv-tiny]
-                                       [--rounds 7] [--new-tokens 128] [--k 8]
+                                       [--rounds 7] [--new-tokens 128] [--k 8] [--batch]
 """
 import argparse
 import json
+import re
 import statistics
 import subprocess
 
@@ -26,13 +27,24 @@ CASES = {
 }
 
 
-def run(loom, model, prompt, sampling, new_tokens, k, threads):
-    cmd = [loom, "generate", "--model", model, "--prompt", prompt, "-n", str(new_tokens), "--json",
-           "--prompt-lookup-num-tokens", str(k)] + sampling
+def run(loom, model, prompt, sampling, new_tokens, k, threads, through_batch):
+    flags = ["--model", model, "-n", str(new_tokens), "--prompt-lookup-num-tokens", str(k)] + sampling
     if threads:
-        cmd += ["--threads", str(threads)]
-    out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
-    return out["generated_ids"], out["timings"]
+        flags += ["--threads", str(threads)]
+    if not through_batch:
+        cmd = [loom, "generate", "--prompt", prompt, "--json"] + flags
+        out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+        return out["generated_ids"], out["timings"]
+    # One request through the continuous-batching manager (loom batch): its generated
+    # tok/s from the summary (prefill included), its counts from its output line.
+    cmd = [loom, "batch", "-i", "-", "-o", "-", "--no-progress"] + flags
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True,
+                          input=json.dumps({"id": "a", "prompt": prompt}) + "\n")
+    line = json.loads(done.stdout)
+    rate = float(re.search(r"([0-9.]+) generated tok/s", done.stderr).group(1))
+    return line["generated_ids"], {"decode_tokens_per_second": rate,
+                                   "drafted_tokens": line.get("drafted_tokens", 0),
+                                   "accepted_draft_tokens": line.get("accepted_draft_tokens", 0)}
 
 
 def main():
@@ -43,6 +55,7 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--batch", action="store_true", help="through loom batch (the manager) instead of loom generate")
     a = ap.parse_args()
     for name, (prompt, sampling) in CASES.items():
         ratios, plain_rates, spec_rates = [], [], []
@@ -52,7 +65,7 @@ def main():
             order = [0, a.k] if r % 2 == 0 else [a.k, 0]
             got = {}
             for k in order:
-                got[k] = run(a.loom, a.model, prompt, sampling, a.new_tokens, k, a.threads)
+                got[k] = run(a.loom, a.model, prompt, sampling, a.new_tokens, k, a.threads, a.batch)
             if got[0][0] != got[a.k][0]:
                 raise SystemExit(f"{name}: drafting changed the tokens")
             plain, spec = got[0][1]["decode_tokens_per_second"], got[a.k][1]["decode_tokens_per_second"]
