@@ -141,6 +141,7 @@ std::vector<Architecture> make_architectures() {
       gemma2_architecture(),
       mixtral_architecture(),
       qwen2_moe_architecture(),
+      qwen3_moe_architecture(),
   };
 }
 

@@ -1,13 +1,14 @@
-// Mixtral (modeling_mixtral.py) and Qwen2-MoE (modeling_qwen2_moe.py): the
-// Mistral and Qwen2 decoders whose MLPs are sparse MoE blocks (models/moe.h).
+// Mixtral (modeling_mixtral.py), Qwen2-MoE (modeling_qwen2_moe.py) and
+// Qwen3-MoE (modeling_qwen3_moe.py): the Mistral, Qwen2 and Qwen3 decoders
+// whose MLPs are sparse MoE blocks (models/moe.h).
 //
-// The decoder itself is built by the Mistral / Qwen2 entries of the registry
-// (attention, biases and windows exactly as theirs); this file swaps in the
-// MoE settings per layer and the class names, so there is no second copy of
-// the dense decoder's construction.
+// The decoder itself is built by the Mistral / Qwen2 / Qwen3 entries of the
+// registry (attention, biases, q/k norms and windows exactly as theirs); this
+// file swaps in the MoE settings per layer and the class names, so there is no
+// second copy of the dense decoder's construction.
 //
 // Checkpoints store one tensor per expert (Mixtral: block_sparse_moe.experts.M.w1
-// / w3 / w2; Qwen2-MoE: mlp.experts.M.gate_proj / up_proj / down_proj). The
+// / w3 / w2; Qwen2-MoE, Qwen3-MoE: mlp.experts.M.gate_proj / up_proj / down_proj). The
 // weight rules stack them as Transformers 5.x's conversion mapping does
 // (MergeModulelist, then Concatenate of gate and up), and save_pretrained
 // splits them back.
@@ -38,7 +39,9 @@ Result<bool> bool_or(const ModelConfig& c, const char* key, bool fallback) {
   return v.get<bool>();
 }
 
-// What the two families read beyond ModelConfig, with their config classes' defaults.
+enum class MoeFamily { kMixtral, kQwen2Moe, kQwen3Moe };
+
+// What the families read beyond ModelConfig, with their config classes' defaults.
 struct MoeConfig {
   int64_t num_experts = 0, top_k = 0, moe_intermediate = 0, shared_intermediate = 0;
   bool norm_topk_prob = true;
@@ -47,15 +50,19 @@ struct MoeConfig {
   std::vector<int64_t> mlp_only_layers;
 };
 
-Result<MoeConfig> read_moe_config(const ModelConfig& c, bool qwen) {
+Result<MoeConfig> read_moe_config(const ModelConfig& c, MoeFamily family) {
   MoeConfig m;
-  if (qwen) {  // Qwen2MoeConfig
-    LOOM_ASSIGN_OR_RETURN(m.num_experts, int_or(c, "num_experts", 60));
-    LOOM_ASSIGN_OR_RETURN(m.top_k, int_or(c, "num_experts_per_tok", 4));
-    LOOM_ASSIGN_OR_RETURN(m.moe_intermediate, int_or(c, "moe_intermediate_size", 1408));
-    LOOM_ASSIGN_OR_RETURN(m.shared_intermediate, int_or(c, "shared_expert_intermediate_size", 5632));
+  if (family != MoeFamily::kMixtral) {  // Qwen2MoeConfig, Qwen3MoeConfig
+    const bool qwen3 = family == MoeFamily::kQwen3Moe;
+    LOOM_ASSIGN_OR_RETURN(m.num_experts, int_or(c, "num_experts", qwen3 ? 128 : 60));
+    LOOM_ASSIGN_OR_RETURN(m.top_k, int_or(c, "num_experts_per_tok", qwen3 ? 8 : 4));
+    LOOM_ASSIGN_OR_RETURN(m.moe_intermediate, int_or(c, "moe_intermediate_size", qwen3 ? 768 : 1408));
+    // Qwen3-MoE has no shared expert; its attention biases follow attention_bias (the Qwen3 decoder's).
+    if (!qwen3) {
+      LOOM_ASSIGN_OR_RETURN(m.shared_intermediate, int_or(c, "shared_expert_intermediate_size", 5632));
+      LOOM_ASSIGN_OR_RETURN(m.qkv_bias, bool_or(c, "qkv_bias", true));
+    }
     LOOM_ASSIGN_OR_RETURN(m.norm_topk_prob, bool_or(c, "norm_topk_prob", false));
-    LOOM_ASSIGN_OR_RETURN(m.qkv_bias, bool_or(c, "qkv_bias", true));
     LOOM_ASSIGN_OR_RETURN(m.decoder_sparse_step, int_or(c, "decoder_sparse_step", 1));
     if (!absent(c.raw, "mlp_only_layers")) {
       const json& v = c.raw.at("mlp_only_layers");
@@ -119,7 +126,7 @@ Status resolve_mixtral_config(ModelConfig& c) {
   // MixtralAttention passes sliding_window to every layer (None by default).
   if (!c.raw.contains("layer_types"))
     c.layer_types.assign(static_cast<size_t>(c.num_hidden_layers), c.sliding_window ? "sliding_attention" : "full_attention");
-  LOOM_ASSIGN_OR_RETURN(MoeConfig m, read_moe_config(c, false));
+  LOOM_ASSIGN_OR_RETURN(MoeConfig m, read_moe_config(c, MoeFamily::kMixtral));
   c.num_experts = m.num_experts;
   c.num_experts_per_tok = m.top_k;
   return Status::Ok();
@@ -137,29 +144,51 @@ Status resolve_qwen2_moe_config(ModelConfig& c) {
       return unsupported(c.source + ": use_sliding_window without layer_types: Transformers versions disagree on "
                                     "which Qwen2-MoE layers slide; give layer_types explicitly");
   }
-  LOOM_ASSIGN_OR_RETURN(MoeConfig m, read_moe_config(c, true));
+  LOOM_ASSIGN_OR_RETURN(MoeConfig m, read_moe_config(c, MoeFamily::kQwen2Moe));
   c.num_experts = m.num_experts;
   c.num_experts_per_tok = m.top_k;
   return Status::Ok();
 }
 
-// Qwen2MoeDecoderLayer: sparse unless listed in mlp_only_layers or off the
-// decoder_sparse_step grid.
+Status resolve_qwen3_moe_config(ModelConfig& c) {
+  LOOM_RETURN_IF_ERROR(apply_defaults(c, {6144, 4, 32768, 1e-6, 10000.0, std::nullopt, {}}));
+  // Qwen3MoeConfig keeps sliding_window only with use_sliding_window, and then
+  // every layer's attention gets it (the model builds one sliding mask); it has
+  // no layer_types.
+  c.layer_types.assign(static_cast<size_t>(c.num_hidden_layers), "full_attention");
+  if (!c.use_sliding_window) {
+    c.sliding_window.reset();
+  } else {
+    if (!c.sliding_window && !c.raw.contains("sliding_window")) c.sliding_window = 4096;
+    if (c.sliding_window) c.layer_types.assign(static_cast<size_t>(c.num_hidden_layers), "sliding_attention");
+  }
+  LOOM_ASSIGN_OR_RETURN(MoeConfig m, read_moe_config(c, MoeFamily::kQwen3Moe));
+  c.num_experts = m.num_experts;
+  c.num_experts_per_tok = m.top_k;
+  return Status::Ok();
+}
+
+// Qwen2MoeDecoderLayer, Qwen3MoeDecoderLayer: sparse unless listed in
+// mlp_only_layers or off the decoder_sparse_step grid.
 bool qwen_layer_is_sparse(const MoeConfig& m, int64_t layer) {
   return std::find(m.mlp_only_layers.begin(), m.mlp_only_layers.end(), layer) == m.mlp_only_layers.end() &&
          m.num_experts > 0 && (layer + 1) % m.decoder_sparse_step == 0;
 }
 
-Result<std::unique_ptr<CausalLM>> build_moe(const ModelConfig& c, bool qwen) {
-  LOOM_ASSIGN_OR_RETURN(MoeConfig m, read_moe_config(c, qwen));
-  const Architecture* base = find_architecture_by_type(qwen ? "qwen2" : "mistral");
+Result<std::unique_ptr<CausalLM>> build_moe(const ModelConfig& c, MoeFamily family) {
+  LOOM_ASSIGN_OR_RETURN(MoeConfig m, read_moe_config(c, family));
+  const bool qwen = family != MoeFamily::kMixtral;
+  const char* base_type = family == MoeFamily::kMixtral ? "mistral" : family == MoeFamily::kQwen2Moe ? "qwen2" : "qwen3";
+  const Architecture* base = find_architecture_by_type(base_type);
   if (!base) return internal_error("the registry has no dense base architecture for " + c.model_type);
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<CausalLM> dense, base->build(c));
   DecoderSettings s = dense->settings();
-  const std::string prefix = qwen ? "Qwen2Moe" : "Mixtral";
+  const std::string prefix = family == MoeFamily::kMixtral ? "Mixtral" : family == MoeFamily::kQwen2Moe ? "Qwen2Moe" : "Qwen3Moe";
   s.class_prefix = prefix;
   s.class_name.clear();
-  for (AttentionSettings& a : s.layers) a.qkv_bias = m.qkv_bias;
+  // Qwen3-MoE keeps the Qwen3 decoder's attention (biases per attention_bias, q/k norms).
+  if (family != MoeFamily::kQwen3Moe)
+    for (AttentionSettings& a : s.layers) a.qkv_bias = m.qkv_bias;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     MoeSettings e;
     if (!qwen || qwen_layer_is_sparse(m, i)) {
@@ -192,15 +221,16 @@ WeightRules mixtral_rules(const ModelConfig&) {
   };
 }
 
-WeightRules qwen2_moe_rules(const ModelConfig&) {
+// Qwen2-MoE and Qwen3-MoE name their experts alike.
+WeightRules qwen_moe_rules(const std::string& family) {
   return {
       WeightConverter{{"mlp.experts.*.gate_proj.weight", "mlp.experts.*.up_proj.weight"},
                       {"mlp.experts.gate_up_proj"},
                       {MergeModulelist(0), Concatenate(1)},
                       true,
-                      "Qwen2-MoE experts gate_proj|up_proj → gate_up_proj"},
+                      family + " experts gate_proj|up_proj → gate_up_proj"},
       WeightConverter{{"mlp.experts.*.down_proj.weight"}, {"mlp.experts.down_proj"}, {MergeModulelist(0)}, true,
-                      "Qwen2-MoE experts down_proj"},
+                      family + " experts down_proj"},
   };
 }
 
@@ -214,7 +244,7 @@ Architecture mixtral_architecture() {
   return Architecture{.model_type = "mixtral",
                       .class_name = "MixtralForCausalLM",
                       .resolve_config = resolve_mixtral_config,
-                      .build = [](const ModelConfig& c) { return build_moe(c, false); },
+                      .build = [](const ModelConfig& c) { return build_moe(c, MoeFamily::kMixtral); },
                       .weight_rules = mixtral_rules,
                       .expected_unused = tied_lm_head_unused};
 }
@@ -223,8 +253,17 @@ Architecture qwen2_moe_architecture() {
   return Architecture{.model_type = "qwen2_moe",
                       .class_name = "Qwen2MoeForCausalLM",
                       .resolve_config = resolve_qwen2_moe_config,
-                      .build = [](const ModelConfig& c) { return build_moe(c, true); },
-                      .weight_rules = qwen2_moe_rules,
+                      .build = [](const ModelConfig& c) { return build_moe(c, MoeFamily::kQwen2Moe); },
+                      .weight_rules = [](const ModelConfig&) { return qwen_moe_rules("Qwen2-MoE"); },
+                      .expected_unused = tied_lm_head_unused};
+}
+
+Architecture qwen3_moe_architecture() {
+  return Architecture{.model_type = "qwen3_moe",
+                      .class_name = "Qwen3MoeForCausalLM",
+                      .resolve_config = resolve_qwen3_moe_config,
+                      .build = [](const ModelConfig& c) { return build_moe(c, MoeFamily::kQwen3Moe); },
+                      .weight_rules = [](const ModelConfig&) { return qwen_moe_rules("Qwen3-MoE"); },
                       .expected_unused = tied_lm_head_unused};
 }
 

@@ -1,4 +1,4 @@
-// Mixtral and Qwen2-MoE beyond the parity fixtures: the module tree the configs
+// Mixtral, Qwen2-MoE and Qwen3-MoE beyond the parity fixtures: the module tree the configs
 // imply, continuous batching giving each request its single-request tokens
 // (the grouped MoE kernel mixes the requests' tokens per expert), and config
 // and checkpoint errors naming their cause.
@@ -60,6 +60,36 @@ TEST(MoeModels, ModuleTreeFollowsTheConfig) {
   EXPECT_EQ(a, b);
 }
 
+TEST(MoeModels, Qwen3MoeLayersFollowSparseStepAndMlpOnlyLayers) {
+  // decoder_sparse_step 2 (layers 1, 3, 5) minus mlp_only_layers [3]: two sparse
+  // layers; the others are dense Qwen3MoeMLPs of intermediate_size.
+  auto m = models::Model::load(fixture("qwen3_moe_dense_layers-f32").string()).value();
+  EXPECT_EQ(m->module().class_name(), "Qwen3MoeForCausalLM");
+  EXPECT_EQ(count_ops(*m->step_graph(), "moe"), 2);
+  const auto& p = m->parameters();
+  for (int layer : {0, 2, 3, 4}) {
+    const std::string pre = "model.layers." + std::to_string(layer) + ".mlp.";
+    ASSERT_TRUE(p.count(pre + "gate_proj.weight")) << layer;
+    EXPECT_EQ(p.at(pre + "gate_proj.weight").shape(), (Shape{128, 64})) << layer;
+    EXPECT_FALSE(p.count(pre + "experts.gate_up_proj")) << layer;
+  }
+  for (int layer : {1, 5}) {
+    const std::string pre = "model.layers." + std::to_string(layer) + ".mlp.";
+    EXPECT_EQ(p.at(pre + "experts.gate_up_proj").shape(), (Shape{4, 2 * 48, 64})) << layer;
+    EXPECT_FALSE(p.count(pre + "shared_expert.gate_proj.weight")) << layer;
+  }
+  // Qwen3's attention: per-head q/k RMSNorm, and attention_bias puts biases on q/k/v/o.
+  EXPECT_EQ(p.at("model.layers.0.self_attn.q_norm.weight").shape(), (Shape{32}));
+  EXPECT_TRUE(p.count("model.layers.0.self_attn.o_proj.bias"));
+  EXPECT_EQ(m->config().num_experts, 4);
+
+  // The all-sparse fixture: every layer routes, nothing dense is left.
+  auto all = models::Model::load(fixture("qwen3_moe-bf16").string()).value();
+  EXPECT_EQ(count_ops(*all->step_graph(), "moe"), all->num_layers());
+  EXPECT_FALSE(all->parameters().count("model.layers.0.mlp.gate_proj.weight"));
+  EXPECT_EQ(all->config().num_experts_per_tok, 3);
+}
+
 // Greedy tokens of each request through continuous batching (requests of
 // different lengths share steps, so an expert's token group mixes requests)
 // equal the same request run alone.
@@ -102,6 +132,8 @@ void check_batched_equals_alone(const std::string& name) {
 TEST(MoeModels, BatchedGenerationEqualsEachRequestAlone) {
   check_batched_equals_alone("mixtral-f32");
   check_batched_equals_alone("qwen2_moe-bf16");
+  check_batched_equals_alone("qwen3_moe-f32");
+  check_batched_equals_alone("qwen3_moe_dense_layers-bf16");
 }
 
 // A copy of a fixture with config.json edited by `edit`, for error checks.
@@ -139,6 +171,21 @@ TEST(MoeModels, ConfigAndCheckpointErrorsNameTheCause) {
     fs::remove_all(d);
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.status().message().find("mlp_only_layers"), std::string::npos) << r.status().to_string();
+  }
+  {
+    const fs::path d = edited_copy("qwen3_moe-f32", [](nlohmann::json& c) { c["decoder_sparse_step"] = 0; });
+    auto r = models::Model::load(d.string());
+    fs::remove_all(d);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("decoder_sparse_step"), std::string::npos) << r.status().to_string();
+  }
+  {
+    // Layer 1 made dense by the config, but the file holds its experts, not a dense MLP.
+    const fs::path d = edited_copy("qwen3_moe-f32", [](nlohmann::json& c) { c["mlp_only_layers"] = {1}; });
+    auto r = models::Model::load(d.string());
+    fs::remove_all(d);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("model.layers.1.mlp"), std::string::npos) << r.status().to_string();
   }
 }
 

@@ -32,7 +32,8 @@ import safetensors_io  # noqa: E402
 ARCHS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
          "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM",
          "gpt2": "GPT2LMHeadModel", "gemma2": "Gemma2ForCausalLM",
-         "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM"}
+         "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+         "qwen3_moe": "Qwen3MoeForCausalLM"}
 DTYPES = {"f32": (torch.float32, "float32"), "bf16": (torch.bfloat16, "bfloat16"),
           "f16": (torch.float16, "float16")}
 
@@ -47,7 +48,7 @@ DEFAULT_SPEC = dict(
     rms_norm_eps=1e-6, embed_std=0.2, logit_scale=3.0, qk_scale=4.0,
     partial_rotary_factor=None, legacy_names=False,
     query_pre_attn_scalar=None, attn_logit_softcapping=None, final_logit_softcapping=None,  # gemma2
-    moe=None,  # mixtral / qwen2_moe: their MoE config fields, written to config.json as given
+    moe=None,  # mixtral / qwen2_moe / qwen3_moe: their MoE config fields, written to config.json as given
     router_scale=4.0,  # MoE router weights times this: decisive expert choices, far from ties
 )
 
@@ -166,7 +167,7 @@ def build_config(spec):
         "torch_dtype": DTYPES[s["dtype"]][1],
     }
     head_dim = s["head_dim"]
-    if s["arch"] == "qwen3" and head_dim is None:
+    if s["arch"] in ("qwen3", "qwen3_moe") and head_dim is None:
         head_dim = s["hidden_size"] // heads  # Qwen3 configs always carry head_dim (default 128)
     if head_dim is not None:
         cfg["head_dim"] = head_dim
@@ -174,7 +175,7 @@ def build_config(spec):
         build_gemma2_fields(s, cfg)
     elif any(s[k] is not None for k in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping")):
         raise ValueError(f"{s['arch']}: query_pre_attn_scalar and the soft-caps are gemma2 knobs")
-    if s["arch"] in ("llama", "qwen3", "gemma2"):
+    if s["arch"] in ("llama", "qwen3", "qwen3_moe", "gemma2"):
         cfg["attention_bias"] = s["attention_bias"]
     elif s["arch"] == "phi3":  # Phi3Config writes it (and the model ignores a false one)
         cfg["attention_bias"] = False
@@ -188,10 +189,10 @@ def build_config(spec):
         raise ValueError(f"{s['arch']}: mlp_bias is only a llama knob")
     if s["arch"] in ("mistral", "phi3", "mixtral"):
         cfg["sliding_window"] = s["sliding_window"]
-    if s["arch"] in ("mixtral", "qwen2_moe"):
+    if s["arch"] in ("mixtral", "qwen2_moe", "qwen3_moe"):
         cfg.update(s["moe"] or {})
     elif s["moe"]:
-        raise ValueError("moe is a mixtral / qwen2_moe knob")
+        raise ValueError("moe is a mixtral / qwen2_moe / qwen3_moe knob")
     if s["arch"] == "phi3":
         # Phi-3 keeps the pre-extension length at the top level (longrope reads it from there).
         cfg["original_max_position_embeddings"] = (s["rope"] or {}).get("original_max_position_embeddings",
@@ -209,6 +210,11 @@ def build_config(spec):
                                     else s["num_hidden_layers"])
         if s["layer_types"] is not None:
             cfg["layer_types"] = s["layer_types"]
+    elif s["arch"] == "qwen3_moe":  # Qwen3MoeConfig: a window for every layer, only with use_sliding_window
+        cfg["use_sliding_window"] = s["use_sliding_window"]
+        cfg["sliding_window"] = s["sliding_window"]
+        if s["layer_types"] is not None or s["max_window_layers"] is not None:
+            raise ValueError("qwen3_moe has no layer_types or max_window_layers")
     elif s["arch"] == "llama" and s["sliding_window"] is not None:
         raise ValueError("llama has no sliding window")
     rope = dict(s["rope"]) if s["rope"] else None
@@ -232,12 +238,13 @@ def tensor_specs(cfg):
     kv, inter = cfg["num_key_value_heads"], cfg["intermediate_size"]
     hd = cfg.get("head_dim") or h // heads
     qkv_bias = (arch == "qwen2" or (arch == "qwen2_moe" and cfg.get("qkv_bias", True))
-                or (arch in ("llama", "qwen3", "gemma2") and cfg.get("attention_bias")))
-    o_bias = arch in ("llama", "qwen3", "gemma2") and cfg.get("attention_bias")
+                or (arch in ("llama", "qwen3", "qwen3_moe", "gemma2") and cfg.get("attention_bias")))
+    o_bias = arch in ("llama", "qwen3", "qwen3_moe", "gemma2") and cfg.get("attention_bias")
     mlp_bias = arch == "llama" and cfg.get("mlp_bias")
     moe = None
-    if arch in ("mixtral", "qwen2_moe"):  # per-expert tensors, as the checkpoints on the Hub store them
-        defaults = reference_moe.MIXTRAL_DEFAULTS if arch == "mixtral" else reference_moe.QWEN2_MOE_DEFAULTS
+    if arch in ("mixtral", "qwen2_moe", "qwen3_moe"):  # per-expert tensors, as the checkpoints on the Hub store them
+        defaults = {"mixtral": reference_moe.MIXTRAL_DEFAULTS, "qwen2_moe": reference_moe.QWEN2_MOE_DEFAULTS,
+                    "qwen3_moe": reference_moe.QWEN3_MOE_DEFAULTS}[arch]
         moe = reference_moe.MoeConfig(arch, dict(defaults, **{k: v for k, v in cfg.items() if k in defaults}),
                                       cfg["num_hidden_layers"], inter)
     out = [("model.embed_tokens.weight", [cfg["vocab_size"], h]), ("model.norm.weight", [h])]
@@ -255,7 +262,7 @@ def tensor_specs(cfg):
         out.append((p + "self_attn.o_proj.weight", [h, heads * hd]))
         if o_bias:
             out.append((p + "self_attn.o_proj.bias", [h]))
-        if arch == "qwen3":
+        if arch in ("qwen3", "qwen3_moe"):
             out += [(p + "self_attn.q_norm.weight", [hd]), (p + "self_attn.k_norm.weight", [hd])]
         if moe:
             out += list(reference_moe.mlp_shapes(moe, i, h, inter).items())

@@ -122,6 +122,24 @@ VARIANTS = {
                        moe={"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
                             "shared_expert_intermediate_size": 80, "norm_topk_prob": False,
                             "decoder_sparse_step": 1, "mlp_only_layers": [1]}, seed=22), "shared_expert"),
+    # Qwen3-MoE as llama.cpp's qwen3moe runs it (every layer sparse, top-k renormalised): q/k norms,
+    # 8 experts top-3, tied; hidden and expert widths of 256 so K-quant blocks fit every matrix
+    # (the llama.cpp oracle runs its GGUF files quantized).
+    "qwen3_moe": (dict(arch="qwen3_moe", hidden_size=256, intermediate_size=384, num_attention_heads=4,
+                       num_key_value_heads=2, head_dim=64, vocab_size=320, tie_word_embeddings=True,
+                       rope_theta=1000000.0,
+                       moe={"num_experts": 8, "num_experts_per_tok": 3, "moe_intermediate_size": 256,
+                            "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": []},
+                       seed=24), "routing"),
+    # Qwen3-MoE's dense layers: decoder_sparse_step 2 makes layers 1, 3, 5 sparse, mlp_only_layers
+    # takes 3 back (dense MLPs of intermediate_size); top-2 not renormalised; q/k/v/o biases; qk_scale 2
+    # (six layers of sharper attention put f32 rounding near the 1e-4 logit bound).
+    "qwen3_moe_dense_layers": (dict(arch="qwen3_moe", hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                    num_key_value_heads=2, head_dim=32, vocab_size=288, num_hidden_layers=6,
+                                    attention_bias=True, rope_theta=1000000.0, qk_scale=2.0,
+                                    moe={"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
+                                         "norm_topk_prob": False, "decoder_sparse_step": 2, "mlp_only_layers": [3]},
+                                    seed=25), "norm_topk"),
 }
 MIN_ROUTER_GAP = 1e-3  # k-th vs (k+1)-th router logit: closer than this, f32 rounding could swap experts
 DTYPES = ("f32", "bf16")
@@ -177,6 +195,8 @@ def feature_effect(model, feature, prompt, logits):
             cfg.attn_softcap = cfg.final_softcap = None
         elif feature == "routing":  # every expert, softmax-weighted, instead of the top-k
             cfg.moe.top_k = cfg.moe.num_experts
+        elif feature == "norm_topk":  # the top-k weights renormalised when the config says not to
+            cfg.moe.norm_topk_prob = not cfg.moe.norm_topk_prob
         elif feature == "shared_expert":  # Qwen2-MoE's shared expert contributes nothing
             for k in [k for k in w if ".shared_expert.down_proj." in k]:
                 w[k] = torch.zeros_like(w[k])

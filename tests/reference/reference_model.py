@@ -5,8 +5,8 @@ Covers LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM 
 Phi3ForCausalLM (fused qkv_proj / gate_up_proj, split on the activations as modeling_phi3.py does) and
 GPT2LMHeadModel (Conv1D weights [in, out], fused c_attn, LayerNorm, learned positions, gelu_new) and
 Gemma2ForCausalLM (scaled embeddings, (1 + w) RMSNorms around attention and MLP, GeGLU, attention and
-final logit soft-capping, query_pre_attn_scalar, alternating sliding layers), MixtralForCausalLM and
-Qwen2MoeForCausalLM (sparse MoE MLPs, see reference_moe.py) with the
+final logit soft-capping, query_pre_attn_scalar, alternating sliding layers), MixtralForCausalLM,
+Qwen2MoeForCausalLM and Qwen3MoeForCausalLM (sparse MoE MLPs, see reference_moe.py) with the
 semantics of Transformers' modeling code (eager attention path), written from scratch so that
 loom can be parity-checked without Transformers installed (Debian 12 ships only torch 1.13,
 which has no scaled_dot_product_attention: attention is written out with an explicit mask).
@@ -82,6 +82,14 @@ _DEFAULTS = {
                       max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=False,
                       rope_theta=10000.0, use_sliding_window=False, sliding_window=4096, max_window_layers=28,
                       layer_types=None, **reference_moe.QWEN2_MOE_DEFAULTS),
+    # configuration_qwen3_moe.py: Qwen3's attention (q/k norms, attention_bias); head_dim is not a
+    # field (getattr falls back to hidden // heads); sliding_window, kept only with
+    # use_sliding_window, goes to every layer (no layer_types).
+    "qwen3_moe": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=24,
+                      num_attention_heads=32, num_key_value_heads=4, head_dim=None, hidden_act="silu",
+                      max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                      rope_theta=10000.0, attention_bias=False, use_sliding_window=False, sliding_window=4096,
+                      **reference_moe.QWEN3_MOE_DEFAULTS),
     "gpt2": dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, n_inner=None,
                  activation_function="gelu_new", layer_norm_epsilon=1e-5, tie_word_embeddings=True,
                  scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False),
@@ -142,7 +150,7 @@ class Config:
             self.qkv_bias, self.o_bias, self.mlp_bias = False, False, False
         elif model_type == "qwen2_moe":
             self.qkv_bias, self.o_bias, self.mlp_bias = bool(c["qkv_bias"]), False, False
-        elif model_type in ("qwen3", "gemma2"):
+        elif model_type in ("qwen3", "qwen3_moe", "gemma2"):
             ab = bool(c["attention_bias"])
             self.qkv_bias, self.o_bias, self.mlp_bias = ab, ab, False
         elif model_type == "phi3":  # nn.Linear(..., bias=False) everywhere in modeling_phi3.py
@@ -152,14 +160,17 @@ class Config:
         else:  # llama
             ab = bool(c["attention_bias"])
             self.qkv_bias, self.o_bias, self.mlp_bias = ab, ab, bool(c["mlp_bias"])
-        self.qk_norm = model_type == "qwen3"
+        self.qk_norm = model_type in ("qwen3", "qwen3_moe")
         self.fused = model_type == "phi3"  # qkv_proj and gate_up_proj stored (and applied) fused
-        if model_type in ("mixtral", "qwen2_moe"):
+        if model_type in ("mixtral", "qwen2_moe", "qwen3_moe"):
             self.moe = reference_moe.MoeConfig(model_type, c, self.num_hidden_layers, self.intermediate_size)
 
         # Per-layer sliding window (None = full causal attention).
         if model_type in ("mistral", "phi3", "mixtral"):
             sw = c["sliding_window"]
+            self.layer_windows = [int(sw) if sw is not None else None] * self.num_hidden_layers
+        elif model_type == "qwen3_moe":
+            sw = c["sliding_window"] if c["use_sliding_window"] else None
             self.layer_windows = [int(sw) if sw is not None else None] * self.num_hidden_layers
         elif model_type in ("qwen2", "qwen3", "qwen2_moe"):
             sw = c["sliding_window"] if c["use_sliding_window"] else None

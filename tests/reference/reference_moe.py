@@ -1,12 +1,14 @@
-"""Sparse mixture-of-experts MLPs for the reference: MixtralSparseMoeBlock (modeling_mixtral.py)
-and Qwen2MoeSparseMoeBlock (modeling_qwen2_moe.py), on the per-expert checkpoint layout
-(Mixtral: block_sparse_moe.experts.M.w1/w3/w2; Qwen2-MoE: mlp.experts.M.gate_proj/up_proj/down_proj,
-plus mlp.shared_expert.* and mlp.shared_expert_gate).
+"""Sparse mixture-of-experts MLPs for the reference: MixtralSparseMoeBlock (modeling_mixtral.py),
+Qwen2MoeSparseMoeBlock (modeling_qwen2_moe.py) and Qwen3MoeSparseMoeBlock (modeling_qwen3_moe.py),
+on the per-expert checkpoint layout (Mixtral: block_sparse_moe.experts.M.w1/w3/w2; Qwen2-MoE and
+Qwen3-MoE: mlp.experts.M.gate_proj/up_proj/down_proj; Qwen2-MoE also mlp.shared_expert.* and
+mlp.shared_expert_gate).
 
 Routing as upstream: router logits = gate(x); softmax over all experts in f32; top-k;
-renormalise the k weights (Mixtral always, Qwen2-MoE iff norm_topk_prob); cast to the compute
-dtype; each hit expert's MLP output times its weight is index_add_-ed into the result in
-increasing expert order. Qwen2-MoE adds sigmoid(shared_expert_gate(x)) * shared_expert(x).
+renormalise the k weights (Mixtral always, Qwen2-MoE and Qwen3-MoE iff norm_topk_prob); cast to
+the compute dtype; each hit expert's MLP output times its weight is index_add_-ed into the result
+in increasing expert order. Qwen2-MoE adds sigmoid(shared_expert_gate(x)) * shared_expert(x);
+Qwen3-MoE has no shared expert.
 """
 
 import torch
@@ -17,6 +19,9 @@ MIXTRAL_DEFAULTS = dict(num_local_experts=8, num_experts_per_tok=2)
 QWEN2_MOE_DEFAULTS = dict(num_experts=60, num_experts_per_tok=4, moe_intermediate_size=1408,
                           shared_expert_intermediate_size=5632, norm_topk_prob=False, decoder_sparse_step=1,
                           mlp_only_layers=None, qkv_bias=True)
+# configuration_qwen3_moe.py: no shared expert, no qkv_bias (Qwen3's attention_bias instead).
+QWEN3_MOE_DEFAULTS = dict(num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768, norm_topk_prob=False,
+                          decoder_sparse_step=1, mlp_only_layers=None)
 
 
 class MoeConfig:
@@ -36,10 +41,11 @@ class MoeConfig:
             self.top_k = int(c["num_experts_per_tok"])
             self.expert_size = int(c["moe_intermediate_size"])
             self.norm_topk_prob = bool(c["norm_topk_prob"])
-            self.shared_size = int(c["shared_expert_intermediate_size"])
+            self.shared_size = int(c["shared_expert_intermediate_size"]) if model_type == "qwen2_moe" else 0
             only = c["mlp_only_layers"] or []
             step = int(c["decoder_sparse_step"])
-            # Qwen2MoeDecoderLayer: sparse unless in mlp_only_layers, on the decoder_sparse_step grid.
+            # Qwen2MoeDecoderLayer, Qwen3MoeDecoderLayer: sparse unless in mlp_only_layers, on the
+            # decoder_sparse_step grid.
             self.sparse = [i not in only and self.num_experts > 0 and (i + 1) % step == 0 for i in range(num_layers)]
             self.prefix = "mlp"
             self.names = ("gate_proj", "up_proj", "down_proj")

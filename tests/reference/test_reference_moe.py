@@ -1,6 +1,6 @@
 """Checks of the reference's MoE blocks (reference_moe.py) against simpler forms: a dense
 formulation (every expert on every token, weighted by a top-k mask), a one-expert Mixtral equal
-to its Mistral twin, and Qwen2-MoE's choice of sparse layers."""
+to its Mistral twin, and Qwen2-MoE's and Qwen3-MoE's choice of sparse layers."""
 
 import os
 import sys
@@ -71,6 +71,19 @@ class MoeTest(unittest.TestCase):
         self.assertEqual(reference_moe.MoeConfig("qwen2_moe", c, 3, 8).sparse, [True, False, True])
         c = dict(c, mlp_only_layers=None, decoder_sparse_step=2)
         self.assertEqual(reference_moe.MoeConfig("qwen2_moe", c, 4, 8).sparse, [False, True, False, True])
+
+    def test_qwen3_moe_matches_dense_formulation(self):
+        knobs = {"num_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 24, "mlp_only_layers": [0]}
+        self.check_dense("qwen3_moe", dict(knobs, norm_topk_prob=True), True)
+        self.check_dense("qwen3_moe", dict(knobs, norm_topk_prob=False), False)
+
+    def test_qwen3_moe_sparse_layers_and_no_shared_expert(self):
+        c = dict(reference_moe.QWEN3_MOE_DEFAULTS, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=2,
+                 mlp_only_layers=[3])
+        moe = reference_moe.MoeConfig("qwen3_moe", c, 6, 8)
+        self.assertEqual(moe.sparse, [False, True, False, False, False, True])
+        self.assertEqual(moe.shared_size, 0)
+        self.assertEqual(reference_moe.QWEN3_MOE_DEFAULTS["norm_topk_prob"], False)
 
     def test_dense_architectures_have_no_moe(self):
         # make_fixtures reads cfg.moe for every variant, GPT-2's own config path included.
