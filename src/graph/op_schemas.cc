@@ -236,9 +236,9 @@ std::map<std::string, OpSchema> build_schemas() {
       LOOM_RETURN_IF_ERROR(expect_rank(in[1], 2, "router"));
       LOOM_RETURN_IF_ERROR(expect_weight(in[1], "router"));
       LOOM_RETURN_IF_ERROR(expect_rank(in[2], 3, "gate_up"));
-      LOOM_RETURN_IF_ERROR(expect_weight(in[2], "gate_up"));
+      LOOM_RETURN_IF_ERROR(expect_weight(in[2], "gate_up", true));
       LOOM_RETURN_IF_ERROR(expect_rank(in[3], 3, "down"));
-      LOOM_RETURN_IF_ERROR(expect_weight(in[3], "down"));
+      LOOM_RETURN_IF_ERROR(expect_weight(in[3], "down", true));
       const Dim& h = in[0]->shape[1];
       const Dim& e = in[1]->shape[0];
       if (!h.is_static() || !e.is_static() || in[1]->shape[1] != h)

@@ -71,6 +71,7 @@ const std::vector<Family>& families() {
       {"phi3", "phi3", "Phi3ForCausalLM", false, true, false},
       {"gemma2", "gemma2", "Gemma2ForCausalLM", false, false, false, true},
       {"qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM", false, false, true},
+      {"qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", false, false, true},
       // Mixtral is stored as llama with experts; listed after llama so reading picks llama first.
       {"llama", "mixtral", "MixtralForCausalLM", true, false, true},
   };
@@ -78,7 +79,8 @@ const std::vector<Family>& families() {
 }
 
 // Names only MoE families have: the router, the stacked experts (gate and up are
-// concatenated into loom's gate_up_proj), Qwen2-MoE's shared expert and its gate.
+// concatenated into loom's gate_up_proj), Qwen2-MoE's shared expert and its gate
+// (Qwen3-MoE has none, so they never match its parameters).
 const std::vector<NamePair>& expert_names() {
   static const std::vector<NamePair> names = {
       {"blk.*.ffn_gate_inp.weight", "model.layers.*.mlp.gate.weight"},
@@ -471,6 +473,22 @@ Result<nlohmann::json> config_json_from_gguf(const GgufFile& file) {
         if (!file.find("blk." + std::to_string(i) + ".ffn_gate_exps.weight")) dense.push_back(i);
       c["mlp_only_layers"] = dense;
     }
+    if (std::string(fam->model_type) == "qwen3_moe") {
+      // llama.cpp's qwen3moe: n_ff / n_expert_used when the expert width is not stored,
+      // every layer sparse, and the top-k weights always renormalised.
+      int64_t moe_ffn = used > 0 ? ffn / used : 0;
+      if (file.find_value(p + "expert_feed_forward_length")) {
+        LOOM_ASSIGN_OR_RETURN(moe_ffn, need_int(p + "expert_feed_forward_length"));
+      }
+      c["moe_intermediate_size"] = moe_ffn;
+      c["norm_topk_prob"] = true;
+      c["decoder_sparse_step"] = 1;
+      c["mlp_only_layers"] = nlohmann::json::array();
+      for (int64_t i = 0; i < layers; ++i)
+        if (!file.find("blk." + std::to_string(i) + ".ffn_gate_exps.weight"))
+          return parse_error(file.path() + ": qwen3moe layer " + std::to_string(i) +
+                             " has no blk." + std::to_string(i) + ".ffn_gate_exps.weight (every qwen3moe layer is sparse)");
+    }
   }
   if (std::string(fam->model_type) == "phi3") {
     c["original_max_position_embeddings"] = context;
@@ -550,7 +568,8 @@ Result<std::string> gguf_architecture_for(const ModelConfig& config) {
   const Family* fam = family_by_type(config.model_type);
   if (!fam)
     return unsupported(config.source + ": model_type '" + config.model_type +
-                       "' has no GGUF mapping (supported: llama, mistral, mixtral, qwen2, qwen3, qwen2_moe, phi3, gemma2)");
+                       "' has no GGUF mapping (supported: llama, mistral, mixtral, qwen2, qwen3, qwen2_moe, qwen3_moe, phi3, "
+                       "gemma2)");
   return std::string(fam->gguf_arch);
 }
 
@@ -581,6 +600,24 @@ Result<std::vector<std::pair<std::string, GgufValue>>> gguf_metadata_for(const M
       m.emplace_back(p + "expert_shared_feed_forward_length", u32(field("shared_expert_intermediate_size")));
       m.emplace_back(p + "expert_weights_norm",
                      GgufValue::boolean(c.raw.value("norm_topk_prob", false)));
+    }
+    if (c.model_type == "qwen3_moe") {
+      // llama.cpp runs every qwen3moe layer sparse and always renormalises the
+      // top-k weights: a file of any other model would run differently there.
+      auto field = [&c](const char* key) { return c.raw.contains(key) && c.raw.at(key).is_number_integer() ? c.raw.at(key).get<int64_t>() : 0; };
+      const bool norm = c.raw.contains("norm_topk_prob") && c.raw.at("norm_topk_prob").is_boolean() &&
+                        c.raw.at("norm_topk_prob").get<bool>();
+      if (!norm)
+        return unsupported(c.source + ": Qwen3-MoE with norm_topk_prob false has no GGUF form (llama.cpp's qwen3moe "
+                                      "always renormalises the top-k expert weights)");
+      const bool dense_layers = (c.raw.contains("decoder_sparse_step") && field("decoder_sparse_step") != 1) ||
+                                (c.raw.contains("mlp_only_layers") && c.raw.at("mlp_only_layers").is_array() &&
+                                 !c.raw.at("mlp_only_layers").empty());
+      if (dense_layers)
+        return unsupported(c.source + ": Qwen3-MoE with dense layers (mlp_only_layers / decoder_sparse_step) has no "
+                                      "GGUF form (llama.cpp's qwen3moe makes every layer sparse)");
+      const int64_t moe_ffn = c.raw.contains("moe_intermediate_size") ? field("moe_intermediate_size") : 768;
+      m.emplace_back(p + "expert_feed_forward_length", u32(moe_ffn));  // Qwen3MoeConfig's default
     }
   }
   if (c.eos_token_ids.size() > 1)

@@ -46,12 +46,20 @@ Result<QuantizationRecipe> quantization_recipe(std::string_view name) {
 
 std::optional<DType> QuantizationRecipe::type_for(const std::string& name, const Shape& shape, int64_t num_layers,
                                                   bool tied_embeddings) const {
-  if (shape.size() != 2) return std::nullopt;
-  const int64_t cols = shape[1];
+  // Stacked MoE experts ([E, 2I, H] gate_up, [E, H, I] down) quantize as E
+  // matrices of their rows, as llama.cpp's ffn_*_exps do.
+  const bool experts = shape.size() == 3 && (name.ends_with(".mlp.experts.gate_up_proj") ||
+                                             name.ends_with(".mlp.experts.down_proj"));
+  if (shape.size() != 2 && !experts) return std::nullopt;
+  // MoE routers stay as they are, as llama.cpp keeps ffn_gate_inp: a few rows that
+  // pick the experts, where quantization error would change the choice.
+  if (name.ends_with(".mlp.gate.weight") || name.ends_with(".mlp.shared_expert_gate.weight")) return std::nullopt;
+  const int64_t cols = shape.back();
   if (cols % 32 != 0) return std::nullopt;
   const bool output = name == "lm_head.weight" || (tied_embeddings && name == "model.embed_tokens.weight");
   if (output) return base == DType::kQ8_0 ? DType::kQ8_0 : fit_block(DType::kQ6_K, cols);
-  if (more_bits_mix && (name.ends_with("self_attn.v_proj.weight") || name.ends_with("mlp.down_proj.weight"))) {
+  if (more_bits_mix && (name.ends_with("self_attn.v_proj.weight") || name.ends_with("mlp.down_proj.weight") ||
+                        name.ends_with("mlp.experts.down_proj"))) {
     const int64_t layer = layer_of(name);
     if (layer >= 0 && use_more_bits(layer, num_layers)) return fit_block(DType::kQ6_K, cols);
   }

@@ -77,7 +77,47 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GgufRoundTrip,
                          ::testing::Values("llama-f32", "llama-bf16", "llama_mha_untied-f32", "llama_bias-f32",
                                            "llama_kv1_headdim-f32", "llama_rope_linear-f32", "llama_rope_llama3-f32", "qwen2-f32", "qwen2-bf16",
                                            "qwen3-f32", "qwen3-bf16", "phi3-f32", "phi3_sliding-f32", "phi3_longrope-f32",
-                                           "mixtral-f32", "mixtral-bf16", "qwen2_moe-f32", "gemma2-f32", "gemma2-bf16"));
+                                           "mixtral-f32", "mixtral-bf16", "qwen2_moe-f32", "qwen3_moe-f32", "qwen3_moe-bf16",
+                                           "gemma2-f32", "gemma2-bf16"));
+
+// llama.cpp's qwen3moe: the expert width under expert_feed_forward_length, the
+// router and stacked experts under llama.cpp's names; it makes every layer sparse
+// and renormalises the top-k weights, so a Qwen3-MoE that does neither has no
+// GGUF form (it would run differently there) and is refused by name.
+TEST(GgufModel, Qwen3MoeFollowsLlamaCppsQwen3moe) {
+  auto st = models::Model::load(existing_fixture("qwen3_moe-f32").string()).value();
+  const fs::path path = temp_gguf("qwen3_moe_layout");
+  ASSERT_TRUE(models::save_gguf(*st, path.string()).ok());
+  auto file = io::GgufFile::open(path.string()).value();
+  EXPECT_EQ(file->architecture().value(), "qwen3moe");
+  EXPECT_EQ(file->find_value("qwen3moe.expert_count")->as_int("n").value(), 8);
+  EXPECT_EQ(file->find_value("qwen3moe.expert_used_count")->as_int("n").value(), 3);
+  EXPECT_EQ(file->find_value("qwen3moe.expert_feed_forward_length")->as_int("n").value(), 256);
+  for (const char* name : {"blk.1.ffn_gate_inp.weight", "blk.1.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight",
+                           "blk.1.ffn_down_exps.weight", "blk.1.attn_q_norm.weight", "blk.1.attn_k_norm.weight"})
+    EXPECT_NE(file->find(name), nullptr) << name;
+  // Expert 5's up_proj is rows [256, 512) of its gate_up_proj, and ffn_up_exps[5] in the file.
+  const Tensor gu = st->parameters().at("model.layers.1.mlp.experts.gate_up_proj");
+  const Tensor up = file->get("blk.1.ffn_up_exps.weight").value();
+  EXPECT_EQ(up.shape(), (Shape{8, 256, 256}));
+  EXPECT_EQ(up.slice_rows(5, 6).to_f32_vector(), gu.slice_rows(5, 6).reshape({512, 256}).slice_rows(256, 512).to_f32_vector());
+  const nlohmann::json c = models::config_json_from_gguf(*file).value();
+  EXPECT_EQ(c.at("model_type"), "qwen3_moe");
+  EXPECT_EQ(c.at("moe_intermediate_size"), 256);
+  EXPECT_EQ(c.at("norm_topk_prob"), true);
+  EXPECT_EQ(c.at("mlp_only_layers"), nlohmann::json::array());
+  fs::remove(path);
+
+  auto dense = models::Model::load(existing_fixture("qwen3_moe_dense_layers-f32").string()).value();
+  const Status refused = models::save_gguf(*dense, temp_gguf("qwen3_moe_dense").string());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("norm_topk_prob"), std::string::npos) << refused.to_string();
+  ModelConfig renormalised = dense->config();
+  renormalised.raw["norm_topk_prob"] = true;
+  const auto dense_layers = models::gguf_metadata_for(renormalised);
+  ASSERT_FALSE(dense_layers.ok());
+  EXPECT_NE(dense_layers.status().message().find("mlp_only_layers"), std::string::npos) << dense_layers.status().to_string();
+}
 
 // llama.cpp multiplies by Gemma's norm weights as stored, so its files hold 1 + w
 // (convert_hf_to_gguf adds 1); its attention scale comes from the layer count,
@@ -237,6 +277,37 @@ TEST(GgufModel, QuantizedFixtureFileEqualsLoadTimeQuantization) {
   fs::remove(path);
 }
 
+// Stacked experts quantize like the matrices they stack (llama.cpp's ffn_*_exps,
+// down with more bits where the _m mix says), the router stays as it was; the
+// file and load-time quantization run the same blocks (the moe kernel against its
+// reference on quantized experts: tests/runtime/moe_test.cc).
+TEST(GgufModel, Qwen3MoeQuantizedExperts) {
+  const std::string name = "qwen3_moe-f32";
+  auto st = models::Model::load(existing_fixture(name).string()).value();
+  const std::vector<int32_t> prompt = prompt_of(name);
+  for (const char* recipe : {"q8_0", "q4_k_m"}) {
+    SCOPED_TRACE(recipe);
+    const fs::path path = temp_gguf(std::string("qwen3_moe_") + recipe);
+    ASSERT_TRUE(models::save_gguf(*st, path.string(), recipe_options(*st, recipe)).ok());
+    auto file = io::GgufFile::open(path.string()).value();
+    const bool q8 = std::string(recipe) == "q8_0";
+    EXPECT_EQ(file->get("blk.1.ffn_gate_exps.weight").value().dtype(), q8 ? DType::kQ8_0 : DType::kQ4_K);
+    EXPECT_EQ(file->get("blk.1.ffn_up_exps.weight").value().dtype(), q8 ? DType::kQ8_0 : DType::kQ4_K);
+    EXPECT_EQ(file->get("blk.0.ffn_down_exps.weight").value().dtype(), q8 ? DType::kQ8_0 : DType::kQ4_K);
+    EXPECT_EQ(file->get("blk.1.ffn_down_exps.weight").value().dtype(), q8 ? DType::kQ8_0 : DType::kQ6_K);  // use_more_bits(1, 2)
+    EXPECT_EQ(file->get("blk.1.ffn_gate_inp.weight").value().dtype(), DType::kF32);
+    auto gg = models::Model::load(path.string()).value();
+    models::LoadOptions lo;
+    lo.quantize = quantization_recipe(recipe).value();
+    auto at_load = models::Model::load(existing_fixture(name).string(), lo).value();
+    EXPECT_EQ(at_load->parameters().at("model.layers.1.mlp.experts.gate_up_proj").dtype(), q8 ? DType::kQ8_0 : DType::kQ4_K);
+    const std::vector<float> from_file = logits_of(gg, prompt);
+    EXPECT_EQ(logits_diff(from_file, logits_of(at_load, prompt)).max_abs, 0.0);
+    EXPECT_GT(logits_diff(from_file, logits_of(st, prompt)).max_abs, 0.0) << "nothing was quantized";
+    fs::remove(path);
+  }
+}
+
 TEST(GgufModel, RecipesFollowLlamaCppMixRules) {
   const QuantizationRecipe q4km = quantization_recipe("q4_k_m").value();
   const int64_t layers = 16;
@@ -250,6 +321,14 @@ TEST(GgufModel, RecipesFollowLlamaCppMixRules) {
   EXPECT_EQ(q4km.type_for("model.embed_tokens.weight", {128256, 2048}, layers, true), DType::kQ6_K);
   EXPECT_EQ(q4km.type_for("model.embed_tokens.weight", {128256, 2048}, layers, false), DType::kQ4_K);
   EXPECT_EQ(q4km.type_for("model.norm.weight", {2048}, layers, false), std::nullopt);
+  // MoE: routers stay; stacked experts quantize as their matrices, down_proj with ffn_down's mix.
+  EXPECT_EQ(q4km.type_for("model.layers.3.mlp.gate.weight", {128, 2048}, layers, false), std::nullopt);
+  EXPECT_EQ(q4km.type_for("model.layers.3.mlp.shared_expert_gate.weight", {1, 2048}, layers, false), std::nullopt);
+  EXPECT_EQ(q4km.type_for("model.layers.3.mlp.experts.gate_up_proj", {128, 1536, 2048}, layers, false), DType::kQ4_K);
+  EXPECT_EQ(q4km.type_for("model.layers.3.mlp.experts.down_proj", {128, 2048, 768}, layers, false), DType::kQ4_K);
+  EXPECT_EQ(q4km.type_for("model.layers.4.mlp.experts.down_proj", {128, 2048, 768}, layers, false), DType::kQ6_K);
+  EXPECT_EQ(q4km.type_for("model.layers.3.mlp.experts.down_proj", {8, 64, 96}, layers, false), DType::kQ8_0);
+  EXPECT_EQ(q4km.type_for("model.layers.3.self_attn.q_proj.weight", {2, 64, 48}, layers, false), std::nullopt);
   // Rows that are not whole 256-blocks fall back to Q8_0; not whole 32-blocks, unchanged.
   EXPECT_EQ(q4km.type_for("model.layers.3.mlp.up_proj.weight", {352, 128}, layers, false), DType::kQ8_0);
   EXPECT_EQ(q4km.type_for("model.layers.3.mlp.up_proj.weight", {352, 100}, layers, false), std::nullopt);

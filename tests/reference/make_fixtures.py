@@ -123,11 +123,13 @@ VARIANTS = {
                             "shared_expert_intermediate_size": 80, "norm_topk_prob": False,
                             "decoder_sparse_step": 1, "mlp_only_layers": [1]}, seed=22), "shared_expert"),
     # Qwen3-MoE as llama.cpp's qwen3moe runs it (every layer sparse, top-k renormalised): q/k norms,
-    # 8 experts top-3, tied; hidden and expert widths of 256 so K-quant blocks fit every matrix
-    # (the llama.cpp oracle runs its GGUF files quantized).
+    # 8 experts top-3, untied (a tied head repeats tokens at this width); hidden and expert widths of
+    # 256 so K-quant blocks fit every matrix (the llama.cpp oracle runs its GGUF files quantized);
+    # embed_std 1: the embedding dominates the residual stream, so quantization noise (each engine
+    # rounds activations its own way) moves the logits less.
     "qwen3_moe": (dict(arch="qwen3_moe", hidden_size=256, intermediate_size=384, num_attention_heads=4,
-                       num_key_value_heads=2, head_dim=64, vocab_size=320, tie_word_embeddings=True,
-                       rope_theta=1000000.0,
+                       num_key_value_heads=2, head_dim=64, vocab_size=320,
+                       rope_theta=1000000.0, embed_std=1.0,
                        moe={"num_experts": 8, "num_experts_per_tok": 3, "moe_intermediate_size": 256,
                             "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": []},
                        seed=24), "routing"),

@@ -120,6 +120,49 @@ TEST(Moe, EveryIsaMatchesReference) {
   }
 }
 
+// Quantized experts (a GGUF file's ffn_*_exps, or quantized at load): each
+// expert runs the quantized matmul, which rounds the activations to 8 bits per
+// block; the reference multiplies the dequantized weights exactly. Both see the
+// same weights, so what is left is the activation rounding: up to 3% (RMS) of the
+// output after two quantized matmuls (K-quants round 256 activations on one
+// scale); a wrong block, row or expert would be of the output's own size.
+TEST(Moe, QuantizedExpertsMatchReference) {
+  struct QCase {
+    DType dtype;
+    int64_t tokens, hidden, inter;
+  };
+  uint32_t seed = 300;
+  for (const QCase& q : {QCase{DType::kQ8_0, 5, 64, 32}, QCase{DType::kQ8_0, 19, 96, 64}, QCase{DType::kQ4_0, 17, 64, 32},
+                         QCase{DType::kQ4_K, 3, 256, 256}, QCase{DType::kQ6_K, 20, 256, 256}}) {
+    SCOPED_TRACE(std::string(dtype_name(q.dtype)) + " T=" + std::to_string(q.tokens));
+    const Case c{q.tokens, 6, q.hidden, q.inter, 2, true, false, DType::kF32};
+    Weights w = make_weights(c, seed++);
+    w.gate_up = w.gate_up.to(q.dtype);
+    w.down = w.down.to(q.dtype);
+    const std::vector<float> x = random_floats(static_cast<size_t>(c.tokens * c.hidden), seed++, 1.0f);
+    MoeParams p;
+    p.top_k = c.top_k;
+    auto packed = PackedMoe::pack(w.router, w.gate_up, w.down);
+    ASSERT_TRUE(packed.ok()) << packed.status().to_string();
+    std::vector<float> got(x.size()), want(x.size());
+    moe(x.data(), c.tokens, packed.value(), p, nullptr, got.data());
+    moe_ref(x.data(), c.tokens, w.router, w.gate_up, w.down, p, nullptr, nullptr, want.data());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      num += (got[i] - want[i]) * static_cast<double>(got[i] - want[i]);
+      den += static_cast<double>(want[i]) * want[i];
+    }
+    ASSERT_GT(den, 0.0);
+    EXPECT_LE(std::sqrt(num / den), 0.05) << "relative RMS error of the grouped kernel";
+    // Dequantized to f32, the same experts give the reference's numbers: the
+    // kernel read the blocks, not something else.
+    std::vector<float> dequant(x.size());
+    moe_ref(x.data(), c.tokens, w.router, w.gate_up.to(DType::kF32), w.down.to(DType::kF32), p, nullptr, nullptr,
+            dequant.data());
+    EXPECT_EQ(dequant, want);
+  }
+}
+
 TEST(Moe, ExpertsWithoutTokensAndAllTokensOnOneExpert) {
   // A router row far above the others sends every token to expert 2 (top-1);
   // the other experts get no tokens at all.

@@ -4,8 +4,11 @@
 // output projection (lm_head, or the embedding when tied), which gets Q6_K as in
 // llama.cpp (Q8_0 stays Q8_0). The _m mixes (q4_k_m, q5_k_m) also give Q6_K to
 // attn_v and ffn_down in the layers llama.cpp's use_more_bits picks (the first
-// and last eighth, and every third layer between). Norms, biases and other 1-D
-// tensors stay as they are. A matrix whose rows are not a multiple of the chosen
+// and last eighth, and every third layer between; stacked experts' down_proj
+// counts as ffn_down). Stacked MoE experts ([E, rows, cols]) quantize like the
+// matrices they stack. Norms, biases and other 1-D
+// tensors stay as they are, and so do MoE routers (mlp.gate, shared_expert_gate:
+// llama.cpp never quantizes ffn_gate_inp). A matrix whose rows are not a multiple of the chosen
 // type's block falls back to Q8_0 (llama.cpp uses Q5_0/Q5_1, which loom lacks),
 // and to its own dtype when not even 32 divides them.
 #pragma once

@@ -36,10 +36,12 @@ void moe_route(const float* logits, int64_t num_experts, const MoeParams& p, int
 
 namespace {
 
-Status expect_shape(const Tensor& t, const Shape& want, const char* what) {
-  if (!t.defined() || t.shape() != want || !dtype_is_float(t.dtype()))
-    return invalid_argument(std::string("moe: ") + what + " must be a float " + shape_to_string(want) + " tensor, got " +
-                            (t.defined() ? t.describe() : std::string("undefined")));
+// Experts may be quantized (a GGUF file's blocks, or quantized at load): each
+// expert's slab is then packed as any quantized linear is.
+Status expect_shape(const Tensor& t, const Shape& want, const char* what, bool quantized_ok = false) {
+  if (!t.defined() || t.shape() != want || !(dtype_is_float(t.dtype()) || (quantized_ok && dtype_is_quantized(t.dtype()))))
+    return invalid_argument(std::string("moe: ") + what + " must be a " + (quantized_ok ? "float or quantized " : "float ") +
+                            shape_to_string(want) + " tensor, got " + (t.defined() ? t.describe() : std::string("undefined")));
   return Status::Ok();
 }
 
@@ -51,8 +53,8 @@ Result<PackedMoe> PackedMoe::pack(const Tensor& router, const Tensor& gate_up, c
     return invalid_argument("moe: router [E, H] and gate_up [E, 2I, H] do not fit: " + router.describe() + ", " +
                             gate_up.describe());
   const int64_t e_count = router.dim(0), h = router.dim(1), inter = gate_up.dim(1) / 2;
-  LOOM_RETURN_IF_ERROR(expect_shape(gate_up, {e_count, 2 * inter, h}, "gate_up"));
-  LOOM_RETURN_IF_ERROR(expect_shape(down, {e_count, h, inter}, "down"));
+  LOOM_RETURN_IF_ERROR(expect_shape(gate_up, {e_count, 2 * inter, h}, "gate_up", true));
+  LOOM_RETURN_IF_ERROR(expect_shape(down, {e_count, h, inter}, "down", true));
   if (shared_gate) LOOM_RETURN_IF_ERROR(expect_shape(*shared_gate, {1, h}, "shared_gate"));
   PackedMoe m;
   m.hidden_ = h;

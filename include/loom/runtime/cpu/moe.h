@@ -1,4 +1,4 @@
-// A sparse mixture-of-experts block (Mixtral, Qwen2-MoE): router logits → softmax
+// A sparse mixture-of-experts block (Mixtral, Qwen2-MoE, Qwen3-MoE): router logits → softmax
 // over all experts (f32) → the top-k experts of each token → optional
 // renormalisation of their weights → each selected expert's gated MLP
 // down(act(gate(x)) * up(x)) → the weighted sum, plus (Qwen2-MoE) a shared
@@ -41,8 +41,9 @@ void moe_route(const float* logits, int64_t num_experts, const MoeParams& p, int
 // The router and every expert packed once (at graph preparation).
 class PackedMoe {
  public:
-  // router [E, H]; gate_up [E, 2I, H]; down [E, H, I]; all F32|BF16|F16.
-  // shared_gate (optional) [1, H]. kInvalidArgument naming the tensor when a
+  // router [E, H] F32|BF16|F16 (llama.cpp never quantizes it either); gate_up
+  // [E, 2I, H] and down [E, H, I] F32|BF16|F16 or a quantized block type (each
+  // expert then runs the quantized matmul). shared_gate (optional) [1, H]. kInvalidArgument naming the tensor when a
   // shape does not fit.
   static Result<PackedMoe> pack(const Tensor& router, const Tensor& gate_up, const Tensor& down,
                                 const Tensor* shared_gate = nullptr);
