@@ -192,8 +192,19 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
                       "rank " + std::to_string(tp.rank) + " of " + std::to_string(tp.size), m->plan_->describe()};
   // A kernel config's layouts may change a tensor's values under the same name and shape.
   key.cacheable = options.kernel_config.empty();
-  for (const auto& [name, p] : final_params)
-    key.loaded += name + " " + shape_to_string(p.shape) + " " + (p.dtype ? std::string(dtype_name(*p.dtype)) : "stored") + "\n";
+  for (const auto& [name, p] : final_params) {
+    key.loaded += name + " " + shape_to_string(p.shape) + " " + (p.dtype ? std::string(dtype_name(*p.dtype)) : "stored");
+    // The recipe's choice too: weights quantized by an older recipe (one that
+    // quantized MoE routers, say) are not this load's.
+    if (options.quantize) {
+      const auto whole = full_shapes.find(name);
+      const std::optional<DType> want =
+          options.quantize->type_for(name, whole != full_shapes.end() ? whole->second : p.shape,
+                                     m->config_.num_hidden_layers, m->config_.tie_word_embeddings);
+      key.loaded += " as " + std::string(want ? dtype_name(*want) : "kept");
+    }
+    key.loaded += "\n";
+  }
   std::map<std::string, Tensor> cached = find_cached_weights(key);
   for (const auto& [name, t] : cached) {
     // A shard's shape is its rank's part of the parameter's.

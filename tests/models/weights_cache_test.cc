@@ -103,6 +103,20 @@ TEST_F(WeightsCache, FirstLoadWritesTheFileLaterLoadsMapItWithTheSameLogits) {
   EXPECT_EQ(cache_files().size(), 1u);
 }
 
+// A recipe of the same name that picks other types (an older loom's, say, which
+// quantized MoE routers) does not read the weights the first one cached.
+TEST_F(WeightsCache, ARecipeChoosingOtherTypesGetsItsOwnEntry) {
+  auto first = load();
+  ASSERT_EQ(cache_files().size(), 1u);
+  models::LoadOptions lo;
+  lo.quantize = quantization_recipe("q4_k_m").value();
+  lo.quantize->base = DType::kQ8_0;  // same name, other choices
+  auto other = models::Model::load(checkpoint_.string(), lo).value();
+  EXPECT_EQ(other->load_stats().skipped_params, 0u) << "the first recipe's cached weights were taken";
+  EXPECT_EQ(other->parameters().at("model.layers.0.self_attn.q_proj.weight").dtype(), DType::kQ8_0);
+  EXPECT_EQ(cache_files().size(), 2u);
+}
+
 TEST_F(WeightsCache, AChangedCheckpointGetsANewEntryAndABrokenOneIsMadeAgain) {
   const std::vector<int32_t> prompt = prompt_of("llama_mha_untied-f32");
   const std::vector<float> expected = logits_of(load(), prompt);
