@@ -33,7 +33,7 @@ ARCHS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
          "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM",
          "gpt2": "GPT2LMHeadModel", "gemma2": "Gemma2ForCausalLM",
          "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
-         "qwen3_moe": "Qwen3MoeForCausalLM"}
+         "qwen3_moe": "Qwen3MoeForCausalLM", "gpt_oss": "GptOssForCausalLM"}
 DTYPES = {"f32": (torch.float32, "float32"), "bf16": (torch.bfloat16, "bfloat16"),
           "f16": (torch.float16, "float16")}
 
@@ -50,6 +50,7 @@ DEFAULT_SPEC = dict(
     query_pre_attn_scalar=None, attn_logit_softcapping=None, final_logit_softcapping=None,  # gemma2
     moe=None,  # mixtral / qwen2_moe / qwen3_moe: their MoE config fields, written to config.json as given
     router_scale=4.0,  # MoE router weights times this: decisive expert choices, far from ties
+    expert_scale=1.0,  # gpt_oss: expert gate_up weights times this (4: the SwiGLU clamp at 7 binds)
 )
 
 
@@ -167,7 +168,7 @@ def build_config(spec):
         "torch_dtype": DTYPES[s["dtype"]][1],
     }
     head_dim = s["head_dim"]
-    if s["arch"] in ("qwen3", "qwen3_moe") and head_dim is None:
+    if s["arch"] in ("qwen3", "qwen3_moe", "gpt_oss") and head_dim is None:
         head_dim = s["hidden_size"] // heads  # Qwen3 configs always carry head_dim (default 128)
     if head_dim is not None:
         cfg["head_dim"] = head_dim
@@ -177,6 +178,11 @@ def build_config(spec):
         raise ValueError(f"{s['arch']}: query_pre_attn_scalar and the soft-caps are gemma2 knobs")
     if s["arch"] in ("llama", "qwen3", "qwen3_moe", "gemma2"):
         cfg["attention_bias"] = s["attention_bias"]
+    elif s["arch"] == "gpt_oss":  # GptOssConfig: biases by default, and a window on its sliding layers
+        cfg["attention_bias"] = True
+        cfg["sliding_window"] = s["sliding_window"]
+        if s["layer_types"] is not None:
+            cfg["layer_types"] = s["layer_types"]
     elif s["arch"] == "phi3":  # Phi3Config writes it (and the model ignores a false one)
         cfg["attention_bias"] = False
         if s["attention_bias"]:
@@ -189,7 +195,7 @@ def build_config(spec):
         raise ValueError(f"{s['arch']}: mlp_bias is only a llama knob")
     if s["arch"] in ("mistral", "phi3", "mixtral"):
         cfg["sliding_window"] = s["sliding_window"]
-    if s["arch"] in ("mixtral", "qwen2_moe", "qwen3_moe"):
+    if s["arch"] in ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss"):
         cfg.update(s["moe"] or {})
     elif s["moe"]:
         raise ValueError("moe is a mixtral / qwen2_moe / qwen3_moe knob")
@@ -238,13 +244,13 @@ def tensor_specs(cfg):
     kv, inter = cfg["num_key_value_heads"], cfg["intermediate_size"]
     hd = cfg.get("head_dim") or h // heads
     qkv_bias = (arch == "qwen2" or (arch == "qwen2_moe" and cfg.get("qkv_bias", True))
-                or (arch in ("llama", "qwen3", "qwen3_moe", "gemma2") and cfg.get("attention_bias")))
-    o_bias = arch in ("llama", "qwen3", "qwen3_moe", "gemma2") and cfg.get("attention_bias")
+                or (arch in ("llama", "qwen3", "qwen3_moe", "gemma2", "gpt_oss") and cfg.get("attention_bias")))
+    o_bias = arch in ("llama", "qwen3", "qwen3_moe", "gemma2", "gpt_oss") and cfg.get("attention_bias")
     mlp_bias = arch == "llama" and cfg.get("mlp_bias")
     moe = None
-    if arch in ("mixtral", "qwen2_moe", "qwen3_moe"):  # per-expert tensors, as the checkpoints on the Hub store them
+    if arch in ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss"):  # per-expert tensors, as the Hub's checkpoints
         defaults = {"mixtral": reference_moe.MIXTRAL_DEFAULTS, "qwen2_moe": reference_moe.QWEN2_MOE_DEFAULTS,
-                    "qwen3_moe": reference_moe.QWEN3_MOE_DEFAULTS}[arch]
+                    "qwen3_moe": reference_moe.QWEN3_MOE_DEFAULTS, "gpt_oss": reference_moe.GPT_OSS_DEFAULTS}[arch]
         moe = reference_moe.MoeConfig(arch, dict(defaults, **{k: v for k, v in cfg.items() if k in defaults}),
                                       cfg["num_hidden_layers"], inter)
     out = [("model.embed_tokens.weight", [cfg["vocab_size"], h]), ("model.norm.weight", [h])]
@@ -264,6 +270,8 @@ def tensor_specs(cfg):
             out.append((p + "self_attn.o_proj.bias", [h]))
         if arch in ("qwen3", "qwen3_moe"):
             out += [(p + "self_attn.q_norm.weight", [hd]), (p + "self_attn.k_norm.weight", [hd])]
+        if arch == "gpt_oss":
+            out.append((p + "self_attn.sinks", [heads]))
         if moe:
             out += list(reference_moe.mlp_shapes(moe, i, h, inter).items())
             continue
@@ -282,8 +290,14 @@ def init_tensor(name, shape, gen, spec):
         return math.sqrt(spec["qk_scale"]) * (1.0 + 0.1 * x)
     if name.endswith("norm.weight"):
         return 1.0 + 0.1 * x
-    if name.endswith(".bias"):
+    if name.endswith((".bias", "_bias")):
         return 0.1 * x
+    if name.endswith(".sinks"):  # one logit per head, against scores of O(1)..O(qk_scale)
+        return x
+    if name.endswith("experts.gate_up_proj"):  # GptOssExperts [E, in, out]
+        return spec["expert_scale"] / math.sqrt(shape[1]) * x
+    if name.endswith("experts.down_proj"):
+        return x / math.sqrt(shape[1])
     if name == "model.embed_tokens.weight":
         return spec["embed_std"] * x
     if name == "lm_head.weight":
@@ -291,7 +305,7 @@ def init_tensor(name, shape, gen, spec):
     scale = 1.0 / math.sqrt(shape[1])
     if name.endswith(("q_proj.weight", "k_proj.weight")):
         scale *= math.sqrt(spec["qk_scale"])  # sharper or flatter attention
-    if name.endswith(("mlp.gate.weight", "block_sparse_moe.gate.weight")):
+    if name.endswith(("mlp.gate.weight", "block_sparse_moe.gate.weight", "mlp.router.weight")):
         scale *= spec["router_scale"]
     return scale * x
 

@@ -6,7 +6,8 @@ Phi3ForCausalLM (fused qkv_proj / gate_up_proj, split on the activations as mode
 GPT2LMHeadModel (Conv1D weights [in, out], fused c_attn, LayerNorm, learned positions, gelu_new) and
 Gemma2ForCausalLM (scaled embeddings, (1 + w) RMSNorms around attention and MLP, GeGLU, attention and
 final logit soft-capping, query_pre_attn_scalar, alternating sliding layers), MixtralForCausalLM,
-Qwen2MoeForCausalLM and Qwen3MoeForCausalLM (sparse MoE MLPs, see reference_moe.py) with the
+Qwen2MoeForCausalLM and Qwen3MoeForCausalLM (sparse MoE MLPs, see reference_moe.py) and
+GptOssForCausalLM (attention sinks, biased MoE with a clamped SwiGLU, unquantized experts) with the
 semantics of Transformers' modeling code (eager attention path), written from scratch so that
 loom can be parity-checked without Transformers installed (Debian 12 ships only torch 1.13,
 which has no scaled_dot_product_attention: attention is written out with an explicit mask).
@@ -90,6 +91,13 @@ _DEFAULTS = {
                       max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=False,
                       rope_theta=10000.0, attention_bias=False, use_sliding_window=False, sliding_window=4096,
                       **reference_moe.QWEN3_MOE_DEFAULTS),
+    # configuration_gpt_oss.py: q/k/v/o biases (attention_bias), a learned sink logit per head, even
+    # layers sliding (window 128), YaRN by default, every MLP a biased MoE (reference_moe.py).
+    "gpt_oss": dict(vocab_size=201088, hidden_size=2880, intermediate_size=2880, num_hidden_layers=36,
+                    num_attention_heads=64, num_key_value_heads=8, head_dim=64, hidden_act="silu",
+                    max_position_embeddings=131072, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                    rope_theta=150000.0, attention_bias=True, sliding_window=128, layer_types=None,
+                    **reference_moe.GPT_OSS_DEFAULTS),
     "gpt2": dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, n_inner=None,
                  activation_function="gelu_new", layer_norm_epsilon=1e-5, tie_word_embeddings=True,
                  scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False),
@@ -112,6 +120,7 @@ class Config:
         self.model_type = model_type
         self.gpt2 = model_type == "gpt2"
         self.gemma2 = model_type == "gemma2"
+        self.gpt_oss = model_type == "gpt_oss"  # attention sinks, GptOssRMSNorm, GptOssMLP
         # Gemma2 only: attention scores and final logits become cap * tanh(x / cap) (None = off).
         self.attn_softcap = self.final_softcap = None
         self.moe = None  # Mixtral, Qwen2-MoE: which layers are sparse and how they route (set below)
@@ -150,7 +159,7 @@ class Config:
             self.qkv_bias, self.o_bias, self.mlp_bias = False, False, False
         elif model_type == "qwen2_moe":
             self.qkv_bias, self.o_bias, self.mlp_bias = bool(c["qkv_bias"]), False, False
-        elif model_type in ("qwen3", "qwen3_moe", "gemma2"):
+        elif model_type in ("qwen3", "qwen3_moe", "gemma2", "gpt_oss"):
             ab = bool(c["attention_bias"])
             self.qkv_bias, self.o_bias, self.mlp_bias = ab, ab, False
         elif model_type == "phi3":  # nn.Linear(..., bias=False) everywhere in modeling_phi3.py
@@ -162,7 +171,7 @@ class Config:
             self.qkv_bias, self.o_bias, self.mlp_bias = ab, ab, bool(c["mlp_bias"])
         self.qk_norm = model_type in ("qwen3", "qwen3_moe")
         self.fused = model_type == "phi3"  # qkv_proj and gate_up_proj stored (and applied) fused
-        if model_type in ("mixtral", "qwen2_moe", "qwen3_moe"):
+        if model_type in ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss"):
             self.moe = reference_moe.MoeConfig(model_type, c, self.num_hidden_layers, self.intermediate_size)
 
         # Per-layer sliding window (None = full causal attention).
@@ -181,7 +190,7 @@ class Config:
             if len(types) != self.num_hidden_layers:
                 raise ValueError("config.json: layer_types must have num_hidden_layers entries")
             self.layer_windows = [int(sw) if t == "sliding_attention" and sw is not None else None for t in types]
-        elif self.gemma2:
+        elif self.gemma2 or self.gpt_oss:  # both: layer i slides iff i is even, unless layer_types says
             sw, types = c["sliding_window"], c["layer_types"]
             if types is None:
                 types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(self.num_hidden_layers)]
@@ -194,6 +203,9 @@ class Config:
         # RoPE: Transformers 4.x writes {"rope_theta": x, "rope_scaling": {...}}; 5.x writes
         # {"rope_parameters": {"rope_type", "rope_theta", ...}}. Both are accepted.
         rope = dict(c.get("rope_parameters") or c.get("rope_scaling") or {})
+        if self.gpt_oss and not rope.get("rope_type", rope.get("type")):  # GptOssConfig's default: YaRN
+            rope.update(rope_type="yarn", factor=32.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
+                        original_max_position_embeddings=4096)
         if rope and all(isinstance(v, dict) for v in rope.values()):
             raise ValueError("config.json: per-layer-type rope_parameters are not supported")
         rope_type = rope.get("rope_type", rope.get("type", "default"))
@@ -399,6 +411,14 @@ def gemma_rms_norm(x, weight, eps):
     return (h * (1.0 + weight.float())).to(x.dtype)
 
 
+def gpt_oss_rms_norm(x, weight, eps):
+    """GptOssRMSNorm: normalizes and scales by the weight in f32, then casts back (Llama casts
+    before scaling)."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return (weight * h).to(x.dtype)
+
+
 def softcap(x, cap):
     """Gemma2's soft-capping: cap * tanh(x / cap); cap None leaves x unchanged."""
     return x if cap is None else torch.tanh(x / cap) * cap
@@ -500,6 +520,8 @@ class Model:
             shapes[p + "self_attn.o_proj.weight"] = [h, nh * hd]
             if c.o_bias:
                 shapes[p + "self_attn.o_proj.bias"] = [h]
+            if c.gpt_oss:
+                shapes[p + "self_attn.sinks"] = [nh]
             if c.qk_norm:
                 shapes[p + "self_attn.q_norm.weight"] = [hd]
                 shapes[p + "self_attn.k_norm.weight"] = [hd]
@@ -576,7 +598,15 @@ class Model:
         k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
         scale = c.attn_scale if c.gpt2 or c.gemma2 else c.head_dim ** -0.5
         scores = softcap(torch.matmul(q, k.transpose(1, 2)) * scale, c.attn_softcap) + mask
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        if c.gpt_oss:
+            # GptOss's eager attention: each head's sink logit joins the softmax's denominator as an
+            # extra column (max-subtracted with the rest, softmax in the compute dtype), then is dropped.
+            sinks = self.w[p + "sinks"].to(scores.dtype).reshape(-1, 1, 1).expand(-1, scores.shape[1], 1)
+            combined = torch.cat([scores, sinks], dim=-1)
+            combined = combined - combined.max(dim=-1, keepdim=True).values
+            probs = torch.softmax(combined, dim=-1, dtype=combined.dtype)[..., :-1]
+        else:
+            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
         out = torch.matmul(probs, v).transpose(0, 1).reshape(q.shape[1], -1)
         if c.gpt2:
             p = f"transformer.h.{i}.attn."
@@ -591,6 +621,8 @@ class Model:
             return conv1d(h, self.w[p + "c_proj.weight"], self.w[p + "c_proj.bias"])
         if self.cfg.moe and self.cfg.moe.sparse[i]:
             self.min_router_gap = min(self.min_router_gap, reference_moe.min_router_gap(self.cfg.moe, self.w, i, x))
+            if self.cfg.gpt_oss:
+                return reference_moe.gpt_oss_block(self.cfg.moe, self.w, i, x)
             return reference_moe.sparse_block(self.cfg.moe, self.w, i, x)
         if self.cfg.fused:  # Phi3MLP: gate_up_proj output chunked into gate, up
             gate, up = linear(x, self.w[p + "gate_up_proj.weight"], None).chunk(2, dim=-1)
@@ -606,6 +638,8 @@ class Model:
             return F.layer_norm(x, (x.shape[-1],), self.w[name + ".weight"], self.w[name + ".bias"], self.cfg.rms_norm_eps)
         if self.cfg.gemma2:
             return gemma_rms_norm(x, self.w[name + ".weight"], self.cfg.rms_norm_eps)
+        if self.cfg.gpt_oss:
+            return gpt_oss_rms_norm(x, self.w[name + ".weight"], self.cfg.rms_norm_eps)
         return rms_norm(x, self.w[name + ".weight"], self.cfg.rms_norm_eps)
 
     def _embed(self, ids, positions):
@@ -627,8 +661,9 @@ class Model:
             mlp_out = self._mlp(i, self._norm(p + "pre_feedforward_layernorm", h))
             return h + self._norm(p + "post_feedforward_layernorm", mlp_out)
         p, eps = f"model.layers.{i}.", self.cfg.rms_norm_eps
-        h = h + attention(i, rms_norm(h, self.w[p + "input_layernorm.weight"], eps))
-        return h + self._mlp(i, rms_norm(h, self.w[p + "post_attention_layernorm.weight"], eps))
+        norm = gpt_oss_rms_norm if self.cfg.gpt_oss else rms_norm
+        h = h + attention(i, norm(h, self.w[p + "input_layernorm.weight"], eps))
+        return h + self._mlp(i, norm(h, self.w[p + "post_attention_layernorm.weight"], eps))
 
     def _check_ids(self, ids):
         ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1)

@@ -1,5 +1,6 @@
 """Sparse mixture-of-experts MLPs for the reference: MixtralSparseMoeBlock (modeling_mixtral.py),
-Qwen2MoeSparseMoeBlock (modeling_qwen2_moe.py) and Qwen3MoeSparseMoeBlock (modeling_qwen3_moe.py),
+Qwen2MoeSparseMoeBlock (modeling_qwen2_moe.py), Qwen3MoeSparseMoeBlock (modeling_qwen3_moe.py) and
+GptOssMLP (modeling_gpt_oss.py, see gpt_oss_block),
 on the per-expert checkpoint layout (Mixtral: block_sparse_moe.experts.M.w1/w3/w2; Qwen2-MoE and
 Qwen3-MoE: mlp.experts.M.gate_proj/up_proj/down_proj; Qwen2-MoE also mlp.shared_expert.* and
 mlp.shared_expert_gate).
@@ -19,6 +20,9 @@ MIXTRAL_DEFAULTS = dict(num_local_experts=8, num_experts_per_tok=2)
 QWEN2_MOE_DEFAULTS = dict(num_experts=60, num_experts_per_tok=4, moe_intermediate_size=1408,
                           shared_expert_intermediate_size=5632, norm_topk_prob=False, decoder_sparse_step=1,
                           mlp_only_layers=None, qkv_bias=True)
+# configuration_gpt_oss.py (swiglu_alpha / swiglu_limit: fields of newer configs, the constants
+# GptOssExperts hard-codes in older Transformers).
+GPT_OSS_DEFAULTS = dict(num_local_experts=128, num_experts_per_tok=4, swiglu_alpha=1.702, swiglu_limit=7.0)
 # configuration_qwen3_moe.py: no shared expert, no qkv_bias (Qwen3's attention_bias instead).
 QWEN3_MOE_DEFAULTS = dict(num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768, norm_topk_prob=False,
                           decoder_sparse_step=1, mlp_only_layers=None)
@@ -27,7 +31,17 @@ QWEN3_MOE_DEFAULTS = dict(num_experts=128, num_experts_per_tok=8, moe_intermedia
 class MoeConfig:
     def __init__(self, model_type, c, num_layers, intermediate_size):
         self.mixtral = model_type == "mixtral"
-        if self.mixtral:
+        self.gpt_oss = model_type == "gpt_oss"
+        if self.gpt_oss:  # GptOssMLP: a biased router, biased experts, every layer sparse
+            self.num_experts = int(c["num_local_experts"])
+            self.top_k = int(c["num_experts_per_tok"])
+            self.expert_size = intermediate_size
+            self.norm_topk_prob = None  # softmax over the top-k logits instead (gpt_oss_block)
+            self.shared_size = 0
+            self.sparse = [True] * num_layers
+            self.prefix = "mlp"
+            self.alpha, self.limit = float(c["swiglu_alpha"]), float(c["swiglu_limit"])
+        elif self.mixtral:
             self.num_experts = int(c["num_local_experts"])
             self.top_k = int(c["num_experts_per_tok"])
             self.expert_size = intermediate_size
@@ -59,6 +73,11 @@ def mlp_shapes(moe, layer, hidden, intermediate_size):
     if not moe.sparse[layer]:
         return {p + "mlp.gate_proj.weight": [intermediate_size, hidden], p + "mlp.up_proj.weight": [intermediate_size, hidden],
                 p + "mlp.down_proj.weight": [hidden, intermediate_size]}
+    if moe.gpt_oss:  # stacked as GptOssExperts holds them: [E, in, out], gate and up interleaved
+        b, e, n = p + "mlp.", moe.num_experts, moe.expert_size
+        return {b + "router.weight": [e, hidden], b + "router.bias": [e],
+                b + "experts.gate_up_proj": [e, hidden, 2 * n], b + "experts.gate_up_proj_bias": [e, 2 * n],
+                b + "experts.down_proj": [e, n, hidden], b + "experts.down_proj_bias": [e, hidden]}
     b, (g, u, d), n = p + moe.prefix + ".", moe.names, moe.expert_size
     shapes = {b + "gate.weight": [moe.num_experts, hidden]}
     for e in range(moe.num_experts):
@@ -104,11 +123,40 @@ def sparse_block(moe, w, layer, x):
     return out
 
 
+def gpt_oss_block(moe, w, layer, x):
+    """GptOssMLP on x [T, hidden]: router logits = x W^T + b; the top-k logits, softmax over those
+    k (in the compute dtype); each chosen expert e computes h = x @ gate_up_proj[e] + bias, gate =
+    h[:, 0::2] clamped above at limit, up = h[:, 1::2] clamped to [-limit, limit], then
+    ((up + 1) * gate * sigmoid(alpha * gate)) @ down_proj[e] + down bias, times its weight, added
+    in increasing expert order."""
+    b = f"model.layers.{layer}.mlp."
+    top, experts = torch.topk(F.linear(x, w[b + "router.weight"], w[b + "router.bias"]), moe.top_k, dim=-1)
+    weights = F.softmax(top, dim=1, dtype=top.dtype)
+    out = torch.zeros_like(x)
+    for e in range(moe.num_experts):
+        tok, slot = torch.where(experts == e)
+        if tok.numel() == 0:
+            continue
+        h = x[tok] @ w[b + "experts.gate_up_proj"][e] + w[b + "experts.gate_up_proj_bias"][e]
+        gate = h[:, 0::2].clamp(max=moe.limit)
+        up = h[:, 1::2].clamp(min=-moe.limit, max=moe.limit)
+        y = ((up + 1) * (gate * torch.sigmoid(gate * moe.alpha))) @ w[b + "experts.down_proj"][e]
+        y = y + w[b + "experts.down_proj_bias"][e]
+        out.index_add_(0, tok, (y * weights[tok, slot, None]).to(x.dtype))
+    return out
+
+
+def router_logits(moe, w, layer, x):
+    b = f"model.layers.{layer}.{moe.prefix}."
+    if moe.gpt_oss:
+        return F.linear(x.float(), w[b + "router.weight"].float(), w[b + "router.bias"].float())
+    return F.linear(x.float(), w[b + "gate.weight"].float())
+
+
 def min_router_gap(moe, w, layer, x):
     """Smallest gap, over x's tokens, between the k-th and (k+1)-th router logit of the layer: how far
     the expert choice is from a tie (inf when every expert is chosen)."""
     if moe.top_k >= moe.num_experts:
         return float("inf")
-    b = f"model.layers.{layer}.{moe.prefix}."
-    top = torch.topk(F.linear(x.float(), w[b + "gate.weight"].float()), moe.top_k + 1, dim=-1).values
+    top = torch.topk(router_logits(moe, w, layer, x), moe.top_k + 1, dim=-1).values
     return float((top[:, -2] - top[:, -1]).min())

@@ -85,6 +85,67 @@ class MoeTest(unittest.TestCase):
         self.assertEqual(moe.shared_size, 0)
         self.assertEqual(reference_moe.QWEN3_MOE_DEFAULTS["norm_topk_prob"], False)
 
+    def test_gpt_oss_block_matches_dense_formulation(self):
+        """Transformers' inference path of GptOssExperts: every expert on every token (bmm over the
+        stacked [E, in, out] weights), weighted by the top-k softmax scattered into E columns."""
+        with tempfile.TemporaryDirectory() as tmp:
+            make_checkpoint.make_checkpoint(tmp, arch="gpt_oss", hidden_size=32, intermediate_size=24,
+                                            num_hidden_layers=2, sliding_window=8, expert_scale=4.0, seed=6,
+                                            moe={"num_local_experts": 5, "num_experts_per_tok": 3})
+            m = rm.Model(tmp)
+        moe, w = m.cfg.moe, m.w
+        x = torch.randn(13, 32, generator=torch.Generator().manual_seed(2))
+        b = "model.layers.1.mlp."
+        logits = x @ w[b + "router.weight"].T + w[b + "router.bias"]
+        top, idx = torch.topk(logits, 3, dim=-1)
+        scores = torch.zeros_like(logits).scatter_(1, idx, torch.softmax(top, dim=1))
+        h = torch.bmm(x.expand(5, -1, -1), w[b + "experts.gate_up_proj"]) + w[b + "experts.gate_up_proj_bias"][:, None, :]
+        gate, up = h[..., ::2], h[..., 1::2]
+        self.assertGreater(int((gate > 7.0).sum()), 0, "expert_scale 4 should make the clamp bind")
+        gate, up = gate.clamp(max=7.0), up.clamp(min=-7.0, max=7.0)
+        y = torch.bmm((up + 1) * gate * torch.sigmoid(1.702 * gate), w[b + "experts.down_proj"])
+        y = y + w[b + "experts.down_proj_bias"][:, None, :]
+        dense = (y * scores.T[..., None]).sum(0)
+        torch.testing.assert_close(reference_moe.gpt_oss_block(moe, w, 1, x), dense, rtol=1e-5, atol=1e-5)
+
+    def test_gpt_oss_sinks_and_layers(self):
+        """Each head's sink joins its softmax's denominator only; a very negative one leaves plain
+        attention. Layer 0 slides, layer 1 does not (GptOssConfig's default layer_types), the default rope is
+        YaRN, and cached decoding equals recomputation."""
+        with tempfile.TemporaryDirectory() as tmp:
+            make_checkpoint.make_checkpoint(tmp, arch="gpt_oss", hidden_size=32, intermediate_size=24,
+                                            num_hidden_layers=2, sliding_window=8, seed=7,
+                                            moe={"num_local_experts": 4, "num_experts_per_tok": 2})
+            m = rm.Model(tmp)
+        self.assertEqual(m.cfg.layer_windows, [8, None])
+        self.assertEqual(m.cfg.rope["rope_type"], "yarn")
+        c, p = m.cfg, "model.layers.1.self_attn."
+        gen = torch.Generator().manual_seed(3)
+        t = 6
+        q = torch.randn(c.num_attention_heads, t, c.head_dim, generator=gen)
+        k = torch.randn(c.num_key_value_heads, t, c.head_dim, generator=gen)
+        v = torch.randn(c.num_key_value_heads, t, c.head_dim, generator=gen)
+        pos = torch.arange(t)
+        mask = rm.causal_mask(pos, pos, None, torch.float32)
+        rep = c.num_attention_heads // c.num_key_value_heads
+        scores = q @ k.repeat_interleave(rep, 0).transpose(1, 2) * c.head_dim ** -0.5 + mask
+        sink = m.w[p + "sinks"][:, None, None]
+
+        def attend(probs):
+            out = (probs @ v.repeat_interleave(rep, 0)).transpose(0, 1).reshape(t, -1)
+            return out @ m.w[p + "o_proj.weight"].T + m.w[p + "o_proj.bias"]
+
+        # exp(s_j) / (exp(sink) + sum_j exp(s_j)): the sink takes mass, no value is read for it.
+        probs = torch.exp(scores) / (torch.exp(sink) + torch.exp(scores).sum(-1, keepdim=True))
+        torch.testing.assert_close(m._attend(1, q, k, v, mask), attend(probs), rtol=1e-5, atol=1e-5)
+        self.assertLess(float(probs.sum(-1).max()), 0.999)
+        m.w[p + "sinks"] = torch.full_like(m.w[p + "sinks"], -1e4)
+        torch.testing.assert_close(m._attend(1, q, k, v, mask), attend(torch.softmax(scores, -1)), rtol=1e-5, atol=1e-5)
+        prompt = [3, 17, 5, 99, 42, 7, 11, 13, 200, 1, 4, 9]
+        ids, _ = m.greedy(prompt, 6)
+        cached, _ = m.greedy_cached(prompt, 6)
+        self.assertEqual(ids, cached)
+
     def test_dense_architectures_have_no_moe(self):
         # make_fixtures reads cfg.moe for every variant, GPT-2's own config path included.
         for arch in ("gpt2", "llama", "gemma2"):
