@@ -12,6 +12,9 @@ Status onnx_lower_moe(OnnxLowering& L, const graph::Node& n) {
     return L.in(n.inputs[i]);
   };
   if (L.opset < 13) return unsupported("onnx export: moe (" + n.scope + ") needs opset 13 or newer");
+  if (n.attr_str("routing", "softmax_topk") != "softmax_topk" || n.attr_float("swiglu_limit", 0.0) > 0 ||
+      n.inputs.size() > 6)
+    return unsupported("onnx export: moe (" + n.scope + ") with gpt-oss's routing, clamped SwiGLU or biases");
   if (n.attr_str("activation", "silu") != "silu")
     return unsupported("onnx export: moe (" + n.scope + ") with activation " + n.attr_str("activation", "silu"));
   const graph::SymShape& gu_shape = L.g.value(n.inputs.at(2)).shape;

@@ -292,6 +292,10 @@ Result<PortableProgram> lower_portable(const models::Model& model, const Portabl
       if (op.top_k < 1 || op.top_k > experts)
         return invalid_argument("portable export: moe top_k " + std::to_string(op.top_k) + " outside [1, " +
                                 std::to_string(experts) + "] (" + n.scope + ")");
+      if (n.attr_str("routing", "softmax_topk") != "softmax_topk" || n.attr_float("swiglu_limit", 0.0) > 0 ||
+          op.inputs.size() > 6)
+        return unsupported("portable export: moe (" + n.scope + ") with gpt-oss's routing, clamped SwiGLU or biases "
+                           "has no portable kernel");
       if (op.inputs.size() > 4 && (op.inputs.size() != 6 || (op.inputs[4] < 0) != (op.inputs[5] < 0)))
         return invalid_argument("portable export: moe (" + n.scope + ") has a shared expert without its gate, or the reverse");
     }

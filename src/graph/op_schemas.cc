@@ -223,12 +223,14 @@ std::map<std::string, OpSchema> build_schemas() {
     OpSchema s;
     s.name = "moe";
     s.summary =
-        "x [T, H], router [E, H], gate_up [E, 2I, H], down [E, H, I] (+ shared [T, H], shared_gate [1, H]): "
-        "softmax(x · routerᵀ) in f32, top_k experts per token (renormalised if norm_topk_prob), "
+        "x [T, H], router [E, H], gate_up [E, 2I, H], down [E, H, I] (+ shared [T, H], shared_gate [1, H]) "
+        "(+ router_bias [E], gate_up_bias [E, 2I], down_bias [E, H]): "
+        "softmax(x · routerᵀ) in f32, top_k experts per token (renormalised if norm_topk_prob; routing "
+        "'topk_softmax': a softmax over the top_k logits instead), "
         "Σ w · down_e(act(gate_e x) * up_e x) (+ sigmoid(x · shared_gate) * shared); attrs top_k, "
-        "norm_topk_prob, activation";
+        "norm_topk_prob, activation, routing, swiglu_limit > 0 (gpt-oss's clamped SwiGLU), swiglu_alpha";
     s.min_inputs = 4;
-    s.max_inputs = 6;
+    s.max_inputs = 9;
     s.required_attrs = {"top_k", "norm_topk_prob"};
     s.infer = [](const std::vector<const Value*>& in, const Node& n, std::vector<TypedShape>* out) {
       LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
@@ -263,6 +265,18 @@ std::map<std::string, OpSchema> build_schemas() {
         if (in[4]->shape != in[0]->shape) return invalid_argument("shared must have x's shape");
         if (in[5]->shape[0] != Dim::fixed(1) || in[5]->shape[1] != h) return invalid_argument("shared_gate must be [1, H]");
       }
+      const SymShape bias_shapes[] = {{e}, {e, gu[1]}, {e, h}};
+      const char* bias_names[] = {"router_bias", "gate_up_bias", "down_bias"};
+      for (size_t b = 0; b < 3; ++b) {
+        if (in.size() <= 6 + b || !in[6 + b]) continue;
+        LOOM_RETURN_IF_ERROR(expect_weight(in[6 + b], bias_names[b]));
+        if (in[6 + b]->shape != bias_shapes[b]) return invalid_argument(std::string(bias_names[b]) + " does not fit the experts");
+      }
+      const std::string routing = n.attr_str("routing", "softmax_topk");
+      if (routing != "softmax_topk" && routing != "topk_softmax")
+        return invalid_argument("routing '" + routing + "' (softmax_topk, topk_softmax)");
+      const double limit = n.attr_float("swiglu_limit", 0.0);
+      if (!(limit >= 0) || !std::isfinite(limit)) return invalid_argument("swiglu_limit must be finite and >= 0");
       out->push_back({DType::kF32, in[0]->shape});
       return Status::Ok();
     };

@@ -163,6 +163,68 @@ TEST(Moe, QuantizedExpertsMatchReference) {
   }
 }
 
+// gpt-oss's MLP: biased router, a softmax over the top-k logits, biased experts
+// and the clamped SwiGLU, with gate_up weights large enough that the clamp at 7
+// binds for many features (the case the clamp exists for).
+TEST(Moe, GptOssRoutingBiasesAndClampedSwigluMatchReference) {
+  ScopedMatmulPrecision highest(MatmulPrecision::kHighest);
+  uint32_t seed = 500;
+  for (int64_t tokens : {1, 7, 19}) {
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE("T=" + std::to_string(tokens) + " " + std::string(dtype_name(dt)));
+      const int64_t E = 5, H = 40, I = 24;
+      const Case c{tokens, E, H, I, 3, false, false, dt};
+      Weights w = make_weights(c, seed++);
+      w.gate_up = random_tensor({E, 2 * I, H}, dt, seed++, 24.0f / std::sqrt(static_cast<float>(H)));
+      const Tensor rb = random_tensor({E}, dt, seed++, 1.0f), gub = random_tensor({E, 2 * I}, dt, seed++, 1.0f),
+                   db = random_tensor({E, H}, dt, seed++, 1.0f);
+      const MoeBiases biases{&rb, &gub, &db};
+      const std::vector<float> x = random_floats(static_cast<size_t>(tokens * H), seed++, 1.0f);
+      MoeParams p;
+      p.top_k = 3;
+      p.routing = MoeRouting::kTopKSoftmax;
+      p.swiglu_limit = 7.0f;
+      auto packed = PackedMoe::pack(w.router, w.gate_up, w.down, nullptr, biases);
+      ASSERT_TRUE(packed.ok()) << packed.status().to_string();
+      std::vector<float> got(x.size()), want(x.size()), plain(x.size());
+      moe(x.data(), tokens, packed.value(), p, nullptr, got.data());
+      moe_ref(x.data(), tokens, w.router, w.gate_up, w.down, p, nullptr, nullptr, want.data(), biases);
+      double scale = 0, err = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+        err = std::max(err, std::fabs(static_cast<double>(got[i]) - want[i]));
+      }
+      EXPECT_LE(err, 2e-5 * scale) << "max |moe - moe_ref| = " << err << " of max |ref| " << scale;
+      // Without the clamp the output moves: the fixture exercises it.
+      MoeParams unclamped = p;
+      unclamped.swiglu_limit = 1e9f;
+      moe_ref(x.data(), tokens, w.router, w.gate_up, w.down, unclamped, nullptr, nullptr, plain.data(), biases);
+      double moved = 0;
+      for (size_t i = 0; i < x.size(); ++i) moved = std::max(moved, std::fabs(static_cast<double>(plain[i]) - want[i]));
+      EXPECT_GT(moved, 0.1 * scale);
+    }
+  }
+}
+
+TEST(MoeRoute, TopKThenSoftmaxAndTheClampedSwiglu) {
+  const float logits[4] = {1.0f, 3.0f, 2.0f, -5.0f};
+  int32_t ex[2];
+  float wt[2];
+  MoeParams p;
+  p.top_k = 2;
+  p.routing = MoeRouting::kTopKSoftmax;
+  p.norm_topk_prob = false;  // no effect: the k weights are a softmax of their own
+  moe_route(logits, 4, p, ex, wt);
+  EXPECT_EQ(ex[0], 1);
+  EXPECT_EQ(ex[1], 2);
+  EXPECT_NEAR(wt[0], 1.0 / (1.0 + std::exp(-1.0)), 1e-6);
+  EXPECT_NEAR(wt[1], 1.0 / (1.0 + std::exp(1.0)), 1e-6);
+  // g = min(gate, 7), u = clamp(up, -7, 7): (u + 1) · g · σ(1.702 g).
+  EXPECT_NEAR(clamped_swiglu(2.0f, 0.5f, 7.0f, 1.702f), 1.5 * 2.0 / (1.0 + std::exp(-3.404)), 1e-6);
+  EXPECT_NEAR(clamped_swiglu(9.0f, -20.0f, 7.0f, 1.702f), -6.0 * 7.0 / (1.0 + std::exp(-7.0 * 1.702)), 1e-5);
+  EXPECT_NEAR(clamped_swiglu(-3.0f, 30.0f, 7.0f, 1.702f), 8.0 * -3.0 / (1.0 + std::exp(3.0 * 1.702)), 1e-6);
+}
+
 TEST(Moe, ExpertsWithoutTokensAndAllTokensOnOneExpert) {
   // A router row far above the others sends every token to expert 2 (top-1);
   // the other experts get no tokens at all.

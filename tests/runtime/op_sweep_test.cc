@@ -503,6 +503,24 @@ std::map<std::string, Generator> generators() {
                            {{"top_k", top_k}, {"norm_topk_prob", int64_t{shared ? 0 : 1}}, {"activation", std::string(act)}},
                            bound_for(d)));
       }
+    {
+      // gpt-oss: biases, top-k then softmax, the clamped SwiGLU (gate_up large enough to clamp).
+      const int64_t tokens = pick(kRows, rng), experts = 4, h = pick(kCols, rng), inter = pick(kCols, rng);
+      OneNode b(std::string("moe gpt-oss ") + dt(d) + shape_label({{"tokens", tokens}, {"h", h}, {"i", inter}}));
+      std::vector<ValueId> in = {b.input("x", random_tensor({tokens, h}, DType::kF32, rng)),
+                                 b.param("router", random_tensor({experts, h}, d, rng)),
+                                 b.param("gate_up", random_tensor({experts, 2 * inter, h}, d, rng, 4.0f)),
+                                 b.param("down", random_tensor({experts, h, inter}, d, rng, 0.5f)),
+                                 graph::kNoValue,
+                                 graph::kNoValue,
+                                 b.param("router_bias", random_tensor({experts}, d, rng)),
+                                 b.param("gate_up_bias", random_tensor({experts, 2 * inter}, d, rng)),
+                                 b.param("down_bias", random_tensor({experts, h}, d, rng))};
+      out.push_back(b.op("moe", in,
+                         {{"top_k", int64_t{2}}, {"norm_topk_prob", int64_t{0}}, {"activation", std::string("silu")},
+                          {"routing", std::string("topk_softmax")}, {"swiglu_limit", 7.0}, {"swiglu_alpha", 1.702}},
+                         bound_for(d)));
+    }
     return out;
   };
 

@@ -27,6 +27,14 @@ void moe_route(const float* logits, int64_t num_experts, const MoeParams& p, int
     experts[k] = best;
     weights[k] = std::exp(logits[best] - m) / sum;
   }
+  if (p.routing == MoeRouting::kTopKSoftmax) {
+    // A softmax over the chosen logits alone; experts[0] holds the largest.
+    const float top = logits[experts[0]];
+    float s = 0.0f;
+    for (int64_t k = 0; k < p.top_k; ++k) s += weights[k] = std::exp(logits[experts[k]] - top);
+    for (int64_t k = 0; k < p.top_k; ++k) weights[k] /= s;
+    return;
+  }
   if (p.norm_topk_prob) {
     float s = 0.0f;
     for (int64_t k = 0; k < p.top_k; ++k) s += weights[k];
@@ -48,7 +56,7 @@ Status expect_shape(const Tensor& t, const Shape& want, const char* what, bool q
 }  // namespace
 
 Result<PackedMoe> PackedMoe::pack(const Tensor& router, const Tensor& gate_up, const Tensor& down,
-                                  const Tensor* shared_gate) {
+                                  const Tensor* shared_gate, const MoeBiases& biases) {
   if (router.rank() != 2 || gate_up.rank() != 3 || gate_up.dim(2) != router.dim(1) || gate_up.dim(1) % 2 != 0)
     return invalid_argument("moe: router [E, H] and gate_up [E, 2I, H] do not fit: " + router.describe() + ", " +
                             gate_up.describe());
@@ -56,13 +64,21 @@ Result<PackedMoe> PackedMoe::pack(const Tensor& router, const Tensor& gate_up, c
   LOOM_RETURN_IF_ERROR(expect_shape(gate_up, {e_count, 2 * inter, h}, "gate_up", true));
   LOOM_RETURN_IF_ERROR(expect_shape(down, {e_count, h, inter}, "down", true));
   if (shared_gate) LOOM_RETURN_IF_ERROR(expect_shape(*shared_gate, {1, h}, "shared_gate"));
+  if (biases.router) LOOM_RETURN_IF_ERROR(expect_shape(*biases.router, {e_count}, "router_bias"));
+  if (biases.gate_up) LOOM_RETURN_IF_ERROR(expect_shape(*biases.gate_up, {e_count, 2 * inter}, "gate_up_bias"));
+  if (biases.down) LOOM_RETURN_IF_ERROR(expect_shape(*biases.down, {e_count, h}, "down_bias"));
   PackedMoe m;
   m.hidden_ = h;
   m.inter_ = inter;
-  LOOM_ASSIGN_OR_RETURN(m.router_, PackedLinear::pack(router, nullptr));
+  LOOM_ASSIGN_OR_RETURN(m.router_, PackedLinear::pack(router, biases.router));
   for (int64_t e = 0; e < e_count; ++e) {
-    LOOM_ASSIGN_OR_RETURN(PackedLinear gu, PackedLinear::pack(gate_up.slice_rows(e, e + 1).reshape({2 * inter, h}), nullptr));
-    LOOM_ASSIGN_OR_RETURN(PackedLinear dn, PackedLinear::pack(down.slice_rows(e, e + 1).reshape({h, inter}), nullptr));
+    // Each expert's bias row goes with its slab: the matmul adds it.
+    const Tensor gu_bias = biases.gate_up ? biases.gate_up->slice_rows(e, e + 1).reshape({2 * inter}) : Tensor();
+    const Tensor dn_bias = biases.down ? biases.down->slice_rows(e, e + 1).reshape({h}) : Tensor();
+    LOOM_ASSIGN_OR_RETURN(PackedLinear gu, PackedLinear::pack(gate_up.slice_rows(e, e + 1).reshape({2 * inter, h}),
+                                                              biases.gate_up ? &gu_bias : nullptr));
+    LOOM_ASSIGN_OR_RETURN(PackedLinear dn, PackedLinear::pack(down.slice_rows(e, e + 1).reshape({h, inter}),
+                                                              biases.down ? &dn_bias : nullptr));
     m.gate_up_.push_back(std::move(gu));
     m.down_.push_back(std::move(dn));
   }
@@ -123,7 +139,15 @@ void moe(const float* x, int64_t T, const PackedMoe& w, const MoeParams& p, cons
     s.gu.resize(static_cast<size_t>(n * 2 * I));
     linear(s.xg.data(), n, H, w.gate_up(e), s.gu.data(), 2 * I, pool);
     s.act.resize(static_cast<size_t>(n * I));
-    gated_activation(p.activation, s.gu.data(), 2 * I, s.gu.data() + I, 2 * I, n, I, s.act.data(), I, pool);
+    if (p.swiglu_limit > 0) {
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < I; ++j)
+          s.act[static_cast<size_t>(r * I + j)] =
+              clamped_swiglu(s.gu[static_cast<size_t>(r * 2 * I + j)], s.gu[static_cast<size_t>(r * 2 * I + I + j)],
+                             p.swiglu_limit, p.swiglu_alpha);
+    } else {
+      gated_activation(p.activation, s.gu.data(), 2 * I, s.gu.data() + I, 2 * I, n, I, s.act.data(), I, pool);
+    }
     s.yg.resize(static_cast<size_t>(n * H));
     linear(s.act.data(), n, I, w.down(e), s.yg.data(), H, pool);
     for (int64_t r = 0; r < n; ++r) {

@@ -19,7 +19,7 @@ void check(bool ok, const std::string& what) {
 }  // namespace
 
 void moe_ref(const float* x, int64_t T, const Tensor& router, const Tensor& gate_up, const Tensor& down,
-             const MoeParams& p, const float* shared, const Tensor* shared_gate, float* y) {
+             const MoeParams& p, const float* shared, const Tensor* shared_gate, float* y, const MoeBiases& biases) {
   check(router.defined() && router.rank() == 2, "router must be [E, H], got " + router.describe());
   const int64_t E = router.dim(0), H = router.dim(1);
   check(gate_up.defined() && gate_up.rank() == 3 && gate_up.dim(0) == E && gate_up.dim(2) == H && gate_up.dim(1) % 2 == 0,
@@ -30,13 +30,20 @@ void moe_ref(const float* x, int64_t T, const Tensor& router, const Tensor& gate
   check(!shared || (shared_gate && shared_gate->shape() == Shape{1, H}), "a shared expert output needs a [1, H] gate");
   const std::vector<float> r = router.to_f32_vector(), gu = gate_up.to_f32_vector(), dn = down.to_f32_vector();
   const std::vector<float> sg = shared_gate ? shared_gate->to_f32_vector() : std::vector<float>();
+  check(!biases.router || biases.router->shape() == Shape{E}, "router_bias must be [E]");
+  check(!biases.gate_up || biases.gate_up->shape() == Shape{E, 2 * I}, "gate_up_bias must be [E, 2I]");
+  check(!biases.down || biases.down->shape() == Shape{E, H}, "down_bias must be [E, H]");
+  auto values = [](const Tensor* t, size_t n) { return t ? t->to_f32_vector() : std::vector<float>(n, 0.0f); };
+  const std::vector<float> rb = values(biases.router, static_cast<size_t>(E)),
+                           gub = values(biases.gate_up, static_cast<size_t>(E * 2 * I)),
+                           db = values(biases.down, static_cast<size_t>(E * H));
   const int64_t K = p.top_k;
   std::vector<double> logits(static_cast<size_t>(E)), h(static_cast<size_t>(I)), acc(static_cast<size_t>(H));
   std::vector<int64_t> chosen;
   for (int64_t t = 0; t < T; ++t) {
     const float* xt = x + t * H;
     for (int64_t e = 0; e < E; ++e) {
-      double d = 0;
+      double d = rb[static_cast<size_t>(e)];
       for (int64_t i = 0; i < H; ++i) d += static_cast<double>(xt[i]) * r[static_cast<size_t>(e * H + i)];
       logits[static_cast<size_t>(e)] = d;
     }
@@ -54,23 +61,35 @@ void moe_ref(const float* x, int64_t T, const Tensor& router, const Tensor& gate
       wt[static_cast<size_t>(k)] = std::exp(logits[static_cast<size_t>(chosen[static_cast<size_t>(k)])] - m) / z;
       wsum += wt[static_cast<size_t>(k)];
     }
-    if (p.norm_topk_prob)
+    if (p.routing == MoeRouting::kTopKSoftmax) {
+      // gpt-oss: a softmax over the chosen logits alone (chosen[0] is the largest).
+      const double top = logits[static_cast<size_t>(chosen[0])];
+      double zk = 0;
+      for (int64_t k = 0; k < K; ++k) zk += wt[static_cast<size_t>(k)] = std::exp(logits[static_cast<size_t>(chosen[static_cast<size_t>(k)])] - top);
+      for (double& v : wt) v /= zk;
+    } else if (p.norm_topk_prob) {
       for (double& v : wt) v /= wsum;
+    }
     std::fill(acc.begin(), acc.end(), 0.0);
     for (int64_t k = 0; k < K; ++k) {
       const int64_t e = chosen[static_cast<size_t>(k)];
       const float* g_rows = gu.data() + e * 2 * I * H;
       for (int64_t j = 0; j < I; ++j) {
-        double g = 0, u = 0;
+        double g = gub[static_cast<size_t>(e * 2 * I + j)], u = gub[static_cast<size_t>(e * 2 * I + I + j)];
         for (int64_t i = 0; i < H; ++i) {
           g += static_cast<double>(xt[i]) * g_rows[j * H + i];
           u += static_cast<double>(xt[i]) * g_rows[(I + j) * H + i];
         }
-        h[static_cast<size_t>(j)] = activation_ref(p.activation, static_cast<float>(g)) * u;
+        if (p.swiglu_limit > 0) {  // gpt-oss's clamped SwiGLU, in double
+          const double l = p.swiglu_limit, gc = std::min(g, l), uc = std::clamp(u, -l, l);
+          h[static_cast<size_t>(j)] = (uc + 1.0) * gc / (1.0 + std::exp(-static_cast<double>(p.swiglu_alpha) * gc));
+        } else {
+          h[static_cast<size_t>(j)] = activation_ref(p.activation, static_cast<float>(g)) * u;
+        }
       }
       const float* d_rows = dn.data() + e * H * I;
       for (int64_t o = 0; o < H; ++o) {
-        double d = 0;
+        double d = db[static_cast<size_t>(e * H + o)];
         for (int64_t j = 0; j < I; ++j) d += h[static_cast<size_t>(j)] * d_rows[o * I + j];
         acc[static_cast<size_t>(o)] += wt[static_cast<size_t>(k)] * d;
       }
