@@ -93,6 +93,8 @@ void gqa_lengths(OnnxLowering& L) {
 }
 
 Status lower_attention_ort(OnnxLowering& L, const graph::Node& n) {
+  if (n.inputs.size() > 3 && n.inputs[3] != graph::kNoValue)
+    return unsupported("onnx export: attention with sinks (" + n.scope + ")");
   const int64_t layer = n.attr_int("layer"), hq = n.attr_int("num_q_heads"), hkv = n.attr_int("num_kv_heads"),
                 d = n.attr_int("head_dim");
   if (d % 8 != 0) return plain(L, n, "GroupQueryAttention needs head_size % 8 == 0, got " + std::to_string(d));

@@ -291,6 +291,8 @@ Result<std::pair<std::string, std::string>> onnx_rope_table_initializers(OnnxLow
 namespace {
 
 Status lower_attention(OnnxLowering& L, const graph::Node& n) {
+  if (n.inputs.size() > 3 && n.inputs[3] != graph::kNoValue)
+    return unsupported("onnx export: attention with sinks (" + n.scope + ")");
   LOOM_ASSIGN_OR_RETURN(std::string q, in(L, n, 0));
   LOOM_ASSIGN_OR_RETURN(std::string k, in(L, n, 1));
   LOOM_ASSIGN_OR_RETURN(std::string v, in(L, n, 2));

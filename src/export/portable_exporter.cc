@@ -265,6 +265,8 @@ Result<PortableProgram> lower_portable(const models::Model& model, const Portabl
       op.inputs.push_back(tables.value().first);
       op.inputs.push_back(tables.value().second);
     } else if (n.op == "attention") {
+      if (n.inputs.size() > 3 && n.inputs[3] != graph::kNoValue)
+        return unsupported("portable export: attention with sinks (" + n.scope + ") has no portable kernel");
       op.layer = static_cast<int>(n.attr_int("layer"));
       op.num_heads = static_cast<int>(n.attr_int("num_q_heads"));
       op.num_kv_heads = static_cast<int>(n.attr_int("num_kv_heads"));

@@ -323,8 +323,10 @@ std::map<std::string, OpSchema> build_schemas() {
     s.name = "attention";
     s.summary =
         "causal attention of this step's tokens over the KV cache of layer `layer`: writes k/v at the tokens' "
-        "positions, then attends (GQA, optional sliding window and softcap)";
-    s.min_inputs = s.max_inputs = 3;
+        "positions, then attends (GQA, optional sliding window and softcap; optional sinks [num_q_heads]: "
+        "gpt-oss's per-head logit in each softmax's denominator)";
+    s.min_inputs = 3;
+    s.max_inputs = 4;
     s.required_attrs = {"layer", "num_q_heads", "num_kv_heads", "head_dim", "scale"};
     s.infer = [](const std::vector<const Value*>& in, const Node& n, std::vector<TypedShape>* out) {
       for (int i = 0; i < 3; ++i) {
@@ -337,6 +339,10 @@ std::map<std::string, OpSchema> build_schemas() {
       if (!in[0]->shape[1].is_static() || in[0]->shape[1].value != hq * d) return invalid_argument("q row size != num_q_heads * head_dim");
       if (!in[1]->shape[1].is_static() || in[1]->shape[1].value != hkv * d) return invalid_argument("k row size != num_kv_heads * head_dim");
       if (!in[2]->shape[1].is_static() || in[2]->shape[1].value != hkv * d) return invalid_argument("v row size != num_kv_heads * head_dim");
+      if (in.size() > 3 && in[3]) {
+        LOOM_RETURN_IF_ERROR(expect_weight(in[3], "sinks"));
+        if (in[3]->shape != SymShape{Dim::fixed(hq)}) return invalid_argument("sinks must be [num_q_heads]");
+      }
       out->push_back({DType::kF32, {in[0]->shape[0], Dim::fixed(hq * d)}});
       return Status::Ok();
     };

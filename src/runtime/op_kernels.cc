@@ -417,15 +417,22 @@ OpKernel rope_kernel() {
 struct AttentionState : NodeState {
   int layer = 0;
   cpu::AttentionParams params;
+  std::vector<float> sinks;  // gpt-oss's per-head sink logits, widened once; params.sinks points here
   std::vector<cpu::AttentionSequence> seqs;  // reused from step to step
 };
 
 template <bool kRef>
 OpKernel attention_kernel() {
   OpKernel k;
-  k.prepare = [](const graph::Graph&, const Node& n) -> Result<std::unique_ptr<NodeState>> {
+  k.prepare = [](const graph::Graph& g, const Node& n) -> Result<std::unique_ptr<NodeState>> {
     auto s = std::make_unique<AttentionState>();
     s->layer = static_cast<int>(n.attr_int("layer"));
+    if (n.inputs.size() > 3 && n.inputs[3] != graph::kNoValue) {
+      const Tensor& sinks = g.value(n.inputs[3]).tensor;
+      if (!sinks.defined()) return invalid_argument("attention in " + n.scope + ": the sinks must be a weight");
+      s->sinks = sinks.to_f32_vector();
+      s->params.sinks = s->sinks.data();
+    }
     cpu::AttentionParams& p = s->params;
     p.num_q_heads = n.attr_int("num_q_heads");
     p.num_kv_heads = n.attr_int("num_kv_heads");

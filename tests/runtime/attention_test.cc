@@ -119,7 +119,9 @@ void dense_attention(const float* q, int64_t q_stride, const std::vector<Attenti
           sc[static_cast<size_t>(c)] = dot;
           mx = std::max(mx, dot);
         }
-        double sum = 0;
+        // A sink (gpt-oss) is one more logit in the denominator with no value.
+        if (p.sinks) mx = std::max(mx, static_cast<double>(p.sinks[h]));
+        double sum = p.sinks ? std::exp(p.sinks[h] - mx) : 0.0;
         std::vector<double> o(static_cast<size_t>(D), 0.0);
         for (int64_t c = 0; c < T; ++c) {
           if (!mask[static_cast<size_t>(t * T + c)]) continue;
@@ -140,8 +142,23 @@ struct Case {
   std::vector<std::vector<int32_t>> positions;
   std::vector<AttentionSequence> seqs;
   std::vector<float> q;
+  std::vector<float> sinks;  // p.sinks points here when set
   int64_t q_stride = 0, out_stride = 0, total_q = 0;
 };
+
+// The case with one sink logit per q head, drawn around the scores' scale (some
+// far above it, so the sink takes most of a row's mass, some far below).
+Case with_sinks(Case c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  c.sinks.resize(static_cast<size_t>(c.p.num_q_heads));
+  for (float& v : c.sinks) v = nd(rng);
+  c.sinks[0] = 30.0f;
+  if (c.sinks.size() > 1) c.sinks[1] = -30.0f;
+  c.p.sinks = c.sinks.data();
+  c.name += "_sinks";
+  return c;
+}
 
 struct SeqSpec {
   int64_t num_tokens;
@@ -253,6 +270,7 @@ TEST(PagedAttention, ReferenceMatchesDenseAttention) {
   cases.push_back(make_case("multi", 4, 2, 8, 6,
                             {{17, range_positions(10, 7), 3}, {5, {4}, 0}, {9, range_positions(0, 9), 11}}, 0, 0,
                             /*stride_pad=*/5));
+  cases.push_back(with_sinks(make_case("window", 4, 2, 8, 4, {{50, range_positions(41, 9)}}, /*window=*/6), 3));
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     const std::vector<float> ref = run_ref(c);
@@ -333,6 +351,25 @@ TEST(PagedAttention, Softcap) {
     check_against_ref(make_case("softcap_window_" + head_name(h), h.hq, h.hkv, h.d, 16,
                                 {{200, range_positions(150, 50)}}, 32, 30.0f, 0, 6.0f));
   }
+}
+
+// gpt-oss's sinks on prefill, chunked prefill, decode and sliding windows; the
+// sink is added once the row's running maximum is known.
+TEST(PagedAttention, Sinks) {
+  uint32_t seed = 40;
+  for (const HeadConfig& h : {kHeads[0], kHeads[1], kHeads[4]}) {
+    check_against_ref(with_sinks(make_case("prefill_" + head_name(h), h.hq, h.hkv, h.d, 16, {{70, range_positions(0, 70)}}), seed++));
+    check_against_ref(with_sinks(make_case("decode_" + head_name(h), h.hq, h.hkv, h.d, 7, {{400, {399}}}, 0, 0, 0, 6.0f), seed++));
+    check_against_ref(with_sinks(make_case("window_" + head_name(h), h.hq, h.hkv, h.d, 16, {{200, range_positions(150, 50)}}, 32), seed++));
+  }
+  // The sink changes the output (it is not dropped on the way).
+  Case c = make_case("changes", 4, 2, 16, 8, {{20, range_positions(0, 20)}});
+  const std::vector<float> plain = run_ref(c);
+  c = with_sinks(std::move(c), 9);
+  const std::vector<float> sunk = run_ref(c);
+  double moved = 0;
+  for (size_t i = 0; i < plain.size(); ++i) moved = std::max(moved, std::fabs(static_cast<double>(plain[i]) - sunk[i]));
+  EXPECT_GT(moved, 0.1);
 }
 
 TEST(PagedAttention, PeakySoftmaxAndStridedRows) {

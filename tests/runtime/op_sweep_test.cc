@@ -438,8 +438,10 @@ std::map<std::string, Generator> generators() {
       const char* name;
       int64_t q_heads, kv_heads, window;
       double softcap;
+      bool sinks = false;  // gpt-oss's per-head sink logits (a weight of the sweep's dtype)
     };
-    const Variant variants[] = {{"mha", 2, 2, 0, 0.0}, {"gqa", 4, 2, 0, 0.0}, {"window", 4, 1, 5, 0.0}, {"softcap", 2, 1, 0, 50.0}};
+    const Variant variants[] = {{"mha", 2, 2, 0, 0.0},     {"gqa", 4, 2, 0, 0.0},         {"window", 4, 1, 5, 0.0},
+                                {"softcap", 2, 1, 0, 50.0}, {"sinks", 4, 2, 5, 0.0, true}};
     std::vector<Case> out;
     for (const Variant& v : variants) {
       const int64_t head_dims[] = {8, 20, 64};
@@ -471,7 +473,9 @@ std::map<std::string, Generator> generators() {
                                                 {"scale", 1.0 / std::sqrt(static_cast<double>(head_dim))}};
       if (v.window) attrs["sliding_window"] = v.window;
       if (v.softcap > 0) attrs["softcap"] = v.softcap;
-      Case c = b.op("attention", {q, k, val}, attrs, bound_for(d));
+      std::vector<ValueId> in = {q, k, val};
+      if (v.sinks) in.push_back(b.param("sinks", random_tensor({v.q_heads}, d, rng, 2.0f)));
+      Case c = b.op("attention", in, attrs, bound_for(d));
       c.has_step = true;
       c.step.sequences = packed;
       c.step.positions = pos;

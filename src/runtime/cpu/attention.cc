@@ -550,7 +550,13 @@ void TileBody(const Job& job, const Tile& tile, const Tile* next_tile, Scratch& 
     const int64_t t = tile.t0 + r / ng, h = tile.kv_head * group + tile.g0 + r % ng;
     float* o = job.out + (seq.q_begin + t) * job.out_stride + h * D;
     const float* ar = s.b.data() + r * D;
-    const float inv_l = 1.0f / s.l[static_cast<size_t>(r)];
+    float inv_l = 1.0f / s.l[static_cast<size_t>(r)];
+    if (p.sinks) {
+      // The sink joins the denominator on the running maximum's scale (or the sink's, if larger).
+      const float m = s.m[static_cast<size_t>(r)], sink = p.sinks[h], top = std::max(m, sink);
+      const float keep = std::exp(m - top);
+      inv_l = keep / (s.l[static_cast<size_t>(r)] * keep + std::exp(sink - top));
+    }
     for (int64_t k = 0; k < D; ++k) o[k] = ar[k] * inv_l;
   }
 }

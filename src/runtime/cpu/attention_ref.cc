@@ -41,7 +41,9 @@ void paged_attention_ref(const float* q, int64_t q_stride, const AttentionSequen
           scores[static_cast<size_t>(c - lo)] = sc;
           mx = std::max(mx, sc);
         }
-        double sum = 0;
+        // gpt-oss's sink: one more logit in the denominator, no value read for it.
+        if (p.sinks) mx = std::max(mx, static_cast<double>(p.sinks[h]));
+        double sum = p.sinks ? std::exp(static_cast<double>(p.sinks[h]) - mx) : 0.0;
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int64_t c = lo; c <= pos; ++c) {
           const double w = std::exp(scores[static_cast<size_t>(c - lo)] - mx);

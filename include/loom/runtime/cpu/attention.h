@@ -53,6 +53,9 @@ struct AttentionParams {
   float scale;              // multiplies q·k (usually 1/sqrt(head_dim))
   int64_t sliding_window;   // 0 = none
   float softcap;            // 0 = none; else scores = softcap * tanh(scores / softcap)
+  // [num_q_heads] or null: gpt-oss's attention sinks, one logit per q head that joins
+  // the softmax's denominator (exp(sink) / (exp(sink) + Σ exp(score))) and reads no value.
+  const float* sinks = nullptr;
 };
 
 // q: [total_q, num_q_heads, head_dim] with row stride q_stride (elements per token), out likewise.
