@@ -137,6 +137,11 @@ void quantize_row_ref(DType type, const float* src, void* dst, int64_t n) {
     case DType::kQ4_K: return detail::quantize_q4_k(src, static_cast<BlockQ4_K*>(dst), nb);
     case DType::kQ5_K: return detail::quantize_q5_k(src, static_cast<BlockQ5_K*>(dst), nb);
     case DType::kQ6_K: return detail::quantize_q6_k(src, static_cast<BlockQ6_K*>(dst), nb);
+    case DType::kQ4_1: return detail::quantize_q4_1(src, static_cast<BlockQ4_1*>(dst), nb);
+    case DType::kQ5_0: return detail::quantize_q5_0(src, static_cast<BlockQ5_0*>(dst), nb);
+    case DType::kQ5_1: return detail::quantize_q5_1(src, static_cast<BlockQ5_1*>(dst), nb);
+    case DType::kMXFP4: return detail::quantize_mxfp4(src, static_cast<BlockMXFP4*>(dst), nb);
+    case DType::kIQ4_NL: return detail::quantize_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), nb);
     default: break;
   }
   throw Error(unsupported("quantize_row_ref: loom does not quantize to " + std::string(dtype_name(type)) +

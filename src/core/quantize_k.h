@@ -43,6 +43,13 @@ void dequantize_iq1_m(const BlockIQ1_M* src, float* dst, int64_t nblocks);
 void dequantize_tq1_0(const BlockTQ1_0* src, float* dst, int64_t nblocks);
 void dequantize_tq2_0(const BlockTQ2_0* src, float* dst, int64_t nblocks);
 
+// llama.cpp's quantizers of Q4_1, Q5_0, Q5_1, MXFP4 and IQ4_NL (quantize_legacy.cc).
+void quantize_q4_1(const float* src, BlockQ4_1* dst, int64_t nblocks);
+void quantize_q5_0(const float* src, BlockQ5_0* dst, int64_t nblocks);
+void quantize_q5_1(const float* src, BlockQ5_1* dst, int64_t nblocks);
+void quantize_mxfp4(const float* src, BlockMXFP4* dst, int64_t nblocks);
+void quantize_iq4_nl(const float* src, BlockIQ4_NL* dst, int64_t nblocks);
+
 // Q8_0 and Q4_0 on SIMD vectors, and the scalar references they give the bytes of.
 void quantize_q8_0(const float* src, BlockQ8_0* dst, int64_t nblocks);
 void quantize_q4_0(const float* src, BlockQ4_0* dst, int64_t nblocks);

@@ -84,6 +84,38 @@ TEST(GgmlVectors, DequantizationEqualsLlamaCppBitForBit) {
   }
 }
 
+// loom's quantizers of the 32-element types against llama.cpp's, byte for byte.
+TEST(GgmlVectors, QuantizationEqualsLlamaCppByteForByte) {
+  for (const Case& c : kCases) {
+    const std::string name = c.name;
+    if (name != "Q4_1" && name != "Q5_0" && name != "Q5_1" && name != "IQ4_NL" && name != "MXFP4") continue;
+    SCOPED_TRACE(name);
+    std::ifstream f(std::string(LOOM_SOURCE_DIR) + "/tests/core/ggml_vectors/quantize_" + name + ".bin", std::ios::binary);
+    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    ASSERT_GE(bytes.size(), 16u);
+    ASSERT_EQ(std::memcmp(bytes.data(), "LGQQ", 4), 0);
+    uint32_t type, rows, per_row;
+    std::memcpy(&type, bytes.data() + 4, 4);
+    std::memcpy(&rows, bytes.data() + 8, 4);
+    std::memcpy(&per_row, bytes.data() + 12, 4);
+    ASSERT_EQ(type, c.ggml_type);
+    const size_t n = static_cast<size_t>(rows) * per_row, nbytes = dtype_bytes(c.dtype, static_cast<int64_t>(n));
+    ASSERT_EQ(bytes.size(), 16 + 4 * n + nbytes);
+    std::vector<float> x(n);
+    std::memcpy(x.data(), bytes.data() + 16, 4 * n);
+    std::vector<uint8_t> ours(nbytes);
+    quantize_row_ref(c.dtype, x.data(), ours.data(), static_cast<int64_t>(n));
+    const size_t block = dtype_block_bytes(c.dtype);
+    int mismatches = 0;
+    for (size_t b = 0; b < nbytes / block; ++b) {
+      if (std::memcmp(ours.data() + b * block, bytes.data() + 16 + 4 * n + b * block, block) != 0 && ++mismatches <= 3) {
+        ADD_FAILURE() << "block " << b << " differs";
+      }
+    }
+    EXPECT_EQ(mismatches, 0);
+  }
+}
+
 // The sign bytes: 7 stored bits and an even count of set bits (ksigns_iq2xs).
 TEST(GgmlVectors, IqSignBytesHaveEvenParity) {
   for (uint32_t s = 0; s < 128; ++s) {

@@ -10,7 +10,10 @@ Writes one file per type to tests/core/ggml_vectors/<TYPE>.bin:
     rows * ggml_row_size bytes of blocks, rows * elements f32 (little endian)
 
 tests/core/ggml_vectors_test.cc checks that loom's reference dequantization gives those
-floats bit for bit. With --tables it also writes src/core/quantize_iq_grids.cc, the IQ
+floats bit for bit. For the types loom also quantizes to (QUANTIZED_BY_LOOM) it writes
+quantize_<TYPE>.bin: "LGQQ", the same three u32, the f32 rows, then the blocks llama.cpp's
+quantizer (no importance matrix, as llama-quantize) made of them, which loom's quantizer
+must give byte for byte. With --tables it also writes src/core/quantize_iq_grids.cc, the IQ
 types' grids read back through the same library's dequantization of blocks that select
 each grid row in turn (so nothing is typed by hand).
 
@@ -84,6 +87,27 @@ def vectors(lib, name, rows=3, per_row=1024):
     blocks = dst.raw
     y = dequantize(lib, name, blocks, rows * per_row)
     return struct.pack("<4sIII", b"LGQV", TYPES[name], rows, per_row) + blocks + y.astype("<f4").tobytes()
+
+
+# The types loom quantizes to besides Q8_0, Q4_0 and the K types: llama.cpp's quantizer
+# without an importance matrix, as llama-quantize runs it.
+QUANTIZED_BY_LOOM = ["Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4"]
+
+
+def quantizer_vectors(lib, name, rows=3, per_row=1024):
+    """"LGQQ", u32 type, u32 rows, u32 per_row, the f32 input, then llama.cpp's blocks."""
+    rng = np.random.default_rng(520 + TYPES[name])
+    x = rng.standard_normal((rows, per_row)).astype(np.float32)
+    x *= np.array([0.02, 1.0, 37.0], dtype=np.float32)[:rows, None]
+    x[1, 5] = 9.0
+    x[2, 300:332] = 0.0
+    x[0, 64:96] = 0.5  # a constant block
+    lib.ggml_quantize_init(TYPES[name])
+    row_size = lib.ggml_row_size(TYPES[name], per_row)
+    dst = ctypes.create_string_buffer(rows * row_size)
+    written = lib.ggml_quantize_chunk(TYPES[name], x.ctypes.data, dst, 0, rows, per_row, None)
+    assert written == rows * row_size
+    return struct.pack("<4sIII", b"LGQQ", TYPES[name], rows, per_row) + x.astype("<f4").tobytes() + dst.raw
 
 
 F16_ONE = 0x3C00
@@ -183,6 +207,9 @@ def main():
     for name in TYPES:
         with open(os.path.join(out, f"{name}.bin"), "wb") as f:
             f.write(vectors(lib, name))
+    for name in QUANTIZED_BY_LOOM:
+        with open(os.path.join(out, f"quantize_{name}.bin"), "wb") as f:
+            f.write(quantizer_vectors(lib, name))
     if "--tables" in sys.argv:
         write_tables(lib, os.path.join(ROOT, "src", "core", "quantize_iq_grids.cc"))
 

@@ -69,6 +69,42 @@ def loom(path, ids):
     return json.loads(out.strip().splitlines()[-1])["generated_ids"]
 
 
+def compare_files(test, files):
+    """Both engines' greedy tokens on each {name: path}: equal, or parted only at a near tie
+    with equal tokens on llama.cpp's own f32 dequantization of the file (the module's doc)."""
+    runs = [(p, ids) for p in files.values() for ids in PROMPTS]
+    theirs = llama_cpp(runs)
+    parted = []
+    for name, path in files.items():
+        for ids in PROMPTS:
+            ours, ref = loom(path, ids), theirs[(path, ids)]
+            test.assertEqual(len(ref["tokens"]), NEW_TOKENS)
+            if ours == ref["tokens"]:
+                print(f"{name} prompt {ids}: same {NEW_TOKENS} tokens", file=sys.stderr)
+                continue
+            step = next(i for i, (a, b) in enumerate(zip(ours, ref["tokens"])) if a != b)
+            (first, p1), (second, p2) = ref["top"][step][0], ref["top"][step][1]
+            with test.subTest(type=name, prompt=ids):
+                test.assertEqual(ours[step], second, f"{name}: loom's token {ours[step]} at step {step} is not "
+                                 f"llama.cpp's second choice ({ref['top'][step]})")
+                test.assertGreaterEqual(p2, NEAR_TIE * p1, f"{name}: no near tie at step {step}: {ref['top'][step]}")
+            print(f"{name} prompt {ids}: parted at step {step} on a near tie (llama.cpp p={p1:.4f} for {first}, "
+                  f"{p2:.4f} for loom's {second})", file=sys.stderr)
+            parted.append((name, path))
+    # Where they parted: both engines on llama.cpp's own f32 dequantization of the file.
+    dequantized = {}
+    for name, path in set(parted):
+        dequantized[name] = path[:-len(".gguf")] + "-dequantized.gguf"
+        lq.dequantize_every_tensor(path, dequantized[name])
+    if not dequantized:
+        return
+    theirs = llama_cpp([(p, ids) for p in dequantized.values() for ids in PROMPTS])
+    for name, path in dequantized.items():
+        for ids in PROMPTS:
+            with test.subTest(type=name, prompt=ids, file="dequantized by llama.cpp"):
+                test.assertEqual(loom(path, ids), theirs[(path, ids)]["tokens"])
+
+
 class TypesOracle:
     """Makes one file per type, then compares the engines on all of them."""
 
@@ -93,37 +129,7 @@ class TypesOracle:
             present = lq.tensor_types(path)
             self.assertIn(ggml_type, present.values(), f"{name}: llama.cpp put no {name} tensor in the file")
             files[name] = path
-        runs = [(p, ids) for p in files.values() for ids in PROMPTS]
-        theirs = llama_cpp(runs)
-        parted = []
-        for name, path in files.items():
-            for ids in PROMPTS:
-                ours, ref = loom(path, ids), theirs[(path, ids)]
-                self.assertEqual(len(ref["tokens"]), NEW_TOKENS)
-                if ours == ref["tokens"]:
-                    print(f"{name} prompt {ids}: same {NEW_TOKENS} tokens", file=sys.stderr)
-                    continue
-                step = next(i for i, (a, b) in enumerate(zip(ours, ref["tokens"])) if a != b)
-                (first, p1), (second, p2) = ref["top"][step][0], ref["top"][step][1]
-                with self.subTest(type=name, prompt=ids):
-                    self.assertEqual(ours[step], second, f"{name}: loom's token {ours[step]} at step {step} is not "
-                                     f"llama.cpp's second choice ({ref['top'][step]})")
-                    self.assertGreaterEqual(p2, NEAR_TIE * p1, f"{name}: no near tie at step {step}: {ref['top'][step]}")
-                print(f"{name} prompt {ids}: parted at step {step} on a near tie (llama.cpp p={p1:.4f} for {first}, "
-                      f"{p2:.4f} for loom's {second})", file=sys.stderr)
-                parted.append((name, path))
-        # Where they parted: both engines on llama.cpp's own f32 dequantization of the file.
-        dequantized = {}
-        for name, path in set(parted):
-            dequantized[name] = path[:-len(".gguf")] + "-dequantized.gguf"
-            lq.dequantize_every_tensor(path, dequantized[name])
-        if not dequantized:
-            return
-        theirs = llama_cpp([(p, ids) for p in dequantized.values() for ids in PROMPTS])
-        for name, path in dequantized.items():
-            for ids in PROMPTS:
-                with self.subTest(type=name, prompt=ids, file="dequantized by llama.cpp"):
-                    self.assertEqual(loom(path, ids), theirs[(path, ids)]["tokens"])
+        compare_files(self, files)
 
 
 class LlamaCppTypes(TypesOracle, unittest.TestCase):

@@ -51,6 +51,11 @@ const std::map<DType, double> kMaxNmse = {
     {DType::kQ4_K, 2e-3},
     {DType::kQ5_K, 2e-3},
     {DType::kQ6_K, 2e-3},
+    {DType::kQ4_1, 2e-3},
+    {DType::kQ5_0, 2e-3},
+    {DType::kQ5_1, 2e-3},
+    {DType::kIQ4_NL, 2e-3},
+    {DType::kMXFP4, 2e-3},
 };
 
 // Ops no case can run in a unit test, with the reason. An op must have cases or be here.
