@@ -309,7 +309,9 @@ void register_all() {
   // ("AVX512/rows"), and on AVX2 on the row kernels ("AVX2/rows"; plain AVX2 is the
   // AVX2 tiles).
   for (const LinearShape& s : {LinearShape{2048, 2048}, LinearShape{2048, 8192}, LinearShape{8192, 2048}}) {
-    for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    // (The level types loom quantizes to as well: Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4.)
+    for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ4_1, DType::kQ5_0,
+                     DType::kQ5_1, DType::kIQ4_NL, DType::kMXFP4}) {
       for (int64_t M : {1, 4, 8, 16, 32, 64, 512}) {
         for (Isa isa : isas) {
           if (isa == Isa::kAvx512Bf16) continue;  // same quantized kernels as AVX512

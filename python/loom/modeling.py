@@ -215,9 +215,10 @@ class AutoModelForCausalLM:
         "auto" or name that dtype. num_threads: this model's own worker threads (default:
         the process's pool, all cores or LOOM_NUM_THREADS). matmul_precision is process-wide,
         as torch.set_float32_matmul_precision. The path may be a .gguf file (llama.cpp's
-        format); quantize ("q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k") quantizes the weights
-        as they load, with llama.cpp's recipes, cached in LOOM_CACHE_DIR (~/.cache/loom) so
-        that later loads map them (docs/quantization.md).
+        format); quantize ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_m", "q5_k_m", "q6_k",
+        "iq4_nl", "mxfp4") quantizes the weights as they load, with llama.cpp's recipes,
+        cached in LOOM_CACHE_DIR (~/.cache/loom) so that later loads map them
+        (docs/quantization.md).
 
         tensor_parallel=N splits the model over the N processes of `mpirun -np N python3
         script.py` (docs/python.md): every rank runs the script and loads its shard; on

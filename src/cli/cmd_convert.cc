@@ -111,7 +111,7 @@ void add_convert_command(CLI::App& app) {
   cmd->add_option("--out,-o", a->out_dir, "Output folder (created if missing), or the .gguf file with --to gguf")->required();
   cmd->add_option("--to", a->to, "Output format: safetensors (a checkpoint folder, default) or gguf (one file)")
       ->check(CLI::IsMember({"safetensors", "gguf"}));
-  cmd->add_option("--quantize", a->quantize, "With --to gguf: quantize with llama.cpp's recipe (q8_0, q4_0, q4_k_m, q5_k_m, q6_k)")
+  cmd->add_option("--quantize", a->quantize, "With --to gguf: quantize with llama.cpp's recipe (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k_m, q5_k_m, q6_k, iq4_nl, mxfp4)")
       ->check(CLI::IsMember(quantization_recipe_names()));
   cmd->add_flag("--force", a->force, "Write into a non-empty output folder, overwriting files of the same name");
   cmd->callback([a] { run_convert(*a); });

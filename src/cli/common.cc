@@ -52,7 +52,7 @@ void add_model_options(CLI::App* cmd, ModelOptions* o, bool model_required) {
                   "AVX512_BF16 on AMD Zen 4 and later)")
       ->check(CLI::IsMember({"auto", "highest", "high", "medium"}));
   cmd->add_option("--quantize", o->quantize,
-                  "Quantize the weights as they load, with llama.cpp's recipes: q8_0, q4_0, q4_k_m, q5_k_m, q6_k")
+                  "Quantize the weights as they load, with llama.cpp's recipes: q8_0, q4_0, q4_1, q5_0, q5_1, q4_k_m, q5_k_m, q6_k, iq4_nl, mxfp4")
       ->check(CLI::IsMember(quantization_recipe_names()));
   cmd->add_option("--tensor-parallel,--tp", o->tensor_parallel,
                   "Split the model over N processes started by mpirun: mpirun -np N loom ... --tensor-parallel N")

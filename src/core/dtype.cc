@@ -1,8 +1,39 @@
 #include "loom/core/dtype.h"
 
 #include <cmath>
+#include <iterator>
 
 namespace loom {
+namespace {
+
+struct QuantizedType {
+  DType type;
+  const char* name;
+  int64_t block_elements;
+  size_t block_bytes;
+};
+// llama.cpp's ggml type traits (blck_size, type_size) of every block type.
+constexpr QuantizedType kQuantized[] = {
+    {DType::kQ8_0, "Q8_0", 32, 34},      {DType::kQ4_0, "Q4_0", 32, 18},     {DType::kQ4_K, "Q4_K", 256, 144},
+    {DType::kQ5_K, "Q5_K", 256, 176},    {DType::kQ6_K, "Q6_K", 256, 210},   {DType::kQ4_1, "Q4_1", 32, 20},
+    {DType::kQ5_0, "Q5_0", 32, 22},      {DType::kQ5_1, "Q5_1", 32, 24},     {DType::kQ2_K, "Q2_K", 256, 84},
+    {DType::kQ3_K, "Q3_K", 256, 110},    {DType::kIQ4_NL, "IQ4_NL", 32, 18}, {DType::kIQ4_XS, "IQ4_XS", 256, 136},
+    {DType::kMXFP4, "MXFP4", 32, 17},    {DType::kIQ2_XXS, "IQ2_XXS", 256, 66}, {DType::kIQ2_XS, "IQ2_XS", 256, 74},
+    {DType::kIQ2_S, "IQ2_S", 256, 82},   {DType::kIQ3_XXS, "IQ3_XXS", 256, 98}, {DType::kIQ3_S, "IQ3_S", 256, 110},
+    {DType::kIQ1_S, "IQ1_S", 256, 50},   {DType::kIQ1_M, "IQ1_M", 256, 56},  {DType::kTQ1_0, "TQ1_0", 256, 54},
+    {DType::kTQ2_0, "TQ2_0", 256, 66},
+};
+static_assert(std::size(kQuantized) == static_cast<size_t>(kLastDType) - static_cast<size_t>(DType::kQ8_0) + 1,
+              "every quantized DType has a row");
+
+const QuantizedType* quantized_type(DType t) {
+  for (const QuantizedType& q : kQuantized) {
+    if (q.type == t) return &q;
+  }
+  return nullptr;
+}
+
+}  // namespace
 
 size_t dtype_size(DType t) {
   switch (t) {
@@ -10,32 +41,22 @@ size_t dtype_size(DType t) {
     case DType::kBF16: case DType::kF16: return 2;
     case DType::kI64: return 8;
     case DType::kU8: case DType::kBool: case DType::kI8: return 1;
-    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K: return 0;
+    default: return 0;  // quantized: dtype_block_bytes
   }
-  return 0;
 }
 
 bool dtype_is_quantized(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+  return quantized_type(t) != nullptr;
 }
 
 int64_t dtype_block_elements(DType t) {
-  switch (t) {
-    case DType::kQ8_0: case DType::kQ4_0: return 32;
-    case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K: return 256;
-    default: return 1;
-  }
+  const QuantizedType* q = quantized_type(t);
+  return q ? q->block_elements : 1;
 }
 
 size_t dtype_block_bytes(DType t) {
-  switch (t) {
-    case DType::kQ8_0: return 34;
-    case DType::kQ4_0: return 18;
-    case DType::kQ4_K: return 144;
-    case DType::kQ5_K: return 176;
-    case DType::kQ6_K: return 210;
-    default: return dtype_size(t);
-  }
+  const QuantizedType* q = quantized_type(t);
+  return q ? q->block_bytes : dtype_size(t);
 }
 
 size_t dtype_bytes(DType t, int64_t n) {
@@ -53,13 +74,10 @@ std::string_view dtype_name(DType t) {
     case DType::kU8: return "U8";
     case DType::kBool: return "BOOL";
     case DType::kI8: return "I8";
-    case DType::kQ8_0: return "Q8_0";
-    case DType::kQ4_0: return "Q4_0";
-    case DType::kQ4_K: return "Q4_K";
-    case DType::kQ5_K: return "Q5_K";
-    case DType::kQ6_K: return "Q6_K";
+    default: break;
   }
-  return "?";
+  const QuantizedType* q = quantized_type(t);
+  return q ? q->name : "?";
 }
 
 std::optional<DType> dtype_from_name(std::string_view n) {
@@ -71,11 +89,9 @@ std::optional<DType> dtype_from_name(std::string_view n) {
   if (n == "U8") return DType::kU8;
   if (n == "BOOL") return DType::kBool;
   if (n == "I8") return DType::kI8;
-  if (n == "Q8_0") return DType::kQ8_0;
-  if (n == "Q4_0") return DType::kQ4_0;
-  if (n == "Q4_K") return DType::kQ4_K;
-  if (n == "Q5_K") return DType::kQ5_K;
-  if (n == "Q6_K") return DType::kQ6_K;
+  for (const QuantizedType& q : kQuantized) {
+    if (n == q.name) return q.type;
+  }
   return std::nullopt;
 }
 

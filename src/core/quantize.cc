@@ -107,6 +107,23 @@ void dequantize_row_ref(DType type, const void* src, float* dst, int64_t n) {
     case DType::kQ4_K: return detail::dequantize_q4_k(static_cast<const BlockQ4_K*>(src), dst, nb);
     case DType::kQ5_K: return detail::dequantize_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb);
     case DType::kQ6_K: return detail::dequantize_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb);
+    case DType::kQ4_1: return detail::dequantize_q4_1(static_cast<const BlockQ4_1*>(src), dst, nb);
+    case DType::kQ5_0: return detail::dequantize_q5_0(static_cast<const BlockQ5_0*>(src), dst, nb);
+    case DType::kQ5_1: return detail::dequantize_q5_1(static_cast<const BlockQ5_1*>(src), dst, nb);
+    case DType::kIQ4_NL: return detail::dequantize_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, nb);
+    case DType::kMXFP4: return detail::dequantize_mxfp4(static_cast<const BlockMXFP4*>(src), dst, nb);
+    case DType::kQ2_K: return detail::dequantize_q2_k(static_cast<const BlockQ2_K*>(src), dst, nb);
+    case DType::kQ3_K: return detail::dequantize_q3_k(static_cast<const BlockQ3_K*>(src), dst, nb);
+    case DType::kIQ4_XS: return detail::dequantize_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, nb);
+    case DType::kIQ2_XXS: return detail::dequantize_iq2_xxs(static_cast<const BlockIQ2_XXS*>(src), dst, nb);
+    case DType::kIQ2_XS: return detail::dequantize_iq2_xs(static_cast<const BlockIQ2_XS*>(src), dst, nb);
+    case DType::kIQ2_S: return detail::dequantize_iq2_s(static_cast<const BlockIQ2_S*>(src), dst, nb);
+    case DType::kIQ3_XXS: return detail::dequantize_iq3_xxs(static_cast<const BlockIQ3_XXS*>(src), dst, nb);
+    case DType::kIQ3_S: return detail::dequantize_iq3_s(static_cast<const BlockIQ3_S*>(src), dst, nb);
+    case DType::kIQ1_S: return detail::dequantize_iq1_s(static_cast<const BlockIQ1_S*>(src), dst, nb);
+    case DType::kIQ1_M: return detail::dequantize_iq1_m(static_cast<const BlockIQ1_M*>(src), dst, nb);
+    case DType::kTQ1_0: return detail::dequantize_tq1_0(static_cast<const BlockTQ1_0*>(src), dst, nb);
+    case DType::kTQ2_0: return detail::dequantize_tq2_0(static_cast<const BlockTQ2_0*>(src), dst, nb);
     default: break;
   }
   throw Error(unsupported("dequantize_row_ref: " + std::string(dtype_name(type))));
@@ -120,9 +137,15 @@ void quantize_row_ref(DType type, const float* src, void* dst, int64_t n) {
     case DType::kQ4_K: return detail::quantize_q4_k(src, static_cast<BlockQ4_K*>(dst), nb);
     case DType::kQ5_K: return detail::quantize_q5_k(src, static_cast<BlockQ5_K*>(dst), nb);
     case DType::kQ6_K: return detail::quantize_q6_k(src, static_cast<BlockQ6_K*>(dst), nb);
+    case DType::kQ4_1: return detail::quantize_q4_1(src, static_cast<BlockQ4_1*>(dst), nb);
+    case DType::kQ5_0: return detail::quantize_q5_0(src, static_cast<BlockQ5_0*>(dst), nb);
+    case DType::kQ5_1: return detail::quantize_q5_1(src, static_cast<BlockQ5_1*>(dst), nb);
+    case DType::kMXFP4: return detail::quantize_mxfp4(src, static_cast<BlockMXFP4*>(dst), nb);
+    case DType::kIQ4_NL: return detail::quantize_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), nb);
     default: break;
   }
-  throw Error(unsupported("quantize_row_ref: " + std::string(dtype_name(type))));
+  throw Error(unsupported("quantize_row_ref: loom does not quantize to " + std::string(dtype_name(type)) +
+                          " (it reads and runs it)"));
 }
 
 void quantize_activations_q8x32(const float* x, ActBlockQ8x32* dst, int64_t n) {

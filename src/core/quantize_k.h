@@ -24,6 +24,32 @@ void quantize_q4_k_ref(const float* src, BlockQ4_K* dst, int64_t nblocks);
 void quantize_q5_k_ref(const float* src, BlockQ5_K* dst, int64_t nblocks);
 void quantize_q6_k_ref(const float* src, BlockQ6_K* dst, int64_t nblocks);
 
+// The other block types' dequantization, llama.cpp's arithmetic (dequantize_blocks.cc).
+void dequantize_q4_1(const BlockQ4_1* src, float* dst, int64_t nblocks);
+void dequantize_q5_0(const BlockQ5_0* src, float* dst, int64_t nblocks);
+void dequantize_q5_1(const BlockQ5_1* src, float* dst, int64_t nblocks);
+void dequantize_iq4_nl(const BlockIQ4_NL* src, float* dst, int64_t nblocks);
+void dequantize_mxfp4(const BlockMXFP4* src, float* dst, int64_t nblocks);
+void dequantize_q2_k(const BlockQ2_K* src, float* dst, int64_t nblocks);
+void dequantize_q3_k(const BlockQ3_K* src, float* dst, int64_t nblocks);
+void dequantize_iq4_xs(const BlockIQ4_XS* src, float* dst, int64_t nblocks);
+void dequantize_iq2_xxs(const BlockIQ2_XXS* src, float* dst, int64_t nblocks);
+void dequantize_iq2_xs(const BlockIQ2_XS* src, float* dst, int64_t nblocks);
+void dequantize_iq2_s(const BlockIQ2_S* src, float* dst, int64_t nblocks);
+void dequantize_iq3_xxs(const BlockIQ3_XXS* src, float* dst, int64_t nblocks);
+void dequantize_iq3_s(const BlockIQ3_S* src, float* dst, int64_t nblocks);
+void dequantize_iq1_s(const BlockIQ1_S* src, float* dst, int64_t nblocks);
+void dequantize_iq1_m(const BlockIQ1_M* src, float* dst, int64_t nblocks);
+void dequantize_tq1_0(const BlockTQ1_0* src, float* dst, int64_t nblocks);
+void dequantize_tq2_0(const BlockTQ2_0* src, float* dst, int64_t nblocks);
+
+// llama.cpp's quantizers of Q4_1, Q5_0, Q5_1, MXFP4 and IQ4_NL (quantize_legacy.cc).
+void quantize_q4_1(const float* src, BlockQ4_1* dst, int64_t nblocks);
+void quantize_q5_0(const float* src, BlockQ5_0* dst, int64_t nblocks);
+void quantize_q5_1(const float* src, BlockQ5_1* dst, int64_t nblocks);
+void quantize_mxfp4(const float* src, BlockMXFP4* dst, int64_t nblocks);
+void quantize_iq4_nl(const float* src, BlockIQ4_NL* dst, int64_t nblocks);
+
 // Q8_0 and Q4_0 on SIMD vectors, and the scalar references they give the bytes of.
 void quantize_q8_0(const float* src, BlockQ8_0* dst, int64_t nblocks);
 void quantize_q4_0(const float* src, BlockQ4_0* dst, int64_t nblocks);

@@ -219,7 +219,9 @@ Status GgufParser::parse_tensor_info(GgufFile& f, Cursor& c, uint64_t index) {
   if (!dtype) {
     if (type_name.rfind("type ", 0) == 0) return c.error(context, "unknown ggml " + type_name);
     return unsupported(c.path() + ": " + context + ": ggml type " + type_name +
-                       " is not supported by loom (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, I8, I32, I64)");
+                       " is not supported by loom (it reads F32, F16, BF16, I8, I32, I64 and the weight types "
+                       "llama.cpp publishes files in: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ1_S, IQ1_M, "
+                       "IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4)");
   }
   info.dtype = *dtype;
   const uint64_t block = static_cast<uint64_t>(dtype_block_elements(info.dtype));

@@ -2,6 +2,7 @@
 // accessors, and the mapping onto loom's dtypes.
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "io/gguf_format.h"
 #include "loom/io/gguf.h"
@@ -159,37 +160,28 @@ std::string ggml_type_name(uint32_t ggml_type) {
   return "type " + std::to_string(ggml_type);
 }
 
+namespace {
+// ggml.h's enum ggml_type for every DType GGUF stores; U8 and BOOL have none.
+constexpr std::pair<uint32_t, DType> kGgmlTypes[] = {
+    {0, DType::kF32},      {1, DType::kF16},      {2, DType::kQ4_0},     {3, DType::kQ4_1},    {6, DType::kQ5_0},
+    {7, DType::kQ5_1},     {8, DType::kQ8_0},     {10, DType::kQ2_K},    {11, DType::kQ3_K},   {12, DType::kQ4_K},
+    {13, DType::kQ5_K},    {14, DType::kQ6_K},    {16, DType::kIQ2_XXS}, {17, DType::kIQ2_XS}, {18, DType::kIQ3_XXS},
+    {19, DType::kIQ1_S},   {20, DType::kIQ4_NL},  {21, DType::kIQ3_S},   {22, DType::kIQ2_S},  {23, DType::kIQ4_XS},
+    {24, DType::kI8},      {26, DType::kI32},     {27, DType::kI64},     {29, DType::kIQ1_M},  {30, DType::kBF16},
+    {34, DType::kTQ1_0},   {35, DType::kTQ2_0},   {39, DType::kMXFP4},
+};
+}  // namespace
+
 std::optional<DType> dtype_from_ggml_type(uint32_t ggml_type) {
-  switch (ggml_type) {
-    case 0: return DType::kF32;
-    case 1: return DType::kF16;
-    case 2: return DType::kQ4_0;
-    case 8: return DType::kQ8_0;
-    case 12: return DType::kQ4_K;
-    case 13: return DType::kQ5_K;
-    case 14: return DType::kQ6_K;
-    case 24: return DType::kI8;
-    case 26: return DType::kI32;
-    case 27: return DType::kI64;
-    case 30: return DType::kBF16;
-    default: return std::nullopt;
+  for (const auto& [id, dtype] : kGgmlTypes) {
+    if (id == ggml_type) return dtype;
   }
+  return std::nullopt;
 }
 
 std::optional<uint32_t> ggml_type_from_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return 0;
-    case DType::kF16: return 1;
-    case DType::kQ4_0: return 2;
-    case DType::kQ8_0: return 8;
-    case DType::kQ4_K: return 12;
-    case DType::kQ5_K: return 13;
-    case DType::kQ6_K: return 14;
-    case DType::kI8: return 24;
-    case DType::kI32: return 26;
-    case DType::kI64: return 27;
-    case DType::kBF16: return 30;
-    case DType::kU8: case DType::kBool: return std::nullopt;
+  for (const auto& [id, d] : kGgmlTypes) {
+    if (d == dtype) return id;
   }
   return std::nullopt;
 }

@@ -24,7 +24,8 @@ DType fit_block(DType want, int64_t cols) {
 }  // namespace
 
 const std::vector<std::string>& quantization_recipe_names() {
-  static const std::vector<std::string> names = {"q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k"};
+  static const std::vector<std::string> names = {"q8_0",   "q4_0", "q4_1",  "q5_0",  "q5_1",
+                                                  "q4_k_m", "q5_k_m", "q6_k", "iq4_nl", "mxfp4"};
   return names;
 }
 
@@ -33,6 +34,11 @@ Result<QuantizationRecipe> quantization_recipe(std::string_view name) {
   r.name = std::string(name);
   if (name == "q8_0") { r.base = DType::kQ8_0; r.gguf_file_type = 7; }
   else if (name == "q4_0") { r.base = DType::kQ4_0; r.gguf_file_type = 2; }
+  else if (name == "q4_1") { r.base = DType::kQ4_1; r.gguf_file_type = 3; }
+  else if (name == "q5_0") { r.base = DType::kQ5_0; r.gguf_file_type = 8; }
+  else if (name == "q5_1") { r.base = DType::kQ5_1; r.gguf_file_type = 9; }
+  else if (name == "iq4_nl") { r.base = DType::kIQ4_NL; r.gguf_file_type = 25; }
+  else if (name == "mxfp4") { r.base = DType::kMXFP4; r.gguf_file_type = 38; }
   else if (name == "q4_k_m") { r.base = DType::kQ4_K; r.more_bits_mix = true; r.gguf_file_type = 15; }
   else if (name == "q5_k_m") { r.base = DType::kQ5_K; r.more_bits_mix = true; r.gguf_file_type = 17; }
   else if (name == "q6_k") { r.base = DType::kQ6_K; r.gguf_file_type = 18; }

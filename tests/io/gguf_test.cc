@@ -319,8 +319,9 @@ TEST(Gguf, GgmlTypeNumbersAndNames) {
   EXPECT_EQ(io::ggml_type_name(30), "BF16");
   EXPECT_EQ(io::ggml_type_name(4), "type 4");  // removed from ggml
   EXPECT_EQ(io::ggml_type_name(99), "type 99");
-  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
-                   DType::kQ6_K, DType::kI8, DType::kI32, DType::kI64}) {
+  for (int i = 0; i <= static_cast<int>(kLastDType); ++i) {
+    const DType dt = static_cast<DType>(i);
+    if (dt == DType::kU8 || dt == DType::kBool) continue;
     auto n = io::ggml_type_from_dtype(dt);
     ASSERT_TRUE(n.has_value()) << dtype_name(dt);
     EXPECT_EQ(io::dtype_from_ggml_type(*n), dt);
@@ -553,12 +554,40 @@ TEST_F(GgufMalformed, RemovedGgmlTypeIsUnknown) {
   expect(one_tensor(4, {32}, 0, 32), ErrorCode::kParseError, {"'blk.0.attn_q.weight'", "unknown ggml type 4"});
 }
 
-TEST_F(GgufMalformed, KnownButUnsupportedTypeQ4_1) {
-  expect(one_tensor(3, {32}, 0, 32), ErrorCode::kUnsupported, {"'blk.0.attn_q.weight'", "Q4_1", "not supported"});
+// Q8_K is llama.cpp's activation type: no published file stores weights in it.
+TEST_F(GgufMalformed, KnownButUnsupportedTypeQ8_K) {
+  expect(one_tensor(15, {256}, 0, 292), ErrorCode::kUnsupported, {"'blk.0.attn_q.weight'", "Q8_K", "not supported"});
 }
 
-TEST_F(GgufMalformed, KnownButUnsupportedTypeIQ2_XS) {
-  expect(one_tensor(17, {256}, 0, 256), ErrorCode::kUnsupported, {"'blk.0.attn_q.weight'", "IQ2_XS"});
+TEST_F(GgufMalformed, KnownButUnsupportedTypeNVFP4) {
+  expect(one_tensor(40, {64}, 0, 64), ErrorCode::kUnsupported, {"'blk.0.attn_q.weight'", "NVFP4"});
+}
+
+// Every block type llama.cpp publishes files in: a whole tensor reads as its type and
+// byte size; a row that is not whole blocks, and data one byte short, are named errors.
+TEST_F(GgufMalformed, EveryBlockTypeReadsAndChecksItsShape) {
+  for (int i = static_cast<int>(DType::kQ8_0); i <= static_cast<int>(kLastDType); ++i) {
+    const DType dt = static_cast<DType>(i);
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    const uint32_t id = io::ggml_type_from_dtype(dt).value();
+    const uint64_t block = static_cast<uint64_t>(dtype_block_elements(dt));
+    const size_t bytes = dtype_bytes(dt, static_cast<int64_t>(2 * block) * 3);
+    {
+      const GgufBytes b = one_tensor(id, {2 * block, 3}, 0, bytes);
+      ASSERT_TRUE(open_bytes(b.bytes()).ok());
+      auto file = GgufFile::open(path_);
+      ASSERT_TRUE(file.ok());
+      const io::GgufTensorInfo* t = (*file)->find("blk.0.attn_q.weight");
+      ASSERT_NE(t, nullptr);
+      EXPECT_EQ(t->dtype, dt);
+      EXPECT_EQ(t->nbytes, bytes);
+    }
+    expect(one_tensor(id, {block + block / 2, 2}, 0, bytes), ErrorCode::kParseError,
+           {"'blk.0.attn_q.weight'", "ne[0] = " + std::to_string(block + block / 2),
+            std::string(dtype_name(dt)) + " block of " + std::to_string(block)});
+    expect(one_tensor(id, {2 * block, 3}, 0, bytes - 1), ErrorCode::kOutOfRange,
+           {"'blk.0.attn_q.weight'", std::to_string(bytes) + " bytes", "past the end"});
+  }
 }
 
 TEST_F(GgufMalformed, RowNotAWholeBlock) {

@@ -149,5 +149,21 @@ class LlamaCppGreedyQwen3Moe(unittest.TestCase):
         self.check("q4_k_m")
 
 
+class LoomWrittenTypes(unittest.TestCase):
+    """The types loom's reader got with llama.cpp's other weight types (issue 52) and loom
+    now writes too: the same tokens as llama.cpp, or a parting only at a near tie of
+    llama.cpp's with the same tokens on its own dequantization of the file (the rule and
+    its check are test_llama_cpp_types.compare_files')."""
+
+    def test_q4_1_q5_0_q5_1_iq4_nl_mxfp4(self):
+        import test_llama_cpp_types as types
+        with tempfile.TemporaryDirectory() as tmp:
+            files = {}
+            for quantize in ["q4_1", "q5_0", "q5_1", "iq4_nl", "mxfp4"]:
+                files[quantize] = os.path.join(tmp, f"tiny-{quantize}.gguf")
+                run([LOOM, "convert", "--model", MODEL, "--to", "gguf", "--out", files[quantize], "--quantize", quantize])
+            types.compare_files(self, files)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -51,15 +51,25 @@ const std::map<DType, double> kMaxNmse = {
     {DType::kQ4_K, 2e-3},
     {DType::kQ5_K, 2e-3},
     {DType::kQ6_K, 2e-3},
+    {DType::kQ4_1, 2e-3},
+    {DType::kQ5_0, 2e-3},
+    {DType::kQ5_1, 2e-3},
+    {DType::kIQ4_NL, 2e-3},
+    {DType::kMXFP4, 2e-3},
 };
 
 // Ops no case can run in a unit test, with the reason. An op must have cases or be here.
 const std::map<std::string, std::string> kNotSwept = {};
 
 // Every dtype a tensor can have: each op is offered each in its typed slot.
-const DType kAllDtypes[] = {DType::kF32, DType::kBF16, DType::kF16,  DType::kI32,  DType::kI64,  DType::kU8,  DType::kBool,
-                            DType::kI8,  DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
-static_assert(std::size(kAllDtypes) == static_cast<size_t>(DType::kQ6_K) + 1, "a new DType belongs in kAllDtypes");
+// (A block type loom cannot quantize to makes no random tensor: its cases are skipped.)
+const DType kAllDtypes[] = {DType::kF32,    DType::kBF16,    DType::kF16,    DType::kI32,   DType::kI64,
+                            DType::kU8,     DType::kBool,    DType::kI8,     DType::kQ8_0,  DType::kQ4_0,
+                            DType::kQ4_K,   DType::kQ5_K,    DType::kQ6_K,   DType::kQ4_1,  DType::kQ5_0,
+                            DType::kQ5_1,   DType::kQ2_K,    DType::kQ3_K,   DType::kIQ4_NL, DType::kIQ4_XS,
+                            DType::kMXFP4,  DType::kIQ2_XXS, DType::kIQ2_XS, DType::kIQ2_S, DType::kIQ3_XXS,
+                            DType::kIQ3_S,  DType::kIQ1_S,   DType::kIQ1_M,  DType::kTQ1_0, DType::kTQ2_0};
+static_assert(std::size(kAllDtypes) == static_cast<size_t>(kLastDType) + 1, "a new DType belongs in kAllDtypes");
 
 // Sizes around SIMD widths (4, 8, 16 floats) and panel sizes (32), never a multiple of them
 // only: 1, 7, 33, 67.

@@ -21,6 +21,7 @@
 #include "loom/runtime/cpu/matmul.h"
 #include "runtime/cpu/qdot_kernels.h"
 #include "runtime/cpu/qgemm.h"
+#include "runtime/cpu/qlevels.h"
 #include "runtime/cpu/qlayout.h"
 #include "runtime/cpu/qlinear.h"
 
@@ -30,7 +31,10 @@ void PrintTo(Isa isa, std::ostream* os);
 
 namespace {
 
-const DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+const DType kTypes[] = {DType::kQ8_0,   DType::kQ4_0,   DType::kQ4_K,    DType::kQ5_K,   DType::kQ6_K,  DType::kQ4_1,
+                        DType::kQ5_0,   DType::kQ5_1,   DType::kIQ4_NL,  DType::kMXFP4,  DType::kQ2_K,  DType::kQ3_K,
+                        DType::kIQ4_XS, DType::kIQ2_XXS, DType::kIQ2_XS, DType::kIQ2_S,  DType::kIQ3_XXS, DType::kIQ3_S,
+                        DType::kIQ1_S,  DType::kIQ1_M,  DType::kTQ1_0,   DType::kTQ2_0};
 
 using test_util::random_floats;
 using test_util::supported_isas;
@@ -354,6 +358,7 @@ TEST_P(QuantizedGemmTest, ExtremeLevelsAndScalesStayExact) {
   // M = 1: the decode kernels (four outputs at a time); 33: the batched paths.
   for (int64_t M : {int64_t{1}, int64_t{33}}) {
     for (DType dt : kTypes) {
+      const bool level_type = detail::is_level_type(dt);
       const size_t row_bytes = static_cast<size_t>(dtype_bytes(dt, K));
       const int64_t blocks = K / dtype_block_elements(dt);
       // Q8_0 levels all −128 (the sign trick's |w| = 128 case), Q4_0 all −8.
@@ -362,7 +367,9 @@ TEST_P(QuantizedGemmTest, ExtremeLevelsAndScalesStayExact) {
       for (int64_t n = 0; n < N; ++n) {
         for (int64_t b = 0; b < blocks; ++b) {
           uint8_t* block = raw.data() + n * row_bytes + b * (row_bytes / blocks);
-          if (dt == DType::kQ6_K) {
+          if (level_type) {
+            test_util::set_block_scales(dt, block, 0x3C00, 127);  // 1.0: every sub-scale and level at its top
+          } else if (dt == DType::kQ6_K) {
             auto* q = reinterpret_cast<BlockQ6_K*>(block);
             for (int8_t& sc : q->scales) sc = -128;
             q->d = 0x3C00;  // 1.0

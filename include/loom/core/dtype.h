@@ -18,12 +18,22 @@ namespace loom {
 //   Q4_K  256 elements, 144 bytes 8 sub-blocks of 32, 6-bit scales/mins, 4-bit q
 //   Q5_K  256 elements, 176 bytes as Q4_K plus one high bit per element
 //   Q6_K  256 elements, 210 bytes 16 sub-blocks of 16, int8 scales, 6-bit q
-enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kU8, kBool, kI8, kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K };
+// and the rest of llama.cpp's published weight types (layouts in core/quantize.h):
+// Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (32 elements a block), Q2_K, Q3_K, IQ4_XS, the
+// codebook types IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M and the
+// ternary TQ1_0, TQ2_0 (256). Appended, so earlier values keep their numbers.
+enum class DType : uint8_t {
+  kF32, kBF16, kF16, kI32, kI64, kU8, kBool, kI8, kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K,
+  kQ4_1, kQ5_0, kQ5_1, kQ2_K, kQ3_K, kIQ4_NL, kIQ4_XS, kMXFP4,
+  kIQ2_XXS, kIQ2_XS, kIQ2_S, kIQ3_XXS, kIQ3_S, kIQ1_S, kIQ1_M, kTQ1_0, kTQ2_0,
+};
+// The last DType, for tables that list every type.
+inline constexpr DType kLastDType = DType::kTQ2_0;
 
 // Bytes per element of a plain type; for a quantized type 0 (use dtype_bytes).
 size_t dtype_size(DType t);
 // Names as safetensors spells them: F32, BF16, F16, I32, I64, U8, BOOL, I8; the
-// quantized ones as llama.cpp does: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K.
+// quantized ones as llama.cpp does (Q8_0, Q4_K, IQ4_XS, MXFP4, ...).
 std::string_view dtype_name(DType t);
 std::optional<DType> dtype_from_name(std::string_view safetensors_name);
 bool dtype_is_float(DType t);

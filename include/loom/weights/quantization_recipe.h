@@ -1,6 +1,7 @@
 // Which dtype each weight gets when a model is quantized (at load with
 // --quantize, or when writing a GGUF): llama.cpp's recipes for the types loom
-// runs. A plain type (q8_0, q4_0, q6_k) quantizes every matrix to it, except the
+// runs. A plain type (q8_0, q4_0, q4_1, q5_0, q5_1, q6_k, iq4_nl, mxfp4) quantizes every
+// matrix to it, except the
 // output projection (lm_head, or the embedding when tied), which gets Q6_K as in
 // llama.cpp (Q8_0 stays Q8_0). The _m mixes (q4_k_m, q5_k_m) also give Q6_K to
 // attn_v and ffn_down in the layers llama.cpp's use_more_bits picks (the first
@@ -9,7 +10,7 @@
 // matrices they stack. Norms, biases and other 1-D
 // tensors stay as they are, and so do MoE routers (mlp.gate, shared_expert_gate:
 // llama.cpp never quantizes ffn_gate_inp). A matrix whose rows are not a multiple of the chosen
-// type's block falls back to Q8_0 (llama.cpp uses Q5_0/Q5_1, which loom lacks),
+// type's block falls back to Q8_0 (llama.cpp uses Q5_0/Q5_1 for the K types),
 // and to its own dtype when not even 32 divides them.
 #pragma once
 
@@ -37,7 +38,7 @@ struct QuantizationRecipe {
                                 bool tied_embeddings) const;
 };
 
-// q8_0 | q4_0 | q4_k_m | q5_k_m | q6_k; kInvalidArgument listing them otherwise.
+// quantization_recipe_names(); kInvalidArgument listing them otherwise.
 Result<QuantizationRecipe> quantization_recipe(std::string_view name);
 const std::vector<std::string>& quantization_recipe_names();
 

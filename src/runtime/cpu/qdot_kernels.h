@@ -8,6 +8,7 @@
 //   Q8_0, Q4_0, Q6_K:  acc = fma(d_w·d_x, isum, acc)
 //   Q4_K, Q5_K:        acc = fma(d_w·d_x, Σ_j sc_j·isum_j, acc);
 //                      acc = fma(−(dmin_w·d_x), Σ_j m_j·xsum_j, acc)
+//   the level types:   as qlevels.h says (the same two steps, one where there is no min)
 // then acc + bias. Integers are exact in every ISA, so only these f32 steps round.
 #pragma once
 
@@ -51,6 +52,8 @@ using QdotFn = void (*)(const QdotArgs&);
 struct QdotTable {
   const char* name;
   QdotFn q8_0, q4_0, q4_k, q5_k, q6_k;
+  // The kernel of a type decoded to integer levels (qdot_levels.h), null for others.
+  QdotFn (*levels)(DType);
 };
 
 const QdotTable& qdot_scalar();

@@ -17,6 +17,8 @@
 #include "loom/core/quantize.h"
 #include "loom/core/cpu_features.h"
 #include "runtime/cpu/qdot_kernels.h"
+#include "runtime/cpu/qdot_levels.h"
+#include "runtime/cpu/qlevels.h"
 #include "runtime/cpu/qgemm.h"
 #include "runtime/cpu/qlayout.h"
 #include "runtime/cpu/per_thread_scratch.h"
@@ -47,7 +49,9 @@ QdotFn kernel_for(const QdotTable& t, DType dt) {
     case DType::kQ4_K: return t.q4_k;
     case DType::kQ5_K: return t.q5_k;
     case DType::kQ6_K: return t.q6_k;
-    default: break;
+    default:
+      if (QdotFn fn = t.levels(dt)) return fn;
+      break;
   }
   throw Error(unsupported("linear: no quantized kernel for " + std::string(dtype_name(dt))));
 }
@@ -229,7 +233,9 @@ void linear_quantized(const float* x, int64_t M, int64_t x_stride, const PackedL
     quantize_rows(0, M);
   }
 
-  QuantGemm path = gemm_for(M);
+  // The tiles unpack only the types with kernels of their own; the level types' row
+  // kernels decode each weight block once per kQTileRows rows.
+  QuantGemm path = is_level_type(dt) ? QuantGemm::kRows : gemm_for(M);
 #if defined(LOOM_MATMUL_X86)
   if ((path == QuantGemm::kVnni || path == QuantGemm::kAvx2) && w.quant_group_rows() > 1 &&
       M < grouped_tile_min_rows(dt)) {
@@ -367,7 +373,7 @@ QuantLayout quant_layout_override() { return static_cast<QuantLayout>(auto_layou
 
 const QdotTable& qdot_scalar() {
   static const QdotTable t{"SCALAR", qdot_q8_0_scalar, qdot_q4_0_scalar, qdot_q4_K_scalar, qdot_q5_K_scalar,
-                           qdot_q6_K_scalar};
+                           qdot_q6_K_scalar, qdot_levels_scalar_for};
   return t;
 }
 
