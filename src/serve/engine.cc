@@ -35,8 +35,26 @@ std::optional<Job::Event> Job::next(double timeout) {
   if (!cv_.wait_for(lk, std::chrono::duration<double>(timeout), [&] { return !events_.empty(); })) return std::nullopt;
   Event e = std::move(events_.front());
   events_.pop_front();
+  ++popped_;
   if (e.output.is_final()) ++finals_taken_;
   return e;
+}
+
+void Job::push(int32_t choice, const batching::GenerationOutput& out) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (choice < 0 || choice >= num_choices_) return;
+    if (waiting_.empty()) waiting_.assign(static_cast<size_t>(num_choices_), -1);
+    int64_t& waiting = waiting_[static_cast<size_t>(choice)];
+    if (waiting >= popped_) {
+      events_[static_cast<size_t>(waiting - popped_)].output = out;  // supersedes the undelivered one
+    } else {
+      events_.push_back({choice, out});
+      waiting = popped_ + static_cast<int64_t>(events_.size()) - 1;
+    }
+    if (out.is_final()) waiting = -1;  // nothing may replace a final output
+  }
+  cv_.notify_all();
 }
 
 bool Job::done() const {
@@ -183,11 +201,7 @@ Result<std::shared_ptr<Job>> Engine::submit(const std::vector<std::vector<int32_
     const std::string& group = out.parent_request_id.empty() ? out.request_id : out.parent_request_id;
     auto it = j->base_choice_.find(group);
     if (it == j->base_choice_.end()) return;
-    {
-      std::lock_guard<std::mutex> lk(j->mu_);
-      j->events_.push_back({it->second + out.sequence_index, out});
-    }
-    j->cv_.notify_all();
+    j->push(it->second + out.sequence_index, out);
   };
   for (const Planned& pl : planned) {
     batching::RequestOptions o = options;

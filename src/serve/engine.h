@@ -47,9 +47,17 @@ class Job {
   std::unordered_map<std::string, int32_t> base_choice_;  // request id → its first choice
   int32_t num_choices_ = 0;
   int32_t finals_taken_ = 0;
+  // Called on the batching thread. Outputs are cumulative, so an undelivered
+  // output of a choice is superseded by its next one: a choice has at most one
+  // event waiting, and a client that reads slowly (or not at all) costs one
+  // output per choice, not every step's copy of everything so far.
+  void push(int32_t choice, const batching::GenerationOutput& out);
+
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Event> events_;
+  int64_t popped_ = 0;                  // events taken by next() so far
+  std::vector<int64_t> waiting_;        // per choice: the number of its event in the queue, or -1
 };
 
 class Engine {

@@ -1,4 +1,4 @@
-"""`loom serve` under hostile and careless clients (issue 46, points 1-4 and 9-11):
+"""`loom serve` under hostile and careless clients (issue 46, points 1-4 and 8-11):
 slow, idle and stalled connections, oversized heads and bodies, lying
 Content-Lengths, pipelining, HTTP/1.0, half-closed sockets, signals, and
 hostile header values. Every case talks to a server on 127.0.0.1 with an
@@ -352,6 +352,21 @@ class SlowReaders(unittest.TestCase):
                 self.assertTrue(wait_until(lambda: metric(server.metrics(), "loom:num_requests_running") == 0, 10),
                                 server.log()[-2000:])
                 self.assertEqual(metric(server.metrics(), "loom:request_success_total", finished_reason="abort"), 16)
+            finally:
+                s.close()
+
+
+    # 8. Output a client has not read yet is bounded: 16 choices × 500 tokens with
+    # 20 logprobs each generate to the end while the stream is stalled, and the
+    # RSS grows by less than 100 MiB (every step's cumulative copy queued: +370 MiB).
+    def test_unread_stream_output_does_not_pile_up(self):
+        with Server("--write-timeout", "60") as server:
+            base = vm(server.proc.pid, "VmRSS")
+            s = stalled_stream(server.port)
+            try:
+                self.assertTrue(wait_until(lambda: metric(server.metrics(), "loom:num_requests_running") > 0, 10))
+                self.assertTrue(wait_until(lambda: metric(server.metrics(), "loom:num_requests_running") == 0, 60))
+                self.assertLess(vm(server.proc.pid, "VmRSS") - base, 100)
             finally:
                 s.close()
 
