@@ -173,6 +173,9 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-body-bytes", f->serve.max_body_bytes, "Largest request body accepted (default 8 MiB; 413 beyond)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-prompt-bytes", f->serve.max_prompt_bytes,
+                  "Largest prompt text, refused (400) before tokenizing (default: 64 bytes per token of --max-model-len)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--shutdown-timeout", f->serve.shutdown_timeout,
                   "Seconds in-flight requests may take to finish after SIGINT/SIGTERM (default 30)")
       ->check(CLI::NonNegativeNumber);

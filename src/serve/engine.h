@@ -87,6 +87,9 @@ class Engine {
   const tok::ChatTemplate* chat_template() const { return chat_template_ ? &*chat_template_ : nullptr; }
   const GenerationConfig& generation_config() const { return model_.generation_config; }
   int64_t max_model_len() const { return max_model_len_; }
+  size_t max_prompt_bytes() const {
+    return options_.max_prompt_bytes > 0 ? options_.max_prompt_bytes : static_cast<size_t>(max_model_len_) * 64;
+  }
   int64_t vocab_size() const { return vocab_; }
   double created_time() const { return created_; }
   // Output constraints compiled for the tokenizer, shared by every request (built on

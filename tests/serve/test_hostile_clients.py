@@ -1,4 +1,4 @@
-"""`loom serve` under hostile and careless clients (issue 46, points 1-4 and 8-11):
+"""`loom serve` under hostile and careless clients (issue 46, points 1-5 and 8-11):
 slow, idle and stalled connections, oversized heads and bodies, lying
 Content-Lengths, pipelining, HTTP/1.0, half-closed sockets, signals, and
 hostile header values. Every case talks to a server on 127.0.0.1 with an
@@ -262,6 +262,30 @@ class Hostile(unittest.TestCase):
         self.assertEqual(status(b"GET", b"/no/such/path", self.auth), 404)
         self.assertEqual(status(b"DELETE", b"/v1/models", self.auth), 405)
         self.assertEqual(status(b"GET", b"/health", b""), 200)
+
+
+class Prompts(unittest.TestCase):
+    # 5. Prompt text over the byte budget (by default 64 bytes per token of the
+    # 512-token context: 32768) is a 400 naming the limit, before tokenization:
+    # an 8 MiB prompt (1.3 GB of RSS to tokenize) raises the peak RSS by < 64 MiB
+    # (its body, parsed and copied a few times).
+    def test_prompt_over_the_byte_budget_is_refused_before_tokenizing(self):
+        with Server("--max-body-bytes", str(16 << 20)) as server:
+            huge = "In the beginning " * ((8 << 20) // 17)
+            for path, body, param in (("/v1/completions", {"prompt": huge, "max_tokens": 1}, "prompt"),
+                                      ("/v1/completions", {"prompt": ["x", huge], "max_tokens": 1}, "prompt[1]"),
+                                      ("/v1/chat/completions", {"messages": [{"role": "user", "content": huge}]}, "messages"),
+                                      ("/tokenize", {"prompt": huge}, "prompt")):
+                peak = vm(server.proc.pid, "VmHWM")
+                status, _, reply = server.post(path, body)
+                self.assertLess(vm(server.proc.pid, "VmHWM") - peak, 64, path)
+                self.assertEqual(status, 400, reply)
+                self.assertEqual(reply["error"]["code"], "prompt_too_large")
+                self.assertEqual(reply["error"]["param"], param)
+                self.assertIn("32768", reply["error"]["message"])
+            # Under the budget, text is tokenized (and then held to the context).
+            status, _, reply = server.post("/v1/completions", {"prompt": "In the beginning " * 1500, "max_tokens": 1})
+            self.assertEqual(reply["error"]["code"], "context_length_exceeded", reply)
 
 
 class Pressure(unittest.TestCase):

@@ -24,6 +24,9 @@ struct ServeOptions {
   std::string served_model_name;  // the name `model` must give; default: the model folder's name
   int64_t max_model_len = 0;      // prompt + completion limit; 0: the model's max_position_embeddings
   size_t max_body_bytes = 8u << 20;
+  // Largest prompt text, checked before it is tokenized (tokenizing costs far
+  // more memory than the text); 0: 64 bytes per token of max_model_len.
+  size_t max_prompt_bytes = 0;
   double shutdown_timeout = 30;  // seconds in-flight requests get to finish on SIGINT/SIGTERM
   int http_threads = 64;         // requests handled at once (each stream holds one until it ends)
   int max_connections = 1024;    // open connections; idle ones are closed first beyond it
