@@ -367,15 +367,18 @@ class Signals(unittest.TestCase):
 
 class SlowReaders(unittest.TestCase):
     # A client that stops reading a stream is cut off after --write-timeout (2 s)
-    # once its socket buffers are full, and its sequences are aborted: none runs 10 s later.
+    # once its socket buffers are full, and its sequences are aborted: 64 choices
+    # fill the buffers in well under a second, and generating them all takes far
+    # longer than the 10 s the test waits for the abort.
     def test_stream_not_read_is_cancelled_after_the_write_timeout(self):
         with Server("--write-timeout", "2") as server:
-            s = stalled_stream(server.port)
+            s = stalled_stream(server.port, n=64)
             try:
                 self.assertTrue(wait_until(lambda: metric(server.metrics(), "loom:num_requests_running") > 0, 10))
                 self.assertTrue(wait_until(lambda: metric(server.metrics(), "loom:num_requests_running") == 0, 10),
                                 server.log()[-2000:])
-                self.assertEqual(metric(server.metrics(), "loom:request_success_total", finished_reason="abort"), 16)
+                self.assertEqual(metric(server.metrics(), "loom:request_success_total", finished_reason="abort"), 64)
+                self.assertIn("status=client disconnected", server.log())
             finally:
                 s.close()
 
@@ -395,14 +398,14 @@ class SlowReaders(unittest.TestCase):
                 s.close()
 
 
-def stalled_stream(port):
+def stalled_stream(port, n=16):
     """A stream of ~8 MB (16 choices, 20 logprobs a token) to a client with a 4 KiB
     receive buffer that never reads: the server's writes block once buffers fill."""
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.settimeout(10)
     s.connect(("127.0.0.1", port))
-    body = json.dumps({"prompt": "In the beginning", "max_tokens": 500, "n": 16, "logprobs": 20, "temperature": 0.8,
+    body = json.dumps({"prompt": "In the beginning", "max_tokens": 500, "n": n, "logprobs": 20, "temperature": 0.8,
                        "seed": 1, "stream": True}).encode()
     s.sendall(post_bytes(b"/v1/completions", body))
     return s
