@@ -3,9 +3,11 @@
 // socket: it accepts, reads request heads and bodies under deadlines and limits,
 // and writes responses, so a connection that is idle, slow or stalled costs
 // memory and a timer, never a thread. A complete request goes to a pool of
-// `http_threads` workers, which run the Router (and a stream's whole life); their
-// writes are handed back to the event thread. Each connection handles one
-// request at a time, so pipelined requests are answered in order.
+// `http_threads` workers, which run the Router (and a stream's whole life); the
+// quick read-only routes (health, metrics, models) have two workers of their
+// own, so that a load balancer's probe is answered while every generation worker
+// is busy. Workers hand their writes back to the event thread. Each connection
+// handles one request at a time, so pipelined requests are answered in order.
 #include "serve/http_server.h"
 
 #include <poll.h>
@@ -230,6 +232,7 @@ struct HttpServer::Impl {
   tcp::acceptor acceptor{io};
   net::steady_timer accept_retry{io};
   std::unique_ptr<WorkerPool> workers;
+  std::unique_ptr<WorkerPool> probe_workers;  // GET /health, /metrics, /v1/models
   int port = -1;
   size_t max_connections = 0;
   // Event thread only.
@@ -396,7 +399,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       auto c = weak.lock();
       return c && c->client_present(/*in_stream=*/false) != Presence::kGone;
     };
-    s_.workers->post([self = shared_from_this(), req] {
+    const bool probe = req->method == "GET" && (req->path == "/health" || req->path == "/metrics" || req->path == "/v1/models");
+    (probe ? s_.probe_workers : s_.workers)->post([self = shared_from_this(), req] {
       try {
         self->handle(*req);
       } catch (const std::exception& e) {  // a worker thread must not end the process
@@ -710,6 +714,7 @@ bool HttpServer::listen() {
   Impl& s = *impl_;
   if (!s.acceptor.is_open()) return false;
   s.workers = std::make_unique<WorkerPool>(std::max(4, s.options.http_threads));
+  s.probe_workers = std::make_unique<WorkerPool>(2);
   s.accept();
   s.running = true;
   s.io.run();
@@ -742,6 +747,7 @@ void HttpServer::stop() {
   // end (the engine cancelled them); then the event thread can stop.
   if (s.running) done->wait(std::chrono::seconds(5));
   if (s.workers) s.workers->join();
+  if (s.probe_workers) s.probe_workers->join();
   s.io.stop();
 }
 

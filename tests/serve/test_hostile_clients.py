@@ -310,6 +310,26 @@ class Pressure(unittest.TestCase):
                     s.close()
 
 
+    # Probes have workers of their own: with every one of --http-threads 4 held by
+    # a stream its client does not read, a /tokenize waits for a worker, and
+    # /health on a new connection still answers within 2 s.
+    def test_health_answers_while_every_worker_is_busy(self):
+        with Server("--http-threads", "4", "--write-timeout", "60") as server:
+            streams = [stalled_stream(server.port) for _ in range(4)]
+            try:
+                self.assertTrue(wait_until(lambda: metric(server.metrics(), "loom:num_requests_running") >= 4 * 16, 20))
+                waiting = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+                waiting.sendall(post_bytes(b"/tokenize", b'{"prompt": "In the beginning"}'))
+                waiting.settimeout(1)
+                with self.assertRaises(socket.timeout):  # no worker free for it
+                    waiting.recv(1)
+                self.assertIsNotNone(canary(server.port))
+                waiting.close()
+            finally:
+                for s in streams:
+                    s.close()
+
+
 def _alive(sock):
     sock.setblocking(False)
     try:
