@@ -379,7 +379,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void dispatch() {
     RequestParser& p = *parser_;
-    ++requests_;
     phase_ = Phase::kHandling;
     timer_.cancel();
     version_ = p.version;
@@ -465,9 +464,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   int version() const { return version_; }
-  bool head_request() const { return head_; }
   bool keep_alive() const { return keep_alive_; }
-  HttpServer::Impl& server() { return s_; }
 
  private:
   void handle(HttpRequest& req);
@@ -519,7 +516,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::atomic<bool> closed_{false};
   bool keep_alive_ = true, head_ = false, probed_ = false;
   int version_ = 11;
-  int64_t requests_ = 0;
   size_t lingered_ = 0;
 };
 

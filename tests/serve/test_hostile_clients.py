@@ -209,7 +209,11 @@ class Hostile(unittest.TestCase):
         self.assertTrue(headers["content-type"].startswith("text/event-stream"))
         events = parse_sse(reply.split(b"\r\n\r\n", 1)[1].decode())
         self.assertEqual(events[-1], "[DONE]")
-        self.assertEqual(len(events), 5)
+        whole = exchange(self.port, post_bytes(b"/v1/completions", json.dumps(
+            {"prompt": "In the beginning", "max_tokens": 4, "temperature": 0}).encode(), self.auth, version=b"HTTP/1.0"))
+        text = json.loads(whole.split(b"\r\n\r\n", 1)[1])["choices"][0]["text"]
+        self.assertEqual("".join(e["choices"][0]["text"] for e in events[:-1]), text)
+        self.assertEqual(events[-2]["choices"][0]["finish_reason"], "length")
         # A non-streamed HTTP/1.0 reply has a length and closes.
         reply = exchange(self.port, post_bytes(b"/v1/completions", BODY, self.auth, version=b"HTTP/1.0"))
         self.assertEqual(int(head_of(reply)["content-length"]), len(reply.split(b"\r\n\r\n", 1)[1]))
