@@ -32,6 +32,7 @@ class Job {
   struct Event {
     int32_t choice = 0;
     batching::GenerationOutput output;
+    size_t bytes = 0;  // about what `output` holds in memory
   };
   // The next output of any choice; nullopt after `timeout` seconds.
   std::optional<Event> next(double timeout);
@@ -47,16 +48,20 @@ class Job {
   std::unordered_map<std::string, int32_t> base_choice_;  // request id → its first choice
   int32_t num_choices_ = 0;
   int32_t finals_taken_ = 0;
-  // Called on the batching thread. Outputs are cumulative, so an undelivered
-  // output of a choice is superseded by its next one: a choice has at most one
-  // event waiting, and a client that reads slowly (or not at all) costs one
-  // output per choice, not every step's copy of everything so far.
+  // Called on the batching thread. Outputs are cumulative, so once the
+  // undelivered ones hold more than kPendingBytes, a choice's newest
+  // undelivered output is superseded by its next one: a client that reads
+  // slowly (or not at all) costs about kPendingBytes plus one output per
+  // choice, not every step's copy of everything so far. Under the budget
+  // every output is delivered, one event each.
   void push(int32_t choice, const batching::GenerationOutput& out);
+  static constexpr size_t kPendingBytes = 16u << 20;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Event> events_;
   int64_t popped_ = 0;                  // events taken by next() so far
+  size_t pending_bytes_ = 0;            // Event::bytes of the events in the queue
   std::vector<int64_t> waiting_;        // per choice: the number of its event in the queue, or -1
 };
 

@@ -278,9 +278,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // with it: a worker polling a closed, reused descriptor would see another client.
   }
 
-  // The server is draining: an idle or half-read connection ends now.
+  // The server is draining: an idle keep-alive connection ends now. One that
+  // has not finished its first request may be a load balancer's health check
+  // on its way (it gets a 503): it has a second at most.
   void drain() {
-    if (phase_ == Phase::kIdle || phase_ == Phase::kReading || phase_ == Phase::kClosing) close();
+    if (phase_ == Phase::kClosing || (phase_ == Phase::kIdle && served_)) return close();
+    if ((phase_ == Phase::kIdle || phase_ == Phase::kReading) && timer_.expiry() > Clock::now() + std::chrono::seconds(1))
+      set_deadline(Clock::now() + std::chrono::seconds(1));
   }
 
  private:
@@ -471,6 +475,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void write_then_continue(std::shared_ptr<std::string> bytes) {
     phase_ = Phase::kHandling;
+    served_ = true;
     set_deadline(Clock::now() + seconds(s_.options.write_timeout));
     net::async_write(socket_, net::buffer(*bytes), [self = shared_from_this(), bytes](beast::error_code ec, size_t) {
       if (self->phase_ == Phase::kClosed) return;
@@ -514,6 +519,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Phase phase_ = Phase::kIdle;
   Clock::time_point since_ = Clock::now();
   std::atomic<bool> closed_{false};
+  bool served_ = false;  // a reply was written: an idle connection is then a keep-alive one
   bool keep_alive_ = true, head_ = false, probed_ = false;
   int version_ = 11;
   size_t lingered_ = 0;
