@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -105,8 +106,14 @@ void run_serve(const ServeFlags& f) {
   std::thread([signals, raw] {
     int sig = 0;
     sigwait(&signals, &sig);
-    std::fprintf(stderr, "loom serve: %s received, draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    raw->shutdown();
+    std::fprintf(stderr, "loom serve: %s received, draining (send it again to stop at once)\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM");
+    std::thread([raw] { raw->shutdown(); }).detach();
+    // A second signal: the operator does not want to wait for the drain.
+    sigwait(&signals, &sig);
+    std::fprintf(stderr, "loom serve: second %s, exiting now\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    std::fflush(stderr);
+    std::_Exit(128 + sig);
   }).detach();
 
   serve::ServedModel m;
@@ -166,12 +173,27 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-body-bytes", f->serve.max_body_bytes, "Largest request body accepted (default 8 MiB; 413 beyond)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-prompt-bytes", f->serve.max_prompt_bytes,
+                  "Largest prompt text, refused (400) before tokenizing (default: 64 bytes per token of --max-model-len)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--shutdown-timeout", f->serve.shutdown_timeout,
                   "Seconds in-flight requests may take to finish after SIGINT/SIGTERM (default 30)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--http-threads", f->serve.http_threads,
-                  "Connections served at once; each streaming request holds one (default 64)")
+                  "Requests handled at once; a stream holds one until it ends, an idle connection none (default 64)")
       ->check(CLI::Range(4, 4096));
+  cmd->add_option("--max-connections", f->serve.max_connections,
+                  "Open connections; beyond it idle ones are closed first (default 1024)")
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--request-timeout", f->serve.request_timeout,
+                  "Seconds from a request's first byte to the end of its body (default 30; 408 beyond)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--write-timeout", f->serve.write_timeout,
+                  "Seconds a client may take to accept each write of a reply or stream (default 30; then it is cut off)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--keep-alive-timeout", f->serve.keep_alive_timeout,
+                  "Seconds an idle connection is kept between requests (default 30)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--seed", f->seed, "Seed of sampled requests that give none (default: a random one each)");
   cmd->add_flag("--no-request-log", f->no_request_log, "No log line per request on stderr");
   add_cb_options(cmd, &f->cb);

@@ -35,8 +35,41 @@ std::optional<Job::Event> Job::next(double timeout) {
   if (!cv_.wait_for(lk, std::chrono::duration<double>(timeout), [&] { return !events_.empty(); })) return std::nullopt;
   Event e = std::move(events_.front());
   events_.pop_front();
+  ++popped_;
+  pending_bytes_ -= e.bytes;
   if (e.output.is_final()) ++finals_taken_;
   return e;
+}
+
+// What an output holds: its per-token vectors (a top-logprob entry is 8 bytes)
+// and its text.
+size_t output_bytes(const batching::GenerationOutput& o) {
+  size_t top = 0;
+  for (const auto& t : o.top_logprobs) top += 24 + 8 * t.size();
+  return o.generated_tokens.size() * 16 + top + o.text.size() + 8 * o.prompt_logprobs.size() +
+         24 * o.prompt_top_logprobs.size() + o.prompt_ids.size() * 4 + 256;
+}
+
+void Job::push(int32_t choice, const batching::GenerationOutput& out) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (choice < 0 || choice >= num_choices_) return;
+    if (waiting_.empty()) waiting_.assign(static_cast<size_t>(num_choices_), -1);
+    int64_t& waiting = waiting_[static_cast<size_t>(choice)];
+    const size_t bytes = output_bytes(out);
+    if (waiting >= popped_ && pending_bytes_ + bytes > kPendingBytes) {
+      Event& e = events_[static_cast<size_t>(waiting - popped_)];  // superseded: never delivered
+      pending_bytes_ = pending_bytes_ - e.bytes + bytes;
+      e.output = out;
+      e.bytes = bytes;
+    } else {
+      events_.push_back({choice, out, bytes});
+      pending_bytes_ += bytes;
+      waiting = popped_ + static_cast<int64_t>(events_.size()) - 1;
+    }
+    if (out.is_final()) waiting = -1;  // nothing may replace a final output
+  }
+  cv_.notify_all();
 }
 
 bool Job::done() const {
@@ -183,11 +216,7 @@ Result<std::shared_ptr<Job>> Engine::submit(const std::vector<std::vector<int32_
     const std::string& group = out.parent_request_id.empty() ? out.request_id : out.parent_request_id;
     auto it = j->base_choice_.find(group);
     if (it == j->base_choice_.end()) return;
-    {
-      std::lock_guard<std::mutex> lk(j->mu_);
-      j->events_.push_back({it->second + out.sequence_index, out});
-    }
-    j->cv_.notify_all();
+    j->push(it->second + out.sequence_index, out);
   };
   for (const Planned& pl : planned) {
     batching::RequestOptions o = options;

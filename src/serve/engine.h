@@ -32,6 +32,7 @@ class Job {
   struct Event {
     int32_t choice = 0;
     batching::GenerationOutput output;
+    size_t bytes = 0;  // about what `output` holds in memory
   };
   // The next output of any choice; nullopt after `timeout` seconds.
   std::optional<Event> next(double timeout);
@@ -47,9 +48,21 @@ class Job {
   std::unordered_map<std::string, int32_t> base_choice_;  // request id → its first choice
   int32_t num_choices_ = 0;
   int32_t finals_taken_ = 0;
+  // Called on the batching thread. Outputs are cumulative, so once the
+  // undelivered ones hold more than kPendingBytes, a choice's newest
+  // undelivered output is superseded by its next one: a client that reads
+  // slowly (or not at all) costs about kPendingBytes plus one output per
+  // choice, not every step's copy of everything so far. Under the budget
+  // every output is delivered, one event each.
+  void push(int32_t choice, const batching::GenerationOutput& out);
+  static constexpr size_t kPendingBytes = 16u << 20;
+
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Event> events_;
+  int64_t popped_ = 0;                  // events taken by next() so far
+  size_t pending_bytes_ = 0;            // Event::bytes of the events in the queue
+  std::vector<int64_t> waiting_;        // per choice: the number of its event in the queue, or -1
 };
 
 class Engine {
@@ -79,6 +92,9 @@ class Engine {
   const tok::ChatTemplate* chat_template() const { return chat_template_ ? &*chat_template_ : nullptr; }
   const GenerationConfig& generation_config() const { return model_.generation_config; }
   int64_t max_model_len() const { return max_model_len_; }
+  size_t max_prompt_bytes() const {
+    return options_.max_prompt_bytes > 0 ? options_.max_prompt_bytes : static_cast<size_t>(max_model_len_) * 64;
+  }
   int64_t vocab_size() const { return vocab_; }
   double created_time() const { return created_; }
   // Output constraints compiled for the tokenizer, shared by every request (built on

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "loom/io/json_fields.h"
+#include "serve/json_parse.h"
 
 namespace loom::serve {
 
@@ -125,16 +126,17 @@ std::optional<ojson> parse_object(const std::string& body, ApiError* error) {
     *error = bad_field("", "the request body nests JSON deeper than " + std::to_string(kMaxNesting) + " levels");
     return std::nullopt;
   }
-  ojson j = ojson::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
+  std::optional<ojson> parsed = parse_json(body);
+  if (!parsed) {
     *error = bad_field("", "the request body is not valid JSON");
     return std::nullopt;
   }
+  ojson& j = *parsed;
   if (!j.is_object()) {
     *error = bad_field("", std::string("the request body must be a JSON object, got ") + type_name(j));
     return std::nullopt;
   }
-  return j;
+  return parsed;
 }
 
 // Token ids from a JSON array; `what` names it in errors.
@@ -299,9 +301,9 @@ void normalize_tool_calls(ojson& msg, const std::string& where, Fields& f) {
     if (fn == call.end() || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
       return f.fail(cw, "'" + cw + "' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
     auto args = fn->find("arguments");
-    if (args != fn->end() && args->is_string()) {
-      ojson parsed = ojson::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
-      if (!parsed.is_discarded()) *args = std::move(parsed);
+    if (args != fn->end() && args->is_string() && nesting_depth(args->get_ref<const std::string&>()) <= kMaxNesting) {
+      std::optional<ojson> parsed = parse_json(args->get_ref<const std::string&>());
+      if (parsed) *args = std::move(*parsed);
     }
   }
 }

@@ -11,7 +11,7 @@ namespace loom::serve {
 
 namespace {
 
-double wall_now() {
+double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
@@ -96,10 +96,61 @@ void abandon_stream(HttpResponse& res) {
   res.log->outcome = "client disconnected";
 }
 
+// An X-Request-Id goes back into a response header, the response id and the
+// log: only printable ASCII is taken as it is.
+bool usable_request_id(const std::string& id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id)
+    if (c < 0x20 || c > 0x7e) return false;
+  return true;
+}
+
+// Control bytes (and bytes beyond ASCII) of client text in the log, as \xNN:
+// they would otherwise drive the terminal that shows it.
+std::string escape_for_log(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+// Equal strings, in a time that depends on the length of `given` only, not on
+// where it first differs from the key.
+bool same_key(const std::string& given, const std::string& key) {
+  unsigned char diff = given.size() == key.size() ? 0 : 1;
+  for (size_t i = 0; i < given.size(); ++i)
+    diff |= static_cast<unsigned char>(given[i] ^ (key.empty() ? 0 : key[i % key.size()]));
+  return diff == 0;
+}
+
+// "Authorization: <scheme> <token>" with the scheme Bearer in any case.
+bool authorized(const std::string& header, const std::string& key) {
+  size_t i = 0;
+  while (i < header.size() && header[i] == ' ') ++i;
+  const size_t scheme_end = header.find(' ', i);
+  if (scheme_end == std::string::npos) return false;
+  std::string scheme = header.substr(i, scheme_end - i);
+  for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  size_t t = scheme_end;
+  while (t < header.size() && header[t] == ' ') ++t;
+  size_t e = header.size();
+  while (e > t && header[e - 1] == ' ') --e;
+  const bool key_ok = same_key(header.substr(t, e - t), key);
+  return scheme == "bearer" && key_ok;
+}
+
 void Router::prepare(HttpRequest& req) const {
-  req.received_time = wall_now();
+  req.received_time = wall_seconds();
   auto rid = req.headers.find("x-request-id");
-  req.request_id = rid != req.headers.end() && !rid->second.empty() && rid->second.size() <= 128 ? rid->second : random_hex(24);
+  req.request_id = rid != req.headers.end() && usable_request_id(rid->second) ? rid->second : random_hex(24);
 }
 
 HttpResponse Router::handle(const HttpRequest& req) {
@@ -114,12 +165,26 @@ void Router::log(const HttpRequest& req, int status, const RequestLog& log) cons
   if (log.prompt_tokens >= 0) line += " prompt_tokens=" + std::to_string(log.prompt_tokens);
   if (log.completion_tokens >= 0) line += " completion_tokens=" + std::to_string(log.completion_tokens);
   if (log.ttft_seconds >= 0) line += " ttft=" + format_seconds(log.ttft_seconds);
-  line += " total=" + format_seconds(wall_now() - req.received_time);
+  line += " total=" + format_seconds(wall_seconds() - req.received_time);
   if (!log.outcome.empty()) line += " status=" + log.outcome;
-  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fprintf(stderr, "%s\n", escape_for_log(line).c_str());
 }
 
 HttpResponse Router::route(const HttpRequest& req) {
+  // Authentication comes first: without the key, a client learns nothing,
+  // not even which paths and methods exist.
+  if (!options_.api_key.empty() && req.path != "/health") {
+    auto it = req.headers.find("authorization");
+    if (it == req.headers.end() || !authorized(it->second, options_.api_key)) {
+      ApiError e{401,
+                 it == req.headers.end() ? "Missing API key: send \"Authorization: Bearer <key>\""
+                                         : "Incorrect API key provided",
+                 "invalid_request_error", "", "invalid_api_key"};
+      HttpResponse r = error_response(e);
+      r.headers.emplace_back("WWW-Authenticate", "Bearer");
+      return r;
+    }
+  }
   const Route* found = nullptr;
   std::string allowed;
   for (const Route& r : kRoutes) {
@@ -137,18 +202,6 @@ HttpResponse Router::route(const HttpRequest& req) {
     HttpResponse r = error_response(e);
     r.headers.emplace_back("Allow", allowed);
     return r;
-  }
-  if (!options_.api_key.empty() && std::string(found->path) != "/health") {
-    auto it = req.headers.find("authorization");
-    if (it == req.headers.end() || it->second != "Bearer " + options_.api_key) {
-      ApiError e{401,
-                 it == req.headers.end() ? "Missing API key: send \"Authorization: Bearer <key>\""
-                                         : "Incorrect API key provided",
-                 "invalid_request_error", "", "invalid_api_key"};
-      HttpResponse r = error_response(e);
-      r.headers.emplace_back("WWW-Authenticate", "Bearer");
-      return r;
-    }
   }
   if (found->needs_model && engine_->state() != EngineState::kReady) {
     const bool loading = engine_->state() == EngineState::kLoading;

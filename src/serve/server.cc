@@ -19,6 +19,7 @@ struct Server::Impl {
   std::mutex mu;
   std::condition_variable cv;
   bool serving = false, stopped = false, shutting_down = false;
+  bool stop_done = false;  // shutdown() or fail() has returned from http->stop()
   int exit_code = 0;
 };
 
@@ -68,6 +69,7 @@ void Server::shutdown() {
     s.shutting_down = true;
   }
   s.engine->begin_drain();
+  s.http->begin_drain();
   log_info("serve: shutting down; waiting up to " + std::to_string(s.options.shutdown_timeout) + " s for " +
            std::to_string(s.engine->in_flight()) + " request(s) in flight");
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(s.options.shutdown_timeout);
@@ -76,12 +78,16 @@ void Server::shutdown() {
   if (s.engine->in_flight() > 0) {
     log_warn("serve: " + std::to_string(s.engine->in_flight()) + " request(s) still running after --shutdown-timeout; failing them");
     s.engine->cancel_everything();
-    // Their routes now write the error and end; give them a moment to.
-    const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    // Their routes now write the error and end (within a step); a moment is
+    // enough, and then every connection closes anyway.
+    const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     while (s.engine->in_flight() > 0 && std::chrono::steady_clock::now() < grace)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   s.http->stop();
+  std::lock_guard<std::mutex> lk(s.mu);
+  s.stop_done = true;
+  s.cv.notify_all();
 }
 
 void Server::fail(const std::string& why) {
@@ -107,12 +113,17 @@ void Server::fail(const std::string& why) {
   // than only a refused connection.
   std::this_thread::sleep_until(failed + std::chrono::seconds(1));
   s.http->stop();
+  std::lock_guard<std::mutex> lk(s.mu);
+  s.stop_done = true;
+  s.cv.notify_all();
 }
 
 int Server::wait() {
   Impl& s = *impl_;
   std::unique_lock<std::mutex> lk(s.mu);
-  s.cv.wait(lk, [&] { return s.stopped || !s.serving; });
+  // The thread that stops the server must be out of it before the caller may
+  // destroy it.
+  s.cv.wait(lk, [&] { return (s.stopped || !s.serving) && (!s.shutting_down || s.stop_done); });
   lk.unlock();
   if (s.listener.joinable()) s.listener.join();
   return s.exit_code;

@@ -71,6 +71,7 @@ HttpResponse handle_chat_completions(Engine& engine, const HttpRequest& req) {
   if (!r.tools.is_null() && !extras.contains("tools")) extras["tools"] = r.tools;
   Result<std::string> rendered = tmpl->apply(r.messages, r.add_generation_prompt, extras);
   if (!rendered.ok()) return error_response(bad_field("messages", "the chat template failed: " + rendered.status().message()));
+  if (auto e = check_prompt_bytes(engine, rendered->size(), "messages")) return error_response(*e);
   Result<Encoding> enc = tok->encode(*rendered, r.add_special_tokens);
   if (!enc.ok()) return error_response(from_status(enc.status(), "messages"));
   std::vector<int32_t> prompt = enc->ids;

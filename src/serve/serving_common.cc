@@ -43,6 +43,16 @@ batching::RequestOptions request_options(const SamplingFields& s) {
   return o;
 }
 
+std::optional<ApiError> check_prompt_bytes(const Engine& engine, size_t bytes, const std::string& param) {
+  const size_t limit = engine.max_prompt_bytes();
+  if (bytes <= limit) return std::nullopt;
+  ApiError e = bad_field(param, "'" + param + "' is " + std::to_string(bytes) + " bytes of text, more than the " +
+                                    std::to_string(limit) + " a prompt may have (--max-prompt-bytes; by default 64 bytes " +
+                                    "per token of the " + std::to_string(engine.max_model_len()) + "-token context)");
+  e.code = "prompt_too_large";
+  return e;
+}
+
 std::optional<ApiError> check_context(const Engine& engine, int64_t prompt_tokens, int64_t max_tokens) {
   const int64_t limit = engine.max_model_len();
   if (prompt_tokens + max_tokens <= limit) return std::nullopt;

@@ -20,6 +20,8 @@ batching::RequestOptions request_options(const SamplingFields& s);
 
 // 400 when prompt + max_tokens exceed the context, naming both numbers.
 std::optional<ApiError> check_context(const Engine& engine, int64_t prompt_tokens, int64_t max_tokens);
+// 400 for prompt text over the byte budget, before it is tokenized.
+std::optional<ApiError> check_prompt_bytes(const Engine& engine, size_t bytes, const std::string& param);
 
 // Token ids checked against the vocabulary; `param` names the field in errors.
 std::optional<ApiError> check_ids(const Engine& engine, const std::vector<int32_t>& ids, const std::string& param);

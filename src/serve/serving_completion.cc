@@ -81,6 +81,7 @@ HttpResponse handle_completions(Engine& engine, const HttpRequest& req) {
     std::string text;
     if (in.text) {
       if (!tok) return error_response(bad_field(param, "'" + param + "' is text, but the model has no tokenizer.json: give token ids"));
+      if (auto e = check_prompt_bytes(engine, in.text->size(), param)) return error_response(*e);
       Result<Encoding> enc = tok->encode(*in.text, r.add_special_tokens);
       if (!enc.ok()) return error_response(from_status(enc.status(), param));
       ids = enc->ids;

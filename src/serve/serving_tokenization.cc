@@ -26,6 +26,7 @@ HttpResponse handle_tokenize(Engine& engine, const HttpRequest& req) {
     text = *r.prompt;
     special = r.add_special_tokens.value_or(true);
   }
+  if (auto e = check_prompt_bytes(engine, text.size(), r.messages ? "messages" : "prompt")) return error_response(*e);
   Result<Encoding> enc = tok->encode(text, special);
   if (!enc.ok()) return error_response(from_status(enc.status(), r.messages ? "messages" : "prompt"));
   json out = {{"count", enc->ids.size()}, {"max_model_len", engine.max_model_len()}, {"tokens", enc->ids}};

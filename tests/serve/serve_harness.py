@@ -116,7 +116,7 @@ def parse_sse(text):
     events = []
     for block in text.split("\n\n"):
         block = block.strip("\n")
-        if not block:
+        if not block or block.startswith(":"):  # a comment (the server's check on a half-closed client)
             continue
         assert block.startswith("data: "), repr(block)
         payload = block[len("data: "):]

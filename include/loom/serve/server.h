@@ -24,8 +24,17 @@ struct ServeOptions {
   std::string served_model_name;  // the name `model` must give; default: the model folder's name
   int64_t max_model_len = 0;      // prompt + completion limit; 0: the model's max_position_embeddings
   size_t max_body_bytes = 8u << 20;
+  // Largest prompt text, checked before it is tokenized (tokenizing costs far
+  // more memory than the text); 0: 64 bytes per token of max_model_len.
+  size_t max_prompt_bytes = 0;
   double shutdown_timeout = 30;  // seconds in-flight requests get to finish on SIGINT/SIGTERM
-  int http_threads = 64;         // connections served at once (each stream holds one)
+  int http_threads = 64;         // requests handled at once (each stream holds one until it ends)
+  int max_connections = 1024;    // open connections; idle ones are closed first beyond it
+  double request_timeout = 30;   // seconds from a request's first byte to the end of its body
+  double write_timeout = 30;     // seconds a client may take to accept one write
+  double keep_alive_timeout = 30;  // seconds an idle connection is kept between requests
+  size_t max_header_bytes = 16u << 10;  // request line + header fields (414/431 beyond)
+  int max_headers = 100;                // header fields (431 beyond)
   bool log_requests = true;      // one line per request on stderr
 };
 
