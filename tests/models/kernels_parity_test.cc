@@ -54,6 +54,8 @@ std::vector<Case> cases() {
       R"([[["RMSNorm", "model.layers.*.post_attention_layernorm"], ["MLP", "model.layers.*.mlp"]], "loom:RMSNormMLP"])";
   const std::string norm_mlp_one =
       R"([[["RMSNorm", "model.layers.1.post_attention_layernorm"], ["MLP", "model.layers.1.mlp"]], "loom:RMSNormMLP"])";
+  const std::string add_norm =
+      R"([[["Attention", "model.layers.*.self_attn"], ["RMSNorm", "model.layers.*.post_attention_layernorm"]], "loom:AddRMSNorm"])";
   return {
       {"FusedRMSNorm", R"({"RMSNorm": "loom:FusedRMSNorm"})",
        {{"model.norm", ModuleKernelKind::kKernel}, {"model.layers.0.input_layernorm", ModuleKernelKind::kKernel}},
@@ -71,6 +73,17 @@ std::vector<Case> cases() {
         {"model.layers.0.post_attention_layernorm", ModuleKernelKind::kOwnForward},
         {"model.layers.0.mlp", ModuleKernelKind::kOwnForward}},
        {"silu_and_mul", "silu"}},
+      {"AddRMSNorm", R"({"fusions": [)" + add_norm + "]}",
+       {{"model.layers.0.post_attention_layernorm", ModuleKernelKind::kFused},
+        {"model.layers.1.post_attention_layernorm", ModuleKernelKind::kFused},
+        {"model.layers.1.self_attn", ModuleKernelKind::kOwnForward}},
+       {"add_rms_norm"}},
+      // QKV, gate_up + activation and add + RMSNorm together: the three compose.
+      {"QKV_GateUp_AddRMSNorm", R"({"Attention": "loom:FusedQKV", "MLP": "loom:FusedGateUpMLP", "fusions": [)" + add_norm + "]}",
+       {{"model.layers.0.post_attention_layernorm", ModuleKernelKind::kFused},
+        {"model.layers.1.self_attn", ModuleKernelKind::kKernel},
+        {"model.layers.1.mlp", ModuleKernelKind::kKernel}},
+       {"add_rms_norm", "split_columns", "silu_and_mul"}},
       {"All", R"({"RMSNorm": "loom:FusedRMSNorm", "Attention": "loom:FusedQKV", "SiLUAndMul": "loom:SiLUAndMul", "fusions": [)" +
                   norm_mlp_one + "]}",
        {{"model.layers.1.post_attention_layernorm", ModuleKernelKind::kFused},
@@ -119,6 +132,24 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, KernelsParity,
                            for (auto& ch : s) if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return s;
                          });
+
+// Gemma-2's sandwich norms: the residual add sits between post_attention_layernorm
+// and pre_feedforward_layernorm, so AddRMSNorm fuses it into the second (weight offset 1).
+TEST(KernelsLoad, AddRMSNormBetweenGemma2SandwichNormsEqualsThePlainModel) {
+  for (const std::string name : {"gemma2-f32", "gemma2-bf16"}) {
+    auto plain = models::Model::load(fixture(name).string()).value();
+    auto fused = load_with(name, R"({"fusions": [[[["RMSNorm", "model.layers.*.post_attention_layernorm"],
+        ["RMSNorm", "model.layers.*.pre_feedforward_layernorm"]], "loom:AddRMSNorm"]]})");
+    EXPECT_EQ(fused->kernel_plan()->find("model.layers.0.pre_feedforward_layernorm")->kind, ModuleKernelKind::kFused);
+    EXPECT_EQ(fused->kernel_plan()->find("model.layers.0.post_attention_layernorm")->kind, ModuleKernelKind::kOwnForward);
+    int fused_ops = 0;
+    for (const graph::Node& n : fused->step_graph()->nodes()) fused_ops += n.op == "add_rms_norm";
+    EXPECT_EQ(fused_ops, fused->num_layers()) << name;
+    const std::vector<int32_t> prompt = prompt_of(name);
+    models_test::expect_logits_close(logits_of(fused, prompt), logits_of(plain, prompt), name, "AddRMSNorm sandwich", 1e-5);
+    EXPECT_EQ(greedy_of(fused, prompt), greedy_of(plain, prompt)) << name;
+  }
+}
 
 TEST(KernelsLoad, LayoutParametersStayWithTheirInstance) {
   auto fused = load_with("llama-f32", R"({"Attention": "loom:FusedQKV", "fusions": [[[["RMSNorm", "model.layers.*.post_attention_layernorm"], ["MLP", "model.layers.*.mlp"]], "loom:RMSNormMLP"]]})");
