@@ -229,7 +229,7 @@ void BM_AddRmsNorm(benchmark::State& state) {
   const std::vector<float> x = random_vector(res.size(), 3), w = random_vector(n, 2);
   std::vector<float> out(x.size());
   for (auto _ : state) {
-    add_rmsnorm(res.data(), x.data(), rows, n, w.data(), 1e-5f, 0.0f, out.data(), pool);
+    add_rmsnorm(res.data(), x.data(), rows, n, w.data(), 1e-5f, 0.0f, res.data(), out.data(), pool);
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(state.iterations() * rows * n * 4 * 4);

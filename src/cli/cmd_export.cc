@@ -44,6 +44,9 @@ std::shared_ptr<models::Model> load_for_export(const ExportArgs& a) {
   ModelOptions mo;
   mo.model_dir = a.model_dir;
   mo.kernel_config = a.kernel_config;
+  // The exported graph is the checkpoint's modules unless --kernel-config asks
+  // for kernels (exporters do not lower every fused op).
+  mo.builtin_fusions = false;
   mo.plugin_dirs = a.plugin_dirs;
   mo.trusted_plugin_dirs = a.trusted_plugin_dirs;
   const std::string dir = resolve_model_dir(mo).value();

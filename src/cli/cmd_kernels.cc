@@ -1,13 +1,15 @@
 // `loom kernels --model DIR --kernel-config FILE --explain`: resolve a
-// KernelConfig against one model instance and print, per module, which kernel
-// was chosen and why (or why none: not asked, no variant for this CPU, fused
-// into a neighbour). Without --explain: the kernels available (built-in and in
+// KernelConfig (without one: the built-in fusions other commands load the model
+// with) against one model instance and print, per module, which kernel was
+// chosen and why (or why none: not asked, no variant for this CPU, fused into a
+// neighbour). Without --explain: the kernels available (built-in and in
 // the plugin directories).
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "loom/kernels/kernel_plan.h"
+#include "loom/models/builtin_fusions.h"
 #include "loom/models/model.h"
 
 namespace loom::cli {
@@ -36,11 +38,20 @@ void run_kernels(const KernelsArgs& a) {
       std::printf("plugin directory %s (%s)\n", d.path.c_str(), d.trusted ? "trusted" : "needs trust_remote_code");
     return;
   }
-  if (a.config.empty()) throw Error(invalid_argument("--explain needs --kernel-config FILE"));
-  const kernels::KernelConfig config = kernels::KernelConfig::from_file(a.config).value();
   ModelOptions mo;
   mo.model_dir = a.model_dir;
   auto model = models::Model::load(resolve_model_dir(mo).value()).value();
+  // Without --kernel-config: what every command loads this model with by default
+  // (none for quantized weights, models/model.h LoadOptions::builtin_fusions).
+  bool quantized = false;
+  for (const auto& [name, t] : model->parameters()) quantized |= dtype_is_quantized(t.dtype());
+  const kernels::KernelConfig config = !a.config.empty() ? kernels::KernelConfig::from_file(a.config).value()
+                                       : quantized       ? kernels::KernelConfig()
+                                                         : models::builtin_fusion_config(model->module());
+  if (a.config.empty())
+    std::printf(quantized ? "no --kernel-config: quantized weights run unfused by default\n"
+                          : "no --kernel-config: loom's built-in fusions for this model (--no-builtin-fusions turns "
+                            "them off)\n");
   // Loaded without kernels, so its step graph is the plain graph the fusion checks read.
   const kernels::ModuleView view = models::module_view(*model);
   kernels::ResolveOptions ro;

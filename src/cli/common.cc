@@ -42,6 +42,9 @@ void add_model_options(CLI::App* cmd, ModelOptions* o, bool model_required) {
       ->check(CLI::IsMember({"cpu", "reference"}));
   cmd->add_option("--kernel-config", o->kernel_config,
                   "KernelConfig JSON file: kernels replacing modules of this model ({\"RMSNorm\": \"loom:FusedRMSNorm\"})");
+  cmd->add_flag("!--no-builtin-fusions", o->builtin_fusions,
+                "Without --kernel-config: run the checkpoint's modules unfused instead of loom's built-in fusions "
+                "(merged q/k/v, merged gate/up + SiLU, residual add + RMSNorm; `loom kernels --explain` lists them)");
   cmd->add_option("--plugin-dir", o->plugin_dirs, "A directory of plugin kernels (loading them needs trust_remote_code)");
   cmd->add_option("--trusted-plugin-dir", o->trusted_plugin_dirs, "A directory of trusted plugin kernels");
   cmd->add_option("--matmul-precision", o->matmul_precision,
@@ -121,6 +124,7 @@ Result<std::shared_ptr<models::Model>> load_checkpoint(const std::string& dir, c
   if (o.kernel_config.empty()) {
     if (!o.plugin_dirs.empty() || !o.trusted_plugin_dirs.empty())
       return invalid_argument("--plugin-dir/--trusted-plugin-dir need --kernel-config FILE naming the kernels to use");
+    lo.builtin_fusions = o.builtin_fusions;
     return models::Model::load(dir, lo);
   }
   LOOM_ASSIGN_OR_RETURN(lo.kernel_config, kernels::KernelConfig::from_file(o.kernel_config));

@@ -21,7 +21,8 @@ struct ModelOptions {
   std::string model_dir;
   int threads = 0;  // 0: LOOM_NUM_THREADS or all cores
   std::string backend = "cpu";
-  std::string kernel_config;  // a KernelConfig JSON file; empty: no kernels
+  std::string kernel_config;  // a KernelConfig JSON file; empty: the built-in fusions (unless turned off)
+  bool builtin_fusions = true;  // --no-builtin-fusions: the checkpoint's own modules, unfused
   std::string matmul_precision;  // cpu::MatmulPrecision by name; empty: the process default (auto)
   std::string quantize;  // a weights/quantization_recipe.h name; empty: weights as stored
   std::vector<std::string> plugin_dirs, trusted_plugin_dirs;

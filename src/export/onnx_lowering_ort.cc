@@ -24,6 +24,7 @@
 //               input is an add of two activations (the residual: its 4th output,
 //               a + b, replaces the add's value), else SimplifiedLayerNormalization
 //               (ONNX Runtime registers it in the default domain; per head for q/k norms).
+//   add_rms_norm → SkipSimplifiedLayerNormalization(a, b, γ): the norm and the sum (a + b).
 #include "onnx_lowering.h"
 
 namespace loom::exporting {
@@ -179,6 +180,24 @@ Status lower_rms_norm_ort(OnnxLowering& L, const graph::Node& n) {
   return Status::Ok();
 }
 
+// add_rms_norm is SkipSimplifiedLayerNormalization's own shape: output 0 the norm,
+// output 3 the sum (input + skip).
+Status lower_add_rms_norm_ort(OnnxLowering& L, const graph::Node& n) {
+  LOOM_ASSIGN_OR_RETURN(std::string a, L.in(n.inputs.at(0)));
+  LOOM_ASSIGN_OR_RETURN(std::string b, L.in(n.inputs.at(1)));
+  LOOM_ASSIGN_OR_RETURN(std::string w, L.in(n.inputs.at(2)));
+  const std::string h = L.hint(n);
+  if (const double offset = n.attr_float("weight_offset", 0.0); offset != 0.0)
+    w = L.b.op("Add", {w, L.b.f32_scalar(static_cast<float>(offset))}, h);
+  onnx::NodeProto& s = contrib(L, "SkipSimplifiedLayerNormalization", {a, b, w}, 4, h);
+  s.set_output(1, "");
+  s.set_output(2, "");
+  set_attr(s, "epsilon", static_cast<float>(n.attr_float("eps")));
+  L.names[n.outputs.at(0)] = s.output(3);
+  L.names[n.outputs.at(1)] = s.output(0);
+  return Status::Ok();
+}
+
 }  // namespace
 
 const std::map<std::string, OnnxLowerFn>& onnx_ort_lowering_table() {
@@ -186,6 +205,7 @@ const std::map<std::string, OnnxLowerFn>& onnx_ort_lowering_table() {
       {"rope", lower_rope_ort},
       {"attention", lower_attention_ort},
       {"rms_norm", lower_rms_norm_ort},
+      {"add_rms_norm", lower_add_rms_norm_ort},
   };
   return table;
 }

@@ -54,13 +54,13 @@ Status lower_linear(OnnxLowering& L, const graph::Node& n) {
   return Status::Ok();
 }
 
-Status lower_rms_norm(OnnxLowering& L, const graph::Node& n) {
-  LOOM_ASSIGN_OR_RETURN(std::string x, in(L, n, 0));
-  LOOM_ASSIGN_OR_RETURN(std::string w, in(L, n, 1));
+// x * rsqrt(mean(x²) + eps) * (w + weight_offset) over groups of w's size, for
+// rms_norm (weight input 1) and add_rms_norm's sum (weight input 2).
+Result<std::string> rms_norm_of(OnnxLowering& L, const graph::Node& n, const std::string& x, int64_t f, size_t weight_input) {
+  LOOM_ASSIGN_OR_RETURN(std::string w, in(L, n, weight_input));
   const std::string h = L.hint(n);
-  const int64_t f = features(L, n.inputs[0]);
-  const int64_t gsz = L.g.value(n.inputs[1]).shape.at(0).value;
-  if (f <= 0 || gsz <= 0 || f % gsz) return invalid_argument("onnx export: rms_norm (" + n.scope + ") has bad sizes");
+  const int64_t gsz = L.g.value(n.inputs[weight_input]).shape.at(0).value;
+  if (f <= 0 || gsz <= 0 || f % gsz) return invalid_argument("onnx export: " + n.op + " (" + n.scope + ") has bad sizes");
   std::string v = x;
   if (gsz != f) v = L.b.op("Reshape", {x, L.b.i64({0, 0, f / gsz, gsz})}, h);  // per-head norm (q/k norm)
   const std::string ms = mean_last(L, L.b.op("Mul", {v, v}, h), h);
@@ -72,7 +72,24 @@ Status lower_rms_norm(OnnxLowering& L, const graph::Node& n) {
   const std::string weight = offset != 0.0 ? L.b.op("Add", {w, L.b.f32_scalar(static_cast<float>(offset))}, h) : w;
   y = L.b.op("Mul", {y, weight}, h);
   if (gsz != f) y = L.b.op("Reshape", {y, L.b.i64({0, 0, f})}, h);
+  return y;
+}
+
+Status lower_rms_norm(OnnxLowering& L, const graph::Node& n) {
+  LOOM_ASSIGN_OR_RETURN(std::string x, in(L, n, 0));
+  LOOM_ASSIGN_OR_RETURN(std::string y, rms_norm_of(L, n, x, features(L, n.inputs[0]), 1));
   out(L, n, y);
+  return Status::Ok();
+}
+
+// loom:AddRMSNorm's fused op: outputs (a + b, its RMSNorm).
+Status lower_add_rms_norm(OnnxLowering& L, const graph::Node& n) {
+  LOOM_ASSIGN_OR_RETURN(std::string a, in(L, n, 0));
+  LOOM_ASSIGN_OR_RETURN(std::string b, in(L, n, 1));
+  const std::string sum = L.b.op("Add", {a, b}, L.hint(n));
+  LOOM_ASSIGN_OR_RETURN(std::string y, rms_norm_of(L, n, sum, features(L, n.inputs[0]), 2));
+  L.names[n.outputs.at(0)] = sum;
+  L.names[n.outputs.at(1)] = y;
   return Status::Ok();
 }
 
@@ -355,6 +372,7 @@ Result<std::string> OnnxLowering::in(graph::ValueId v) {
 const std::map<std::string, OnnxLowerFn>& onnx_lowering_table() {
   static const std::map<std::string, OnnxLowerFn> table = {
       {"embedding", lower_embedding}, {"linear", lower_linear},   {"rms_norm", lower_rms_norm},
+      {"add_rms_norm", lower_add_rms_norm},
       {"layer_norm", lower_layer_norm}, {"add", binary("Add")},   {"mul", binary("Mul")},
       {"silu", lower_silu},           {"gelu", lower_gelu},       {"scale", lower_scale},
       {"softcap", lower_softcap},     {"rope", lower_rope},       {"attention", lower_attention},

@@ -22,7 +22,7 @@ Registry& registry() {
 
 bool is_known_external_signature(const std::string& signature) {
   return signature == LOOM_CALL_RMS_NORM_F32_V1 || signature == LOOM_CALL_SILU_AND_MUL_F32_V1 ||
-         signature == LOOM_CALL_LINEAR_T_F32_V1;
+         signature == LOOM_CALL_LINEAR_T_F32_V1 || signature == LOOM_CALL_ADD_RMS_NORM_F32_V1;
 }
 
 Status register_external_function(ExternalFunction fn) {
@@ -31,7 +31,7 @@ Status register_external_function(ExternalFunction fn) {
   if (!is_known_external_signature(fn.signature))
     return unsupported("external function '" + fn.key + "': calling convention '" + fn.signature +
                        "' is not one loom can call (" LOOM_CALL_RMS_NORM_F32_V1 ", " LOOM_CALL_SILU_AND_MUL_F32_V1
-                       ", " LOOM_CALL_LINEAR_T_F32_V1 ")");
+                       ", " LOOM_CALL_LINEAR_T_F32_V1 ", " LOOM_CALL_ADD_RMS_NORM_F32_V1 ")");
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.by_key.find(fn.key);

@@ -138,6 +138,29 @@ std::map<std::string, OpSchema> build_schemas() {
     add(m, s);
   }
   {
+    // The residual add of a pre-norm block and the norm after it in one pass
+    // (loom:AddRMSNorm): outputs the sum (the new residual stream) and its norm.
+    OpSchema s;
+    s.name = "add_rms_norm";
+    s.summary = "sum = a + b; y = sum * rsqrt(mean(sum²) + eps) * (w + weight_offset); outputs (sum, y)";
+    s.min_inputs = s.max_inputs = 3;
+    s.num_outputs = 2;
+    s.required_attrs = {"eps"};
+    s.infer = [](const std::vector<const Value*>& in, const Node&, std::vector<TypedShape>* out) {
+      LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "a"));
+      LOOM_RETURN_IF_ERROR(expect_f32(in[0], "a"));
+      LOOM_RETURN_IF_ERROR(expect_f32(in[1], "b"));
+      if (in[1]->shape != in[0]->shape) return invalid_argument("a and b must have the same shape");
+      LOOM_RETURN_IF_ERROR(expect_rank(in[2], 1, "weight"));
+      LOOM_RETURN_IF_ERROR(expect_weight(in[2], "weight"));
+      if (!dims_match(in[2]->shape[0], in[0]->shape[1])) return invalid_argument("weight size != row size");
+      out->push_back({DType::kF32, in[0]->shape});
+      out->push_back({DType::kF32, in[0]->shape});
+      return Status::Ok();
+    };
+    add(m, s);
+  }
+  {
     OpSchema s;
     s.name = "layer_norm";
     s.summary = "(x - mean) * rsqrt(var + eps) * w + b over each row";
@@ -356,13 +379,28 @@ std::map<std::string, OpSchema> build_schemas() {
     OpSchema s;
     s.name = "external_call";
     s.summary = "calls a registered plugin function (attrs: callee, signature)";
-    s.min_inputs = s.max_inputs = 2;
+    s.min_inputs = 2;
+    s.max_inputs = 3;
     s.required_attrs = {"callee", "signature"};
     s.infer = [](const std::vector<const Value*>& in, const Node& n, std::vector<TypedShape>* out) {
       const std::string sig = n.attr_str("signature");
       if (!is_known_external_signature(sig)) return unsupported("unknown calling convention '" + sig + "'");
+      const size_t want_inputs = sig == LOOM_CALL_ADD_RMS_NORM_F32_V1 ? 3 : 2;
+      if (in.size() != want_inputs || !in.back())
+        return invalid_argument(sig + " takes " + std::to_string(want_inputs) + " inputs, got " + std::to_string(in.size()));
       LOOM_RETURN_IF_ERROR(expect_rank(in[0], 2, "x"));
       LOOM_RETURN_IF_ERROR(expect_f32(in[0], "x"));
+      if (sig == LOOM_CALL_ADD_RMS_NORM_F32_V1) {
+        // (residual, x, weight) → (sum, y)
+        LOOM_RETURN_IF_ERROR(expect_f32(in[1], "x"));
+        if (in[1]->shape != in[0]->shape) return invalid_argument("residual and x must have the same shape");
+        LOOM_RETURN_IF_ERROR(expect_rank(in[2], 1, "weight"));
+        LOOM_RETURN_IF_ERROR(expect_weight(in[2], "weight"));
+        if (!dims_match(in[2]->shape[0], in[0]->shape[1])) return invalid_argument("weight size != x features");
+        out->push_back({DType::kF32, in[0]->shape});
+        out->push_back({DType::kF32, in[0]->shape});
+        return Status::Ok();
+      }
       if (sig == LOOM_CALL_RMS_NORM_F32_V1) {
         LOOM_RETURN_IF_ERROR(expect_rank(in[1], 1, "weight"));
         LOOM_RETURN_IF_ERROR(expect_weight(in[1], "weight"));

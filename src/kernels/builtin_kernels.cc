@@ -107,6 +107,33 @@ Result<LayoutInstance> rms_norm_mlp_layout(const LayoutRequest& r) {
   return li;
 }
 
+// gate_proj and up_proj merged into one [2I, H] projection (gate rows, then up
+// rows) that silu_and_mul reads as [gate | up]; down_proj stays as it is.
+Result<LayoutInstance> fused_gate_up_layout(const LayoutRequest& r) {
+  const std::string kernel = "loom:FusedGateUpMLP";
+  if (r.modules.size() != 1) return invalid_argument(kernel + " layout: expects one MLP module");
+  const ModuleInfo& mlp = *r.modules[0];
+  LOOM_ASSIGN_OR_RETURN(const ParamInfo* g, need_param(mlp, "gate_proj.weight", 2, kernel));
+  LOOM_ASSIGN_OR_RETURN(const ParamInfo* u, need_param(mlp, "up_proj.weight", 2, kernel));
+  if (g->shape != u->shape)
+    return invalid_argument(kernel + " layout: " + mlp.path + ": gate_proj and up_proj have different shapes");
+  LOOM_ASSIGN_OR_RETURN(auto biases, all_or_no_bias(mlp, {"gate_proj", "up_proj"}, kernel));
+  LayoutInstance li;
+  li.slot = mlp.path;
+  const std::string gu = mlp.path + ".gate_up_proj.weight";
+  const std::string why = kernel + " at " + mlp.path;
+  li.parameters.push_back({gu, {2 * g->shape[0], g->shape[1]}, g->name});
+  li.replaced = {g->name, u->name};
+  li.rules.push_back(concat_rule({g, u}, gu, why));
+  if (!biases.empty()) {
+    const std::string b = mlp.path + ".gate_up_proj.bias";
+    li.parameters.push_back({b, {2 * g->shape[0]}, biases[0]->name});
+    for (const ParamInfo* p : biases) li.replaced.push_back(p->name);
+    li.rules.push_back(concat_rule(biases, b, why + " (bias)"));
+  }
+  return li;
+}
+
 KernelSpec builtin(std::string name, std::string layer, KernelLayout layout = {}) {
   KernelSpec s;
   s.repo = kBuiltinRepo;
@@ -118,6 +145,18 @@ KernelSpec builtin(std::string name, std::string layer, KernelLayout layout = {}
   return s;
 }
 
+// The residual add between a sublayer and the norm after it, fused into that
+// norm (one add_rms_norm op): after the attention in a pre-norm decoder layer
+// (Llama's post_attention_layernorm), or between Gemma-2's sandwich norms. It
+// reads the norm's own weight, so it needs no layout.
+KernelSpec add_rms_norm() {
+  KernelSpec s = builtin("AddRMSNorm", "Attention+RMSNorm");
+  s.layers.push_back("MLP+RMSNorm");
+  s.layers.push_back("RMSNorm+RMSNorm");
+  s.residual_tail = true;
+  return s;
+}
+
 }  // namespace
 
 std::vector<KernelSpec> builtin_kernels() {
@@ -126,6 +165,8 @@ std::vector<KernelSpec> builtin_kernels() {
       builtin("SiLUAndMul", "SiLUAndMul"),
       builtin("FusedQKV", "Attention", fused_qkv_layout),
       builtin("RMSNormMLP", "RMSNorm+MLP", rms_norm_mlp_layout),
+      builtin("FusedGateUpMLP", "MLP", fused_gate_up_layout),
+      add_rms_norm(),
   };
 }
 

@@ -49,11 +49,12 @@ class Selector {
 Result<std::optional<LayoutInstance>> make_layout(const KernelSpec& spec, const std::vector<const ModuleInfo*>& modules,
                                                   const std::string& rule) {
   if (!spec.layout) return std::optional<LayoutInstance>();
-  auto li = spec.layout(LayoutRequest{modules});
+  const size_t slot = spec.residual_tail ? modules.size() - 1 : 0;
+  auto li = spec.layout(LayoutRequest{modules, slot});
   if (!li.ok()) return li.status().with_context("kernel config " + rule);
-  if (li->slot != modules[0]->path)
+  if (li->slot != modules[slot]->path)
     return internal_error("kernel config " + rule + ": layout of " + spec.id() + " put its parameters at '" + li->slot +
-                          "', not at " + modules[0]->path);
+                          "', not at " + modules[slot]->path);
   return std::optional<LayoutInstance>(std::move(li).value());
 }
 
@@ -125,6 +126,10 @@ std::vector<std::string> KernelPlan::explain() const {
     switch (m.kind) {
       case ModuleKernelKind::kKernel: what = m.kernel->id(); break;
       case ModuleKernelKind::kFused: {
+        if (m.kernel->residual_tail) {
+          what = "fused " + m.kernel->id() + " with the residual add of " + m.fused_modules[0];
+          break;
+        }
         what = "fused " + m.kernel->id() + " with";
         for (size_t i = 1; i < m.fused_modules.size(); ++i) what += " " + m.fused_modules[i];
         break;
@@ -217,15 +222,26 @@ Result<KernelPlan> resolve_kernels(const KernelConfig& config, const ModuleView&
         for (const auto& p : paths) fusion_notes[p] = rule + ": " + sel.reason + "; ";
         continue;
       }
+      // A residual-tail kernel (fused add + norm) runs at the last child and
+      // leaves the first to its own forward or layer entry.
+      const bool tail = sel.kernel->residual_tail;
+      if (tail) {
+        if (n != 2)
+          return invalid_argument("kernel config " + rule + ": " + sel.kernel->id() +
+                                  " fuses the residual add between two modules, the config names " + std::to_string(n));
+        if (!chain->links[0].residual)
+          return invalid_argument("kernel config " + rule + ": " + sel.kernel->id() + " fuses a residual add, but " +
+                                  paths[1] + " reads " + paths[0] + "'s output directly");
+      }
       LOOM_ASSIGN_OR_RETURN(auto layout, make_layout(*sel.kernel, kids, rule));
-      for (size_t c = 0; c < n; ++c) {
+      for (size_t c = tail ? 1 : 0; c < n; ++c) {
         ModuleKernel mk;
         mk.path = kids[c]->path;
         mk.class_name = kids[c]->class_name;
         mk.layer_name = kids[c]->layer_name;
         mk.kernel = sel.kernel;
         mk.rule = rule;
-        if (c == 0) {
+        if (c == (tail ? n - 1 : 0)) {
           mk.kind = ModuleKernelKind::kFused;
           mk.fused_modules = paths;
           mk.chain = *chain;

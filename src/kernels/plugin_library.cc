@@ -52,8 +52,8 @@ Result<ParamDecl> copy_param(const LoomKernelParam& p, const std::string& where)
 // against the modules it replaces, as weight rules the model's load applies.
 KernelLayout declared_layout(std::vector<ParamDecl> decls, std::string kernel) {
   return [decls = std::move(decls), kernel = std::move(kernel)](const LayoutRequest& r) -> Result<LayoutInstance> {
-    if (r.modules.empty()) return internal_error(kernel + " layout: no modules");
-    const std::string slot = r.modules[0]->path;
+    if (r.slot >= r.modules.size()) return internal_error(kernel + " layout: no module holds the parameters");
+    const std::string slot = r.modules[r.slot]->path;
     LayoutInstance li;
     li.slot = slot;
     for (const ParamDecl& d : decls) {
@@ -165,6 +165,9 @@ Result<std::vector<KernelSpec>> load_plugin_library(const std::string& path, con
     }
     s.layers = string_list(e.layers);
     s.entry_signature = e.entry_signature ? e.entry_signature : "";
+    // The convention says what the entry computes: an add + RMSNorm replaces the
+    // residual add and the norm, not the module whose output it adds.
+    s.residual_tail = s.entry_signature == LOOM_CALL_ADD_RMS_NORM_F32_V1;
     s.entry = e.entry;
     s.source = path;
     s.keep_alive = library;

@@ -37,22 +37,14 @@ ValueId DecoderLayer::forward(GraphBuilder& b, ValueId x, ValueId positions) con
   ValueId h = call_forward(*self_attn_, b, call_forward(*input_layernorm_, b, x), positions);
   if (pre_feedforward_layernorm_) {
     h = call_forward(*post_attention_layernorm_, b, h);
-    ValueId residual;
-    {
-      GraphBuilder::Scope scope(b, path());
-      residual = b.op("add", {x, h});
-    }
-    ValueId m = call_forward(*mlp_, b, call_forward(*pre_feedforward_layernorm_, b, residual));
+    const auto [residual, normed] = residual_add_then_norm(b, path(), *pre_feedforward_layernorm_, x, h);
+    ValueId m = call_forward(*mlp_, b, normed);
     m = call_forward(*post_feedforward_layernorm_, b, m);
     GraphBuilder::Scope scope(b, path());
     return b.op("add", {residual, m});
   }
-  ValueId residual;
-  {
-    GraphBuilder::Scope scope(b, path());
-    residual = b.op("add", {x, h});
-  }
-  ValueId m = call_forward(*mlp_, b, call_forward(*post_attention_layernorm_, b, residual));
+  const auto [residual, normed] = residual_add_then_norm(b, path(), *post_attention_layernorm_, x, h);
+  ValueId m = call_forward(*mlp_, b, normed);
   GraphBuilder::Scope scope(b, path());
   return b.op("add", {residual, m});
 }

@@ -47,9 +47,8 @@ std::string need_layout_param(const Module& m, const ModuleKernel& k, const std:
 // A plugin kernel whose entry point follows one of external_call_abi.h's
 // conventions: registers the function and returns its key; "" for any other
 // kernel (built-ins, plugins without an entry or with another convention).
-std::string plugin_callee(const ModuleKernel& k, const char* signature) {
-  if (k.kind != ModuleKernelKind::kKernel || !k.kernel || !k.kernel->entry || k.kernel->entry_signature != signature)
-    return "";
+std::string plugin_callee(const ModuleKernel& k, const char* signature, ModuleKernelKind kind = ModuleKernelKind::kKernel) {
+  if (k.kind != kind || !k.kernel || !k.kernel->entry || k.kernel->entry_signature != signature) return "";
   graph::ExternalFunction fn;
   fn.key = k.kernel->id() + " (" + k.kernel->source + ")";
   fn.signature = signature;
@@ -131,6 +130,10 @@ RMSNorm::RMSNorm(const std::string& path, std::string class_name, int64_t size, 
 ValueId RMSNorm::forward(GraphBuilder& b, ValueId x) const {
   if (const ModuleKernel* k = b.kernel(path())) {
     if (k->kind == ModuleKernelKind::kFusedAway) return x;
+    // A fused add + norm is recorded by the parent owning the add (residual_add_then_norm).
+    if (k->kernel && k->kernel->residual_tail)
+      throw Error(unsupported(path() + ": " + k->kernel->id() + " (" + k->rule +
+                              ") fuses the residual add before this norm, but its parent records no such add here"));
     if (k->kind == ModuleKernelKind::kFused && is_builtin(*k, "RMSNormMLP")) return record_rms_norm_mlp(b, *k, x);
     if (const std::string callee = plugin_callee(*k, LOOM_CALL_RMS_NORM_F32_V1); !callee.empty()) {
       GraphBuilder::Scope scope(b, path());
@@ -145,6 +148,42 @@ ValueId RMSNorm::forward(GraphBuilder& b, ValueId x) const {
   }
   GraphBuilder::Scope scope(b, path());
   return b.op("rms_norm", {x, b.param(param_name("weight"))}, {{"eps", eps_}, {"weight_offset", offset_}});
+}
+
+std::pair<ValueId, ValueId> RMSNorm::forward_after_residual_add(GraphBuilder& b, const ModuleKernel& k, ValueId residual,
+                                                                ValueId h) const {
+  if (k.kind != ModuleKernelKind::kFused || !k.kernel || !k.kernel->residual_tail) cannot_record(*this, k);
+  GraphBuilder::Scope scope(b, path());
+  std::vector<ValueId> parts;
+  if (k.kernel->entry) {
+    const std::string callee = plugin_callee(k, LOOM_CALL_ADD_RMS_NORM_F32_V1, ModuleKernelKind::kFused);
+    if (callee.empty()) cannot_record(*this, k);
+    // A plugin may own its weight (ABI 2: renamed or converted at load).
+    const std::string weight = k.layout ? k.layout->parameters.at(0).name : param_name("weight");
+    parts = b.op_multi("external_call", {residual, h, b.param(weight)},
+                       {{"callee", callee}, {"signature", std::string(LOOM_CALL_ADD_RMS_NORM_F32_V1)}, {"eps", eps_},
+                        {"weight_offset", offset_}});
+  } else {
+    if (!is_builtin(k, "AddRMSNorm")) cannot_record(*this, k);
+    parts = b.op_multi("add_rms_norm", {residual, h, b.param(param_name("weight"))},
+                       {{"eps", eps_}, {"weight_offset", offset_}});
+  }
+  return {parts.at(0), parts.at(1)};
+}
+
+std::pair<ValueId, ValueId> residual_add_then_norm(GraphBuilder& b, const std::string& parent, const UnaryModule& norm,
+                                                   ValueId residual, ValueId h) {
+  if (const ModuleKernel* k = b.kernel(norm.path()); k && k->kernel && k->kernel->residual_tail) {
+    const auto* rms = dynamic_cast<const RMSNorm*>(&norm);
+    if (!rms) cannot_record(norm, *k);
+    return rms->forward_after_residual_add(b, *k, residual, h);
+  }
+  ValueId sum;
+  {
+    GraphBuilder::Scope scope(b, parent);
+    sum = b.op("add", {residual, h});
+  }
+  return {sum, call_forward(norm, b, sum)};
 }
 
 LayerNorm::LayerNorm(const std::string& path, int64_t size, double eps)
@@ -262,6 +301,20 @@ Status GatedMLP::apply_tensor_parallel_partial(const TensorParallel& tp) {
 }
 
 ValueId GatedMLP::forward(GraphBuilder& b, ValueId x) const {
+  if (const ModuleKernel* k = b.kernel(path()); k && k->kind == ModuleKernelKind::kKernel && is_builtin(*k, "FusedGateUpMLP")) {
+    if (activation_ != "silu")
+      throw Error(unsupported(path() + ": loom:FusedGateUpMLP computes SiLU-gated MLPs; this one uses " + activation_));
+    // One linear over [gate; up] rows (per output column the same dot product as the
+    // two projections) and one silu_and_mul reading its halves; down_proj as it is.
+    ValueId act;
+    {
+      GraphBuilder::Scope scope(b, path());
+      std::vector<ValueId> in = {x, b.param(need_layout_param(*this, *k, param_name("gate_up_proj.weight")))};
+      if (bias_) in.push_back(b.param(need_layout_param(*this, *k, param_name("gate_up_proj.bias"))));
+      act = b.op("silu_and_mul", {b.op("linear", std::move(in))});
+    }
+    return down_->forward(b, act);
+  }
   if (fused_away(*this, b.kernel(path()))) return x;
   ValueId gate = gate_->forward(b, x);
   ValueId up = up_->forward(b, x);

@@ -9,6 +9,7 @@
 
 #include "loom/core/logging.h"
 #include "loom/models/architecture.h"
+#include "loom/models/builtin_fusions.h"
 #include "loom/core/file_pages.h"
 #include "loom/weights/weights_cache.h"
 
@@ -36,6 +37,18 @@ kernels::ModuleView module_view(const Module& root, const graph::Graph* graph) {
   view.graph = graph;
   return view;
 }
+
+namespace {
+// Quantized linears (a GGUF file's blocks, or --quantize) keep the checkpoint's
+// modules by default: their merged projections measured slower (docs/performance.md,
+// "Built-in fusions": Q4_0 prefill 0.88x on one thread).
+bool has_quantized_weights(const Checkpoint& ckpt, const LoadOptions& options) {
+  if (options.quantize) return true;
+  for (const auto& [dtype, count] : ckpt.parameters_per_dtype())
+    if (dtype_is_quantized(dtype) && count > 0) return true;
+  return false;
+}
+}  // namespace
 
 kernels::ModuleView module_view(const Model& model) { return module_view(model.module(), model.step_graph().get()); }
 
@@ -131,7 +144,12 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
 
   ExpectedParams expected = expected_parameters(*m->module_);
   std::optional<ExpectedParams> with_kernels;  // the parameters once the layouts apply
-  if (!options.kernel_config.empty()) {
+  kernels::KernelConfig builtin;
+  if (options.kernel_config.empty() && options.builtin_fusions && !tp.active() &&
+      !has_quantized_weights(ckpt, options))
+    builtin = builtin_fusion_config(*m->module_);
+  const kernels::KernelConfig& kernel_config = options.kernel_config.empty() ? builtin : options.kernel_config;
+  if (!kernel_config.empty()) {
     LOOM_ASSIGN_OR_RETURN(graph::Graph plain, record_plain_graph(*m->module_, expected));
     const kernels::ModuleView view = module_view(*m->module_, &plain);
     kernels::KernelRegistry registry;
@@ -140,8 +158,9 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     for (const auto& k : options.extra_kernels) LOOM_RETURN_IF_ERROR(registry.add_builtin(k));
     kernels::ResolveOptions ro;
     ro.cpu = options.cpu;
-    auto kplan = kernels::resolve_kernels(options.kernel_config, view, registry, ro);
-    if (!kplan.ok()) return kplan.status().with_context(dir + ": kernel config");
+    auto kplan = kernels::resolve_kernels(kernel_config, view, registry, ro);
+    if (!kplan.ok())
+      return kplan.status().with_context(dir + (options.kernel_config.empty() ? ": built-in fusions" : ": kernel config"));
     m->kernel_plan_ = std::make_unique<kernels::KernelPlan>(std::move(kplan).value());
     // The layouts' parameters and rules belong to this instance only.
     auto with_layouts = m->kernel_plan_->apply_layouts(expected);
@@ -190,8 +209,9 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   const ExpectedParams& final_params = with_kernels ? *with_kernels : expected;
   WeightsCacheKey key{dir, options.quantize ? options.quantize->name : std::string(),
                       "rank " + std::to_string(tp.rank) + " of " + std::to_string(tp.size), m->plan_->describe()};
-  // A kernel config's layouts may change a tensor's values under the same name and shape.
-  key.cacheable = options.kernel_config.empty();
+  // A kernel config's layouts are in the key: the plan's description names every
+  // rule and op of its second stage, so a merged weight is cached like a quantized
+  // one and a later load with the same kernels maps it instead of making it again.
   for (const auto& [name, p] : final_params) {
     key.loaded += name + " " + shape_to_string(p.shape) + " " + (p.dtype ? std::string(dtype_name(*p.dtype)) : "stored");
     // The recipe's choice too: weights quantized by an older recipe (one that

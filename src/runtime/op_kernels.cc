@@ -186,6 +186,31 @@ OpKernel rms_norm_kernel() {
   return k;
 }
 
+// ── add_rms_norm ── (loom:AddRMSNorm) outputs (a + b, rms_norm(a + b)).
+template <bool kRef>
+OpKernel add_rms_norm_kernel() {
+  OpKernel k;
+  k.prepare = [](const graph::Graph& g, const Node& n) -> Result<std::unique_ptr<NodeState>> {
+    auto s = std::make_unique<NormState>();
+    s->w = to_f32(g.value(n.inputs[2]).tensor);
+    s->eps = static_cast<float>(n.attr_float("eps"));
+    s->offset = static_cast<float>(n.attr_float("weight_offset", 0.0));
+    return std::unique_ptr<NodeState>(std::move(s));
+  };
+  k.run = [](KernelArgs& a) -> Status {
+    const auto& st = *static_cast<const NormState*>(a.state);
+    const int64_t rows = rows_of(a.in[0]), n = cols_of(a.in[0]);
+    const float *x = a.in[0].data_as<float>(), *y = a.in[1].data_as<float>();
+    float *sum = a.out[0].data_as<float>(), *out = a.out[1].data_as<float>();
+    if (kRef)
+      cpu::add_rmsnorm_ref(x, y, rows, n, st.w.data(), st.eps, st.offset, sum, out);
+    else
+      cpu::add_rmsnorm(x, y, rows, n, st.w.data(), st.eps, st.offset, sum, out, a.pool);
+    return Status::Ok();
+  };
+  return k;
+}
+
 // ── layer_norm ── (GPT-2)
 template <bool kRef>
 OpKernel layer_norm_kernel() {
@@ -519,6 +544,7 @@ Backend make_backend(const char* name) {
   b.add("gather_rows", OpKernel{nullptr, run_gather_rows});
   b.add("linear", linear_kernel<kRef>());
   b.add("rms_norm", rms_norm_kernel<kRef>());
+  b.add("add_rms_norm", add_rms_norm_kernel<kRef>());
   b.add("layer_norm", layer_norm_kernel<kRef>());
   b.add("add", binary_kernel<kRef>(true));
   b.add("mul", binary_kernel<kRef>(false));

@@ -391,6 +391,28 @@ TEST(Cli, KernelsExplainsTheChoicePerModule) {
   fs::remove_all(dir);
 }
 
+// Without --kernel-config every command loads loom's built-in fusions (and
+// `kernels --explain` shows them); --no-builtin-fusions runs the checkpoint's
+// modules; both give the same tokens.
+TEST(Cli, BuiltinFusionsAreOnByDefaultAndGiveTheUnfusedTokens) {
+  const std::string model = fixture("llama-f32");
+  CommandResult r = loom("kernels --model " + model + " --explain");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("loom's built-in fusions"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model.layers.0.self_attn [LlamaAttention, Attention] -> loom:FusedQKV"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model.layers.0.mlp [LlamaMLP, MLP] -> loom:FusedGateUpMLP"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model.layers.1.post_attention_layernorm [LlamaRMSNorm, RMSNorm] -> fused loom:AddRMSNorm"),
+            std::string::npos) << r.out;
+  const std::string base = "generate --model " + model + " --prompt-ids 5,6,7,8 --max-new-tokens 12 --json";
+  CommandResult fused = loom(base);
+  ASSERT_EQ(fused.exit_code, 0) << fused.out;
+  CommandResult plain = loom(base + " --no-builtin-fusions");
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  const nlohmann::json a = nlohmann::json::parse(plain.out), b = nlohmann::json::parse(fused.out);
+  EXPECT_FALSE(a["generated_ids"].empty());
+  EXPECT_EQ(a["generated_ids"], b["generated_ids"]);
+}
+
 // --kernel-config on a model-loading command: the fused kernels give the same
 // greedy continuation as the plain model; a bad config fails naming the key.
 TEST(Cli, GenerateWithAKernelConfigGivesTheSameTokens) {

@@ -31,6 +31,13 @@ inline models::LoadOptions fused_kernels() {
   return lo;
 }
 
+// loom's built-in fusions (models/builtin_fusions.h): merged q/k/v, gate_up + SiLU, add + RMSNorm.
+inline models::LoadOptions builtin_fusions() {
+  models::LoadOptions lo;
+  lo.builtin_fusions = true;
+  return lo;
+}
+
 // Ids in [3, vocab) (no special tokens of the fixtures).
 inline std::vector<int32_t> random_tokens(const models::Model& m, int n, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -289,6 +289,7 @@ TEST(OnnxExporter, YarnRopeMatchesLoom) { check_parity("llama_rope_yarn-f32", 17
 // RMSNorm+MLP fusion's gate_up + silu_and_mul) lowers those ops too.
 TEST(OnnxExporter, AModelWithFusedKernelsMatchesLoom) {
   check_parity("qwen2-f32-fused", 17, true, 9, load("qwen2-f32", export_test::fused_kernels()));
+  check_parity("llama-f32-builtin-fusions", 17, true, 9, load("llama-f32", export_test::builtin_fusions()));
 }
 
 TEST(OnnxExporter, Bf16WeightsExportAsFloatAndMatchLoom) { check_parity("llama-bf16", 17, true); }
@@ -530,6 +531,7 @@ TEST(OnnxExporter, OrtContribOpsMatchLoomAndGenerateLoomsGreedyTokens) {
     check_parity(f, ort_ops(), false);
   check_parity("mistral_sliding-f32", ort_ops(), false, 23);
   check_parity("qwen2-f32-fused", ort_ops(), false, 9, load("qwen2-f32", export_test::fused_kernels()));
+  check_parity("llama-f32-builtin-fusions", ort_ops(), false, 9, load("llama-f32", export_test::builtin_fusions()));
   for (const char* fixture : {"llama-f32", "qwen3-f32", "mistral_sliding-f32", "phi3-f32"}) check_greedy(fixture, ort_ops());
 }
 

@@ -165,6 +165,70 @@ TEST(KernelPlan, FusionErrorsNameTheEntry) {
   EXPECT_NE(m.find("provides [RMSNorm], not RMSNorm+MLP"), std::string::npos) << m;
 }
 
+constexpr const char* kAddNorm =
+    R"([[["Attention", "model.layers.*.self_attn"], ["RMSNorm", "model.layers.*.post_attention_layernorm"]], "loom:AddRMSNorm"])";
+
+TEST(KernelPlan, AddRMSNormFusesTheResidualAddIntoTheNormAndLeavesTheAttentionToItsEntry) {
+  Recorded r;
+  testing::record(TinyDecoder{}, &r);
+  KernelPlan p = resolve_ok(std::string(R"({"Attention": "loom:FusedQKV", "fusions": [)") + kAddNorm + "]}", r.view);
+  for (int i = 0; i < 2; ++i) {
+    const std::string L = "model.layers." + std::to_string(i);
+    const ModuleKernel* norm = p.find(L + ".post_attention_layernorm");
+    ASSERT_NE(norm, nullptr);
+    EXPECT_EQ(norm->kind, ModuleKernelKind::kFused);
+    EXPECT_EQ(norm->kernel->name, "AddRMSNorm");
+    EXPECT_TRUE(norm->kernel->residual_tail);
+    ASSERT_TRUE(norm->chain.has_value());
+    ASSERT_EQ(norm->chain->links.size(), 1u);
+    EXPECT_TRUE(norm->chain->links[0].residual);
+    EXPECT_EQ(norm->fused_modules, (std::vector<std::string>{L + ".self_attn", L + ".post_attention_layernorm"}));
+    EXPECT_FALSE(norm->layout.has_value());  // it reads the norm's own weight
+    // The attention before the add is not replaced: its layer entry still applies.
+    EXPECT_EQ(kind(p, L + ".self_attn"), ModuleKernelKind::kKernel);
+    EXPECT_EQ(p.find(L + ".self_attn")->kernel->name, "FusedQKV");
+    EXPECT_EQ(kind(p, L + ".mlp"), ModuleKernelKind::kOwnForward);
+  }
+  bool explained = false;
+  for (const auto& l : p.explain())
+    explained |= l.find("model.layers.1.post_attention_layernorm [LlamaRMSNorm, RMSNorm] -> fused loom:AddRMSNorm 1.0.0 "
+                        "with the residual add of model.layers.1.self_attn") == 0;
+  EXPECT_TRUE(explained);
+
+  // Without a layer entry the attention keeps its own forward.
+  KernelPlan own = resolve_ok(std::string(R"({"fusions": [)") + kAddNorm + "]}", r.view);
+  EXPECT_EQ(kind(own, "model.layers.0.self_attn"), ModuleKernelKind::kOwnForward);
+  EXPECT_EQ(kind(own, "model.layers.0.post_attention_layernorm"), ModuleKernelKind::kFused);
+}
+
+TEST(KernelPlan, AddRMSNormErrors) {
+  Recorded r;
+  testing::record(TinyDecoder{}, &r);
+  // The norm cannot take the residual add and feed RMSNormMLP at once.
+  std::string m = resolve_error(std::string(R"({"fusions": [)") + kAddNorm +
+                                    R"(, [[["RMSNorm", "model.layers.*.post_attention_layernorm"], ["MLP", "model.layers.*.mlp"]], "loom:RMSNormMLP"]]})",
+                                r.view);
+  EXPECT_NE(m.find("conflicting rules: model.layers.0.post_attention_layernorm is claimed by"), std::string::npos) << m;
+
+  // A residual-tail kernel on a chain linked directly (norm → MLP) is refused by name.
+  KernelSpec tail;
+  tail.repo = "loom";
+  tail.name = "TailNormMLP";
+  tail.devices = {"cpu"};
+  tail.layers = {"RMSNorm+MLP"};
+  tail.residual_tail = true;
+  KernelRegistry reg;
+  ASSERT_TRUE(reg.add_builtin(tail).ok());
+  auto p = resolve(R"({"fusions": [[[["RMSNorm", "model.layers.*.post_attention_layernorm"], ["MLP", "model.layers.*.mlp"]],
+                       "loom:TailNormMLP"]]})",
+                   r.view, &reg);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("fuses a residual add, but model.layers.0.mlp reads "
+                                      "model.layers.0.post_attention_layernorm's output directly"),
+            std::string::npos)
+      << p.status().message();
+}
+
 TEST(KernelPlan, RejectingChainThroughResolve) {
   TinyDecoder d;
   d.norm_output_also_in_residual = true;

@@ -54,6 +54,8 @@ std::vector<Case> cases() {
       R"([[["RMSNorm", "model.layers.*.post_attention_layernorm"], ["MLP", "model.layers.*.mlp"]], "loom:RMSNormMLP"])";
   const std::string norm_mlp_one =
       R"([[["RMSNorm", "model.layers.1.post_attention_layernorm"], ["MLP", "model.layers.1.mlp"]], "loom:RMSNormMLP"])";
+  const std::string add_norm =
+      R"([[["Attention", "model.layers.*.self_attn"], ["RMSNorm", "model.layers.*.post_attention_layernorm"]], "loom:AddRMSNorm"])";
   return {
       {"FusedRMSNorm", R"({"RMSNorm": "loom:FusedRMSNorm"})",
        {{"model.norm", ModuleKernelKind::kKernel}, {"model.layers.0.input_layernorm", ModuleKernelKind::kKernel}},
@@ -71,6 +73,17 @@ std::vector<Case> cases() {
         {"model.layers.0.post_attention_layernorm", ModuleKernelKind::kOwnForward},
         {"model.layers.0.mlp", ModuleKernelKind::kOwnForward}},
        {"silu_and_mul", "silu"}},
+      {"AddRMSNorm", R"({"fusions": [)" + add_norm + "]}",
+       {{"model.layers.0.post_attention_layernorm", ModuleKernelKind::kFused},
+        {"model.layers.1.post_attention_layernorm", ModuleKernelKind::kFused},
+        {"model.layers.1.self_attn", ModuleKernelKind::kOwnForward}},
+       {"add_rms_norm"}},
+      // QKV, gate_up + activation and add + RMSNorm together: the three compose.
+      {"QKV_GateUp_AddRMSNorm", R"({"Attention": "loom:FusedQKV", "MLP": "loom:FusedGateUpMLP", "fusions": [)" + add_norm + "]}",
+       {{"model.layers.0.post_attention_layernorm", ModuleKernelKind::kFused},
+        {"model.layers.1.self_attn", ModuleKernelKind::kKernel},
+        {"model.layers.1.mlp", ModuleKernelKind::kKernel}},
+       {"add_rms_norm", "split_columns", "silu_and_mul"}},
       {"All", R"({"RMSNorm": "loom:FusedRMSNorm", "Attention": "loom:FusedQKV", "SiLUAndMul": "loom:SiLUAndMul", "fusions": [)" +
                   norm_mlp_one + "]}",
        {{"model.layers.1.post_attention_layernorm", ModuleKernelKind::kFused},
@@ -116,6 +129,96 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, KernelsParity,
                                             ::testing::Range(0, static_cast<int>(cases().size()))),
                          [](const auto& info) {
                            std::string s = std::get<0>(info.param) + "_" + cases()[static_cast<size_t>(std::get<1>(info.param))].label;
+                           for (auto& ch : s) if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return s;
+                         });
+
+// Gemma-2's sandwich norms: the residual add sits between post_attention_layernorm
+// and pre_feedforward_layernorm, so AddRMSNorm fuses it into the second (weight offset 1).
+TEST(KernelsLoad, AddRMSNormBetweenGemma2SandwichNormsEqualsThePlainModel) {
+  for (const std::string name : {"gemma2-f32", "gemma2-bf16"}) {
+    auto plain = models::Model::load(fixture(name).string()).value();
+    auto fused = load_with(name, R"({"fusions": [[[["RMSNorm", "model.layers.*.post_attention_layernorm"],
+        ["RMSNorm", "model.layers.*.pre_feedforward_layernorm"]], "loom:AddRMSNorm"]]})");
+    EXPECT_EQ(fused->kernel_plan()->find("model.layers.0.pre_feedforward_layernorm")->kind, ModuleKernelKind::kFused);
+    EXPECT_EQ(fused->kernel_plan()->find("model.layers.0.post_attention_layernorm")->kind, ModuleKernelKind::kOwnForward);
+    int fused_ops = 0;
+    for (const graph::Node& n : fused->step_graph()->nodes()) fused_ops += n.op == "add_rms_norm";
+    EXPECT_EQ(fused_ops, fused->num_layers()) << name;
+    const std::vector<int32_t> prompt = prompt_of(name);
+    models_test::expect_logits_close(logits_of(fused, prompt), logits_of(plain, prompt), name, "AddRMSNorm sandwich", 1e-5);
+    EXPECT_EQ(greedy_of(fused, prompt), greedy_of(plain, prompt)) << name;
+  }
+}
+
+// The built-in fusions front ends load a model with by default
+// (LoadOptions::builtin_fusions, models/builtin_fusions.h): on every architecture
+// the fixtures cover, the fusions that fit are chosen, and the logits and greedy
+// tokens equal the unfused graph's within the parity bound (docs/kernels.md).
+struct BuiltinCase {
+  std::string fixture;
+  bool qkv, gate_up, add_norm;
+};
+
+class BuiltinFusionsParity : public ::testing::TestWithParam<BuiltinCase> {};
+
+TEST_P(BuiltinFusionsParity, DefaultFusionsEqualTheUnfusedGraph) {
+  const BuiltinCase& c = GetParam();
+  auto plain = models::Model::load(fixture(c.fixture).string()).value();
+  EXPECT_EQ(plain->kernel_plan(), nullptr);  // the library's default stays unfused
+  models::LoadOptions o;
+  o.builtin_fusions = true;
+  auto fused_or = models::Model::load(fixture(c.fixture).string(), o);
+  ASSERT_TRUE(fused_or.ok()) << fused_or.status().message();
+  auto fused = fused_or.value();
+  ASSERT_NE(fused->kernel_plan(), nullptr);
+  auto kind_of = [&](const std::string& path) {
+    const kernels::ModuleKernel* mk = fused->kernel_plan()->find(path);
+    return mk ? mk->kind : ModuleKernelKind::kOwnForward;
+  };
+  EXPECT_EQ(kind_of("model.layers.0.self_attn") == ModuleKernelKind::kKernel, c.qkv) << c.fixture;
+  EXPECT_EQ(kind_of("model.layers.0.mlp") == ModuleKernelKind::kKernel, c.gate_up) << c.fixture;
+  EXPECT_EQ(kind_of("model.layers.0.post_attention_layernorm") == ModuleKernelKind::kFused, c.add_norm) << c.fixture;
+
+  const std::vector<int32_t> prompt = prompt_of(c.fixture);
+  const models_test::LogitsDiff diff =
+      models_test::expect_logits_close(logits_of(fused, prompt), logits_of(plain, prompt), c.fixture, "built-in fusions", 1e-5);
+  std::printf("[builtin fusions] %-16s max_abs %.3g nmse %.3g\n", c.fixture.c_str(), diff.max_abs, diff.nmse);
+  EXPECT_EQ(greedy_of(fused, prompt), greedy_of(plain, prompt)) << c.fixture;
+
+  // Under tensor parallelism (not in a unit test's single process) and with a
+  // user's config they are off; a config of the user's replaces them whole.
+  models::LoadOptions own = o;
+  own.kernel_config = kernels::KernelConfig::parse(R"({"RMSNorm": "loom:FusedRMSNorm"})").value();
+  auto with_own = models::Model::load(fixture(c.fixture).string(), own).value();
+  EXPECT_EQ(with_own->kernel_plan()->find("model.layers.0.self_attn")->kind, ModuleKernelKind::kOwnForward);
+}
+
+// Merged projections measured slower on quantized weights: those keep the
+// checkpoint's modules unless a config asks (docs/performance.md).
+TEST(KernelsLoad, QuantizedWeightsLoadWithoutBuiltinFusions) {
+  models::LoadOptions o;
+  o.builtin_fusions = true;
+  o.quantize = quantization_recipe("q8_0").value();
+  auto m = models::Model::load(fixture("llama-f32").string(), o).value();
+  EXPECT_EQ(m->kernel_plan(), nullptr);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, BuiltinFusionsParity,
+                         ::testing::Values(BuiltinCase{"llama-f32", true, true, true},
+                                           BuiltinCase{"llama-bf16", true, true, true},
+                                           BuiltinCase{"llama_bias-f32", true, true, true},
+                                           BuiltinCase{"qwen2-bf16", true, true, true},
+                                           BuiltinCase{"phi3-f32", true, true, true},
+                                           // gelu MLPs and sandwich norms: only q/k/v merge
+                                           BuiltinCase{"gemma2-f32", true, false, false},
+                                           // LayerNorm and an ungated MLP
+                                           BuiltinCase{"gpt2-f32", true, false, false},
+                                           // MoE blocks are no MLP layer; the add + norm still fuses
+                                           BuiltinCase{"mixtral-f32", true, false, true},
+                                           BuiltinCase{"qwen2_moe-f32", true, false, true}),
+                         [](const auto& info) {
+                           std::string s = info.param.fixture;
                            for (auto& ch : s) if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return s;
                          });

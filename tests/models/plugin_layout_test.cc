@@ -85,6 +85,65 @@ INSTANTIATE_TEST_SUITE_P(Models, PluginLayout, ::testing::Values("bundled", "lla
                            return s;
                          });
 
+constexpr const char* kAddNormFusion =
+    R"([[["Attention", "model.layers.*.self_attn"], ["RMSNorm", "model.layers.*.post_attention_layernorm"]], )";
+
+// The plugin's fused add + RMSNorm (a residual-tail fusion it declares by its
+// layers and calling convention) next to its MergedQKV on the attention before
+// the add, against the built-in AddRMSNorm next to FusedQKV.
+TEST_P(PluginLayout, FusedAddRMSNormGivesTheBuiltInTokens) {
+  const std::string dir = GetParam() == "bundled" ? kBundled : models_test::existing_fixture(GetParam()).string();
+  auto builtin = load(dir, std::string(R"({"Attention": "loom:FusedQKV", "fusions": [)") + kAddNormFusion +
+                               R"("loom:AddRMSNorm"]]})");
+  auto plugin = load(dir, std::string(R"({"Attention": "example/layout_kernels:MergedQKV", "fusions": [)") +
+                              kAddNormFusion + R"("example/layout_kernels:AddScaledRMSNorm"]]})");
+  ASSERT_TRUE(builtin && plugin);
+  const kernels::ModuleKernel* norm = plugin->kernel_plan()->find("model.layers.0.post_attention_layernorm");
+  ASSERT_NE(norm, nullptr);
+  EXPECT_EQ(norm->kind, kernels::ModuleKernelKind::kFused);
+  EXPECT_TRUE(norm->kernel->residual_tail);
+  EXPECT_EQ(plugin->kernel_plan()->find("model.layers.0.self_attn")->kind, kernels::ModuleKernelKind::kKernel);
+
+  // Its parameter, made from the chain's module 1, lives under the norm it runs at.
+  const auto& params = plugin->parameters();
+  EXPECT_TRUE(params.count("model.layers.0.post_attention_layernorm.scale"));
+  EXPECT_FALSE(params.count("model.layers.0.post_attention_layernorm.weight"));
+  EXPECT_TRUE(params.count("model.layers.0.input_layernorm.weight"));  // not fused: its own
+
+  int add_norms = 0, linear_t = 0, adds = 0;
+  for (const graph::Node& n : plugin->step_graph()->nodes()) {
+    adds += n.op == "add";
+    if (n.op != "external_call") continue;
+    add_norms += n.attr_str("signature") == LOOM_CALL_ADD_RMS_NORM_F32_V1;
+    linear_t += n.attr_str("signature") == LOOM_CALL_LINEAR_T_F32_V1;
+  }
+  EXPECT_EQ(add_norms, plugin->num_layers());
+  EXPECT_EQ(linear_t, plugin->num_layers());
+  EXPECT_EQ(adds, plugin->num_layers());  // only the residual add after each MLP is left
+
+  const std::vector<int32_t> prompt = {1, 5, 9, 14, 3, 27, 8, 2};
+  models_test::expect_logits_close(logits_of(plugin, prompt), logits_of(builtin, prompt), GetParam(),
+                                   "plugin add+norm vs built-in", 1e-4);
+  EXPECT_EQ(greedy_of(plugin, prompt, 24), greedy_of(builtin, prompt, 24));
+}
+
+TEST(PluginLayoutChecks, AnUntrustedFusedPluginNeedsTrustRemoteCode) {
+  models::LoadOptions o;
+  o.kernel_config = kernels::KernelConfig::parse(std::string(R"({"fusions": [)") + kAddNormFusion +
+                                                 R"("example/layout_kernels:AddScaledRMSNorm"]]})")
+                        .value();
+  o.plugin_dirs.push_back(kPlugins);
+  auto untrusted = models::Model::load(kBundled, o);
+  ASSERT_FALSE(untrusted.ok());
+  EXPECT_NE(untrusted.status().message().find("trust_remote_code"), std::string::npos) << untrusted.status().message();
+
+  o.kernel_config = kernels::KernelConfig::parse(std::string(R"({"fusions": [)") + kAddNormFusion +
+                                                 R"(["example/layout_kernels:AddScaledRMSNorm", {"version": 1, "trust_remote_code": true}]]]})")
+                        .value();
+  auto trusted = models::Model::load(kBundled, o);
+  ASSERT_TRUE(trusted.ok()) << trusted.status().message();
+}
+
 TEST(PluginLayoutChecks, AnUntrustedDirectoryNeedsTrustRemoteCode) {
   models::LoadOptions o;
   o.kernel_config = kernels::KernelConfig::parse(kPluginConfig).value();

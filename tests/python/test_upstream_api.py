@@ -32,8 +32,10 @@ def test_use_kernels_and_device_map_as_the_kernels_guide_writes_them(default_mod
     for device_map in ("auto", "cpu", {"": "cpu"}):
         model = loom.AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL, use_kernels=True, device_map=device_map)
         explained = model.explain_kernels()
-        for kernel in ("loom:FusedRMSNorm", "loom:FusedQKV", "loom:SiLUAndMul"):
-            assert kernel in explained, explained  # the built-in kernels replaced the modules
+        # The built-in kernels replaced the modules; the MLP's (merged gate/up + SiLU)
+        # covers its act_fn, so SiLUAndMul has nothing left to replace there.
+        for kernel in ("loom:FusedRMSNorm", "loom:FusedQKV", "loom:FusedGateUpMLP"):
+            assert kernel in explained, explained
         np.testing.assert_array_equal(model.generate(ids, max_new_tokens=12, do_sample=False), want)
     # With a kernel_config, use_kernels=True applies exactly that one.
     config = loom.KernelConfig({"RMSNorm": "loom:FusedRMSNorm"})

@@ -2,6 +2,8 @@
 // SIMD target, over row lengths that leave every tail, with one and two threads.
 #include "loom/runtime/cpu/norm.h"
 
+#include "loom/runtime/cpu/elementwise.h"
+
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
@@ -93,18 +95,30 @@ TEST(Norm, RmsNormEpsilonDominatesTinyRows) {
   EXPECT_NEAR(got[2], 3e-3f, 1e-6f);
 }
 
-TEST(Norm, AddRmsNormUpdatesResidualAndNormalizes) {
+TEST(Norm, AddRmsNormMatchesReferenceAndEqualsAddThenRmsNorm) {
   for_each_target([](ThreadPool& pool) {
     for (int64_t rows : kRows)
       for (int64_t n : kLengths) {
         const std::string what = "rows=" + std::to_string(rows) + " n=" + std::to_string(n);
-        const auto res0 = random_values(rows * n, 0.0f, 3.0f, 5), x = random_values(rows * n, 0.0f, 1.0f, 6);
+        const auto res = random_values(rows * n, 0.0f, 3.0f, 5), x = random_values(rows * n, 0.0f, 1.0f, 6);
         const auto w = random_values(n, 0.0f, 0.3f, 7);
-        std::vector<float> res_got = res0, res_want = res0, got(x.size()), want(x.size());
-        add_rmsnorm(res_got.data(), x.data(), rows, n, w.data(), 1e-6f, 1.0f, got.data(), pool);
-        add_rmsnorm_ref(res_want.data(), x.data(), rows, n, w.data(), 1e-6f, 1.0f, want.data());
-        expect_close(res_got.data(), res_want.data(), rows * n, 0, 0, "residual " + what);
+        std::vector<float> sum_got(x.size()), sum_want(x.size()), got(x.size()), want(x.size());
+        add_rmsnorm(res.data(), x.data(), rows, n, w.data(), 1e-6f, 1.0f, sum_got.data(), got.data(), pool);
+        add_rmsnorm_ref(res.data(), x.data(), rows, n, w.data(), 1e-6f, 1.0f, sum_want.data(), want.data());
+        expect_close(sum_got.data(), sum_want.data(), rows * n, 0, 0, "sum " + what);
         expect_close(got.data(), want.data(), rows * n, 1e-6, 2e-6, "out " + what);
+        // The graph fusion relies on this: the fused op changes no bit of add then rms_norm.
+        std::vector<float> sum_two(x.size()), two(x.size());
+        add(res.data(), x.data(), rows * n, sum_two.data(), pool);
+        rmsnorm(sum_two.data(), rows, n, w.data(), 1e-6f, 1.0f, two.data(), pool);
+        EXPECT_EQ(sum_got, sum_two) << what;
+        EXPECT_EQ(got, two) << what;
+        // In place, as a caller keeping one residual stream would call it: sum over residual,
+        // out over x.
+        std::vector<float> res_io = res, x_io = x;
+        add_rmsnorm(res_io.data(), x_io.data(), rows, n, w.data(), 1e-6f, 1.0f, res_io.data(), x_io.data(), pool);
+        EXPECT_EQ(res_io, sum_got) << what;
+        EXPECT_EQ(x_io, got) << what;
       }
   });
 }

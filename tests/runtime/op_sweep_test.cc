@@ -239,6 +239,12 @@ extern "C" void sweep_rms_norm(const float* x, const float* w, float* y, int64_t
   }
 }
 
+extern "C" void sweep_add_rms_norm(const float* residual, const float* x, const float* w, float* sum, float* y, int64_t rows,
+                                   int64_t cols, float eps) {
+  for (int64_t i = 0; i < rows * cols; ++i) sum[i] = residual[i] + x[i];
+  sweep_rms_norm(sum, w, y, rows, cols, eps);
+}
+
 extern "C" void sweep_silu_and_mul(const float* gate, const float* up, float* y, int64_t rows, int64_t cols) {
   for (int64_t i = 0; i < rows * cols; ++i) y[i] = static_cast<float>(gate[i] / (1.0 + std::exp(-static_cast<double>(gate[i]))) * up[i]);
 }
@@ -258,6 +264,22 @@ std::map<std::string, Generator> generators() {
   g["softcap"] = [](DType d, Rng& rng) {
     std::vector<Case> out = unary("softcap", {{"cap", 30.0}}, d, rng, 40.0f);
     for (Case& c : unary("softcap", {{"cap", 0.5}}, d, rng, 1.0f)) out.push_back(c);
+    return out;
+  };
+
+  // The weight is the typed slot, as for rms_norm; a weight offset of 1 (Gemma) on every
+  // other case.
+  g["add_rms_norm"] = [](DType d, Rng& rng) {
+    std::vector<Case> out;
+    for (int64_t m : kRows) {
+      const int64_t n = pick(kCols, rng);
+      const double offset = m == 7 ? 1.0 : 0.0;
+      OneNode b("add_rms_norm " + dt(d) + shape_label({{"m", m}, {"n", n}}) + (offset > 0 ? " offset 1" : ""));
+      ValueId x = b.input("residual", random_tensor({m, n}, DType::kF32, rng, 3.0f));
+      ValueId h = b.input("h", random_tensor({m, n}, DType::kF32, rng));
+      ValueId w = b.param("w", random_tensor({n}, d, rng, 0.5f));
+      out.push_back(b.op("add_rms_norm", {x, h, w}, {{"eps", 1e-6}, {"weight_offset", offset}}, bound_for(d)));
+    }
     return out;
   };
 
@@ -547,9 +569,34 @@ std::map<std::string, Generator> generators() {
     EXPECT_TRUE(graph::register_external_function({"op_sweep:silu_and_mul", LOOM_CALL_SILU_AND_MUL_F32_V1,
                                                    reinterpret_cast<void (*)(void)>(sweep_silu_and_mul), nullptr})
                     .ok());
+    EXPECT_TRUE(graph::register_external_function({"op_sweep:add_rms_norm", LOOM_CALL_ADD_RMS_NORM_F32_V1,
+                                                   reinterpret_cast<void (*)(void)>(sweep_add_rms_norm), nullptr})
+                    .ok());
     std::vector<Case> out;
     for (int64_t m : kRows) {
       const int64_t n = pick(kCols, rng);
+      {
+        OneNode b("external_call add_rms_norm " + dt(d) + shape_label({{"m", m}, {"n", n}}));
+        const Tensor rt = random_tensor({m, n}, d, rng), xt = random_tensor({m, n}, d, rng);
+        const Tensor wt = random_tensor({n}, DType::kBF16, rng);
+        ValueId r = b.input("residual", rt);
+        ValueId x = b.input("x", xt);
+        ValueId w = b.param("w", wt);
+        Case c = b.op("external_call", {r, x, w},
+                      {{"callee", std::string("op_sweep:add_rms_norm")},
+                       {"signature", std::string(LOOM_CALL_ADD_RMS_NORM_F32_V1)},
+                       {"eps", 1e-6},
+                       {"weight_offset", 1.0}},
+                      bound_for(d));
+        c.oracle = [rt, xt, wt, m, n] {  // the callee on the weight widened, offset applied: (sum, y)
+          std::vector<float> w1 = wt.to_f32_vector(), sum(static_cast<size_t>(m * n)), y(sum.size());
+          for (float& v : w1) v += 1.0f;
+          sweep_add_rms_norm(rt.to_f32_vector().data(), xt.to_f32_vector().data(), w1.data(), sum.data(), y.data(), m, n,
+                             1e-6f);
+          return std::vector<std::vector<float>>{sum, y};
+        };
+        out.push_back(c);
+      }
       {
         OneNode b("external_call rms_norm " + dt(d) + shape_label({{"m", m}, {"n", n}}));
         const Tensor xt = random_tensor({m, n}, d, rng), wt = random_tensor({n}, DType::kBF16, rng);

@@ -31,6 +31,16 @@ typedef void (*LoomSiluAndMulF32V1)(const float* gate, const float* up, float* y
 #define LOOM_CALL_LINEAR_T_F32_V1 "loom.linear_t_f32.v1"
 typedef void (*LoomLinearTF32V1)(const float* x, const float* w_t, float* y, int64_t rows, int64_t in, int64_t out);
 
+/* sum[r, c] = residual[r, c] + x[r, c];
+ * y[r, c] = sum[r, c] / sqrt(mean_c(sum[r, :]^2) + eps) * weight[c]
+ * The residual add of a pre-norm block and the norm after it: a fused kernel
+ * (layers "Attention+RMSNorm", …) whose chain joins its children through a
+ * residual add; the first child keeps its own forward and the kernel runs at the
+ * norm (kernels/kernel_spec.h residual_tail). sum and y are distinct buffers. */
+#define LOOM_CALL_ADD_RMS_NORM_F32_V1 "loom.add_rms_norm_f32.v1"
+typedef void (*LoomAddRmsNormF32V1)(const float* residual, const float* x, const float* weight, float* sum, float* y,
+                                    int64_t rows, int64_t cols, float eps);
+
 #ifdef __cplusplus
 }
 #endif

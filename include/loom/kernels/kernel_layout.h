@@ -24,6 +24,9 @@ namespace loom::kernels {
 struct LayoutRequest {
   // The module the kernel replaces, or the fused children in chain order.
   std::vector<const ModuleInfo*> modules;
+  // Which of them holds the parameters: the module the kernel runs at (the
+  // first, or the last for a residual-tail fusion, kernel_spec.h).
+  size_t slot = 0;
 };
 
 struct LayoutParam {
@@ -33,7 +36,7 @@ struct LayoutParam {
 };
 
 struct LayoutInstance {
-  std::string slot;                      // module path holding the parameters (the first module)
+  std::string slot;                      // module path holding the parameters (modules[LayoutRequest::slot])
   std::vector<LayoutParam> parameters;   // what the kernel reads
   std::vector<std::string> replaced;     // original parameters they stand in for
   WeightRules rules;                     // original names → `parameters`

@@ -35,6 +35,12 @@ struct KernelSpec {
   std::vector<std::string> cpu_features;   // every one must be present
   std::optional<CpuLevel> max_cpu_level;   // the top of its capability range
   std::vector<std::string> layers;         // {"RMSNorm"} or {"RMSNorm+MLP"}
+  // A fused kernel that replaces only what follows the first child of its chain:
+  // the residual add joining the children and the last child (a fused add +
+  // RMSNorm). The first child keeps its own forward, or the kernel its layer entry
+  // gives it (FusedQKV on the Attention before the add). Plugins get this from
+  // their calling convention (LOOM_CALL_ADD_RMS_NORM_F32_V1).
+  bool residual_tail = false;
   KernelLayout layout;                     // empty: the module's parameters are used as they are
   std::string entry_signature;             // plugins: calling convention of `entry`
   void (*entry)(void) = nullptr;

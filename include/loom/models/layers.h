@@ -72,12 +72,24 @@ class RMSNorm : public UnaryModule {
   // loom:FusedRMSNorm records the same single-pass rms_norm op; as the head of
   // loom:RMSNormMLP it records the whole fused norm → gate_up → silu_and_mul → down.
   ValueId forward(GraphBuilder& b, ValueId x) const override;
+  // When the plan fused the residual add before this norm into it (a
+  // residual-tail kernel, kernels/kernel_spec.h: loom:AddRMSNorm or a plugin's
+  // add + RMSNorm), records the add and the norm as one op: returns
+  // (residual + h, the norm of that). Throws for any other kernel.
+  std::pair<ValueId, ValueId> forward_after_residual_add(GraphBuilder& b, const kernels::ModuleKernel& k,
+                                                         ValueId residual, ValueId h) const;
 
  private:
   ValueId record_rms_norm_mlp(GraphBuilder& b, const kernels::ModuleKernel& k, ValueId x) const;
   int64_t size_;
   double eps_, offset_;
 };
+
+// residual + h, recorded in `parent`'s scope, then `norm` on the sum: returns
+// (sum, normed). Where the kernel plan fused the add into the norm, one op
+// records both; a decoder calls this wherever a residual add feeds a norm.
+std::pair<ValueId, ValueId> residual_add_then_norm(GraphBuilder& b, const std::string& parent, const UnaryModule& norm,
+                                                   ValueId residual, ValueId h);
 
 // torch.nn.LayerNorm with weight and bias (GPT-2).
 class LayerNorm : public UnaryModule {

@@ -31,8 +31,16 @@ namespace loom::models {
 // only: a KernelConfig's layouts rename/merge this model's parameters and
 // nothing else's.
 struct LoadOptions {
-  // Empty (the default): every module runs its own forward, exactly as load(dir).
+  // Empty (the default): every module runs its own forward, exactly as load(dir),
+  // unless builtin_fusions is on.
   kernels::KernelConfig kernel_config;
+  // With an empty kernel_config: load with loom's built-in fusions that fit this
+  // model (models/builtin_fusions.h) — the front ends' default. Off under
+  // tensor parallelism and for quantized weights (a GGUF file's blocks, or
+  // `quantize`), where merged projections measured slower. The library's default
+  // stays off: load(dir) records the checkpoint's own modules, as exporters and
+  // tests expect.
+  bool builtin_fusions = false;
   std::vector<std::string> plugin_dirs;          // plugins here need trust_remote_code
   std::vector<std::string> trusted_plugin_dirs;
   // Kernels added to this load's registry next to the built-in ones (an

@@ -137,29 +137,22 @@ void RmsNormImpl(const float* x, int64_t x_stride, int64_t rows, int64_t n, cons
   });
 }
 
-void AddRmsNormImpl(float* residual, const float* x, int64_t rows, int64_t n, const float* weight, float eps,
-                    float offset, float* out, ThreadPool* pool) {
+void AddRmsNormImpl(const float* residual, const float* x, int64_t rows, int64_t n, const float* weight, float eps,
+                    float offset, float* sum, float* out, ThreadPool* pool) {
   if (n <= 0) return;
   split_range(*pool, rows, rows * n * 3, 1, [&](int64_t b, int64_t e) HWY_ATTR {
     const DF d;
     const int64_t N = static_cast<int64_t>(hn::Lanes(d));
     for (int64_t r = b; r < e; ++r) {
-      float* res = residual + r * n;
+      const float* res = residual + r * n;
       const float* xr = x + r * n;
-      VF a0 = hn::Zero(d), a1 = hn::Zero(d);
+      float* s = sum + r * n;
       int64_t i = 0;
-      for (; i + N <= n; i += N) {
-        const VF v = hn::Add(hn::LoadU(d, res + i), hn::LoadU(d, xr + i));
-        hn::StoreU(v, d, res + i);
-        a0 = hn::MulAdd(v, v, a0);
-      }
-      if (i < n) {
-        const VF v = hn::Add(LoadTail(d, res + i, n - i), LoadTail(d, xr + i, n - i));
-        StoreTail(d, v, res + i, n - i);
-        a1 = hn::MulAdd(v, v, a1);
-      }
-      const float sum_sq = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
-      ScaleRow(res, n, RmsFactor(sum_sq, n, eps), weight, offset, out + r * n);
+      for (; i + N <= n; i += N) hn::StoreU(hn::Add(hn::LoadU(d, res + i), hn::LoadU(d, xr + i)), d, s + i);
+      if (i < n) StoreTail(d, hn::Add(LoadTail(d, res + i, n - i), LoadTail(d, xr + i, n - i)), s + i, n - i);
+      // The row just written is in L1: the norm's own passes over it cost no memory traffic
+      // and keep rms_norm's accumulation order, so the fused op equals add + rms_norm bitwise.
+      ScaleRow(s, n, RmsFactor(SumSquares(s, n), n, eps), weight, offset, out + r * n);
     }
   });
 }
@@ -219,9 +212,9 @@ void rmsnorm_strided(const float* x, int64_t x_stride, int64_t rows, int64_t n, 
   HWY_DYNAMIC_DISPATCH(RmsNormImpl)(x, x_stride, rows, n, weight, eps, weight_offset, out, out_stride, &pool);
 }
 
-void add_rmsnorm(float* residual, const float* x, int64_t rows, int64_t n, const float* weight, float eps,
-                 float weight_offset, float* out, ThreadPool& pool) {
-  HWY_DYNAMIC_DISPATCH(AddRmsNormImpl)(residual, x, rows, n, weight, eps, weight_offset, out, &pool);
+void add_rmsnorm(const float* residual, const float* x, int64_t rows, int64_t n, const float* weight, float eps,
+                 float weight_offset, float* sum, float* out, ThreadPool& pool) {
+  HWY_DYNAMIC_DISPATCH(AddRmsNormImpl)(residual, x, rows, n, weight, eps, weight_offset, sum, out, &pool);
 }
 
 void layernorm(const float* x, int64_t rows, int64_t n, const float* weight, const float* bias, float eps, float* out,

@@ -19,10 +19,10 @@ void rmsnorm_ref(const float* x, int64_t x_stride, int64_t rows, int64_t n, cons
   }
 }
 
-void add_rmsnorm_ref(float* residual, const float* x, int64_t rows, int64_t n, const float* weight, float eps,
-                     float weight_offset, float* out) {
-  for (int64_t i = 0; i < rows * n; ++i) residual[i] += x[i];
-  rmsnorm_ref(residual, n, rows, n, weight, eps, weight_offset, out, n);
+void add_rmsnorm_ref(const float* residual, const float* x, int64_t rows, int64_t n, const float* weight, float eps,
+                     float weight_offset, float* sum, float* out) {
+  for (int64_t i = 0; i < rows * n; ++i) sum[i] = residual[i] + x[i];
+  rmsnorm_ref(sum, n, rows, n, weight, eps, weight_offset, out, n);
 }
 
 void layernorm_ref(const float* x, int64_t rows, int64_t n, const float* weight, const float* bias, float eps,

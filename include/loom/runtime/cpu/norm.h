@@ -16,10 +16,13 @@ void rmsnorm(const float* x, int64_t rows, int64_t n, const float* weight, float
 // Same with row strides in elements (e.g. per-head q/k norm inside a fused projection).
 void rmsnorm_strided(const float* x, int64_t x_stride, int64_t rows, int64_t n, const float* weight, float eps,
                      float weight_offset, float* out, int64_t out_stride, ThreadPool& pool);
-// residual += x; out = rmsnorm(residual). The pre-norm block's "add the sublayer output, then
-// normalize for the next sublayer" in one pass over memory. out may alias x (not residual).
-void add_rmsnorm(float* residual, const float* x, int64_t rows, int64_t n, const float* weight, float eps,
-                 float weight_offset, float* out, ThreadPool& pool);
+// sum = residual + x; out = rmsnorm(sum). The pre-norm block's "add the sublayer output, then
+// normalize for the next sublayer" in one pass over memory: each row's sum is normalized while
+// it is still in L1. The results are bitwise those of add() then rmsnorm() (same f32 sums,
+// same accumulation order), so fusing changes no output. sum may alias residual or x; out may
+// alias x, never sum.
+void add_rmsnorm(const float* residual, const float* x, int64_t rows, int64_t n, const float* weight, float eps,
+                 float weight_offset, float* sum, float* out, ThreadPool& pool);
 // out[r] = (x[r] - mean) * rsqrt(var + eps) * weight + bias, biased variance like torch.nn.LayerNorm.
 // weight and bias may be null (ones / zeros). out may alias x.
 void layernorm(const float* x, int64_t rows, int64_t n, const float* weight, const float* bias, float eps, float* out,
@@ -28,8 +31,8 @@ void layernorm(const float* x, int64_t rows, int64_t n, const float* weight, con
 // Scalar references, statistics accumulated in double.
 void rmsnorm_ref(const float* x, int64_t x_stride, int64_t rows, int64_t n, const float* weight, float eps,
                  float weight_offset, float* out, int64_t out_stride);
-void add_rmsnorm_ref(float* residual, const float* x, int64_t rows, int64_t n, const float* weight, float eps,
-                     float weight_offset, float* out);
+void add_rmsnorm_ref(const float* residual, const float* x, int64_t rows, int64_t n, const float* weight, float eps,
+                     float weight_offset, float* sum, float* out);
 void layernorm_ref(const float* x, int64_t rows, int64_t n, const float* weight, const float* bias, float eps,
                    float* out);
 
