@@ -330,19 +330,21 @@ void ContinuousBatchingManager::verify_draft(const PlannedChunk& c, float* rows)
     stats_.computed_tokens += c.count;
     stats_.drafted_tokens += c.draft;
   }
+  // The request's counts are kept up to date before each sample: a sample that
+  // finishes the request frees it (and reports them).
+  r->drafted_tokens += c.draft;
   int64_t accepted = 0;
   bool alive = true;
   for (int64_t i = 0; i <= c.draft; ++i) {
     r->num_computed = c.start + i + 1;  // feed[0, i] are accepted tokens: their K/V stands
     if (!sample_into(r, rows + i * vocab_)) {
-      alive = false;  // finished: its blocks (drafted pages too) went back to the pool
+      alive = false;  // finished and freed: its blocks (drafted pages too) went back to the pool
       break;
     }
     if (i == c.draft || r->tokens.back() != r->draft_feed[static_cast<size_t>(i + 1)]) break;
     ++accepted;
+    ++r->accepted_draft_tokens;
   }
-  r->drafted_tokens += c.draft;
-  r->accepted_draft_tokens += accepted;
   {
     std::lock_guard<std::mutex> sl(stats_mu_);
     stats_.accepted_draft_tokens += accepted;
