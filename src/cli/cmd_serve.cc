@@ -30,6 +30,7 @@ struct ServeFlags {
   serve::ServeOptions serve;
   std::optional<uint64_t> seed;
   bool no_request_log = false;
+  size_t constraint_cache_mb = 256;
 };
 
 // With --tensor-parallel, on rank 0: turns a fault of the process group (a
@@ -97,6 +98,7 @@ void run_serve(const ServeFlags& f) {
   }
   serve::ServeOptions so = f.serve;
   so.log_requests = !f.no_request_log;
+  so.constraint_cache_bytes = f.constraint_cache_mb << 20;
   std::unique_ptr<serve::Server> server = serve::Server::create(so).value();
   throw_if_error(server->start());
   std::fprintf(stderr, "loom serve: listening on http://%s:%d (loading %s)\n", so.host.c_str(), server->port(), dir.c_str());
@@ -193,6 +195,21 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--keep-alive-timeout", f->serve.keep_alive_timeout,
                   "Seconds an idle connection is kept between requests (default 30)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--constraint-timeout", f->serve.constraint_timeout,
+                  "Seconds one output constraint (schema, grammar, regex, choice) may take to compile, its first "
+                  "mask included (default 10; 400 beyond)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--constraint-max-elements", f->serve.constraint_max_elements,
+                  "Grammar elements one output constraint may compile to; repetitions count each copy (default "
+                  "2000000; 400 beyond)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--constraint-threads", f->serve.constraint_threads,
+                  "Threads compiling output constraints, off the HTTP workers and the decoding step (default 1)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--constraint-cache-mb", f->constraint_cache_mb,
+                  "MiB of compiled constraints and their masks kept for later requests, least recently used out "
+                  "first (default 256)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--seed", f->seed, "Seed of sampled requests that give none (default: a random one each)");
   cmd->add_flag("--no-request-log", f->no_request_log, "No log line per request on stderr");

@@ -18,6 +18,7 @@
 #include "loom/serve/server.h"
 #include "loom/tokenizer/chat_template.h"
 #include "serve/api_error.h"
+#include "serve/constraint_compiler.h"
 #include "serve/metrics.h"
 
 namespace loom::serve {
@@ -100,6 +101,10 @@ class Engine {
   // Output constraints compiled for the tokenizer, shared by every request (built on
   // first use; null without a tokenizer). engine_constraints.cc.
   structured::ConstraintRegistry* constraints();
+  // Their compile threads and budgets (ServeOptions), built with the registry.
+  ConstraintCompiler* constraint_compiler();
+  // The registry's counts; zeros while no constrained request came (it is not built).
+  structured::ConstraintRegistry::Stats constraint_stats() const;
 
   // 404 model_not_found unless `model` is unset or names the served model.
   std::optional<ApiError> check_model(const std::optional<std::string>& model) const;
@@ -147,6 +152,8 @@ class Engine {
   std::atomic<uint64_t> next_id_{0};
   std::once_flag constraints_once_;
   std::unique_ptr<structured::ConstraintRegistry> constraints_;
+  std::unique_ptr<ConstraintCompiler> constraint_compiler_;  // after the registry: stops first
+  std::atomic<const structured::ConstraintRegistry*> constraints_built_{nullptr};  // for constraint_stats()
 };
 
 // "stop" | "length" | "abort" | "error": OpenAI's finish_reason (and vLLM's label) of a final output.

@@ -90,7 +90,8 @@ void Metrics::record_http(const std::string& route, int status) {
   ++http_[{route, status}];
 }
 
-std::string Metrics::render(const batching::ManagerStats& st, bool have_stats) const {
+std::string Metrics::render(const batching::ManagerStats& st, bool have_stats,
+                            const structured::ConstraintRegistry::Stats& cs) const {
   std::string out;
   const std::string& l = model_label_;
   auto gauge = [&](const std::string& name, const char* help, double v) {
@@ -116,6 +117,13 @@ std::string Metrics::render(const batching::ManagerStats& st, bool have_stats) c
   counter("loom:generation_tokens_total", "Tokens generated.", static_cast<double>(s.generated_tokens));
   counter("loom:num_preemptions_total", "Preemptions (recompute and swap).",
           static_cast<double>(s.preempted_recompute + s.preempted_swap));
+  gauge("loom:constraint_cache_entries", "Compiled output constraints kept for later requests.",
+        static_cast<double>(cs.entries));
+  gauge("loom:constraint_cache_bytes", "Bytes those constraints and their masks held at the last compilation.",
+        static_cast<double>(cs.bytes));
+  counter("loom:constraints_compiled_total", "Output constraints compiled.", static_cast<double>(cs.compiled));
+  counter("loom:constraints_evicted_total", "Compiled constraints dropped to stay within --constraint-cache-mb.",
+          static_cast<double>(cs.evicted));
 
   std::lock_guard<std::mutex> lk(mu_);
   header(out, "loom:request_success_total", "counter", "Finished sequences by finish reason.");

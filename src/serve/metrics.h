@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/structured/constraint.h"
 #include "loom/batching/continuous_batching_manager.h"
 
 namespace loom::serve {
@@ -44,7 +45,8 @@ class Metrics {
   void record(const FinishedSequence& s);
   // HTTP requests by route and status (loom:http_requests_total).
   void record_http(const std::string& route, int status);
-  std::string render(const batching::ManagerStats& stats, bool have_stats) const;
+  std::string render(const batching::ManagerStats& stats, bool have_stats,
+                     const structured::ConstraintRegistry::Stats& constraints = {}) const;
 
  private:
   std::string model_label_;

@@ -1,6 +1,7 @@
 #include "serve/response_constraint.h"
 
 #include "loom/structured/request_constraint.h"
+#include "serve/constraint_compiler.h"
 #include "serve/engine.h"
 
 namespace loom::serve {
@@ -107,20 +108,24 @@ std::optional<ApiError> read_requested_constraint(const ojson& body, std::option
   return std::nullopt;
 }
 
-std::optional<ApiError> attach_constraint(Engine& engine, const RequestedConstraint& c, batching::RequestOptions* options) {
-  structured::ConstraintRegistry* registry = engine.constraints();
-  if (!registry)
+std::optional<ApiError> attach_constraint(Engine& engine, const RequestedConstraint& c, batching::RequestOptions* options,
+                                          const std::function<bool()>& client_connected) {
+  ConstraintCompiler* compiler = engine.constraint_compiler();
+  if (!compiler)
     return bad_field(c.param, "'" + c.param + "' needs the model's tokenizer (tokenizer.json) to constrain its output");
-  Result<std::shared_ptr<structured::Constraint>> compiled = registry->get(c.spec);
-  if (!compiled.ok()) {
-    std::string param = c.param;
-    if (param == "response_format" && c.spec.kind == structured::ConstraintSpec::Kind::kJsonSchema)
-      param = "response_format.json_schema.schema";
-    ApiError e = bad_field(param, "'" + param + "': " + compiled.status().message());
-    if (compiled.status().code() == ErrorCode::kUnsupported) e.code = "unsupported_schema";
-    return e;
+  std::string param = c.param;
+  if (param == "response_format" && c.spec.kind == structured::ConstraintSpec::Kind::kJsonSchema)
+    param = "response_format.json_schema.schema";
+  ConstraintCompiler::Outcome out = compiler->compile(c.spec, param, client_connected);
+  if (out.error) return out.error;
+  if (!out.constraint) {
+    ApiError gone;
+    gone.status = 499;
+    gone.type = "client_disconnected";
+    gone.message = "the client left while its output constraint compiled";
+    return gone;
   }
-  options->constraint = *compiled;
+  options->constraint = out.constraint;
   return std::nullopt;
 }
 

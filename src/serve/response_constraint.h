@@ -5,6 +5,7 @@
 // may constrain a request; a problem is a 400 whose param names the field.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -29,9 +30,11 @@ std::optional<ApiError> read_requested_constraint(const nlohmann::ordered_json& 
                                                   std::optional<RequestedConstraint>* out);
 
 // Compiles (or finds, shared with other requests) the constraint and sets it on the
-// options. A schema the compiler refuses (unsupported keyword, bad grammar, …) is a 400
-// naming `c.param`.
+// options. A schema the compiler refuses (unsupported keyword, bad grammar, over the
+// time or size budget) is a 400 naming `c.param`; a full compile queue a 503; a client
+// that left while it compiled (`client_connected` false) a 499, its compilation stopped.
 std::optional<ApiError> attach_constraint(Engine& engine, const RequestedConstraint& c,
-                                          batching::RequestOptions* options);
+                                          batching::RequestOptions* options,
+                                          const std::function<bool()>& client_connected = {});
 
 }  // namespace loom::serve

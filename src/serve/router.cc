@@ -53,7 +53,9 @@ HttpResponse handle_metrics(Engine& engine, const HttpRequest&) {
   HttpResponse r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   std::optional<batching::ManagerStats> s = engine.stats();
-  if (engine.state() != EngineState::kLoading) r.body = engine.metrics().render(s ? *s : batching::ManagerStats{}, s.has_value());
+  const structured::ConstraintRegistry::Stats cs = engine.constraint_stats();
+  if (engine.state() != EngineState::kLoading)
+    r.body = engine.metrics().render(s ? *s : batching::ManagerStats{}, s.has_value(), cs);
   return r;
 }
 

@@ -94,14 +94,14 @@ HttpResponse handle_chat_completions(Engine& engine, const HttpRequest& req) {
   if (auto id = tok->eos_token_id(); id && std::find(eos.begin(), eos.end(), *id) == eos.end()) eos.push_back(*id);
   o.eos_token_ids = eos;
   if (r.constraint)
-    if (auto e = attach_constraint(engine, *r.constraint, &o)) return error_response(*e);
+    if (auto e = attach_constraint(engine, *r.constraint, &o, req.client_connected)) return error_response(*e);
   const bool forced = r.tool_choice.mode == ToolChoice::Mode::kRequired || r.tool_choice.mode == ToolChoice::Mode::kNamed;
   if (forced) {
     RequestedConstraint one_call;
     const bool several = r.parallel_tool_calls && r.tool_choice.mode == ToolChoice::Mode::kRequired;
     if (auto e = forced_tool_call_constraint(tool_format, r.tools, r.tool_choice.name, several, &one_call))
       return error_response(*e);
-    if (auto e = attach_constraint(engine, one_call, &o)) return error_response(*e);
+    if (auto e = attach_constraint(engine, one_call, &o, req.client_connected)) return error_response(*e);
   }
 
   Result<std::shared_ptr<Job>> submitted = engine.submit({prompt}, r.n, o, "chatcmpl", req.received_time);

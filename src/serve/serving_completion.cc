@@ -109,7 +109,7 @@ HttpResponse handle_completions(Engine& engine, const HttpRequest& req) {
   o.max_new_tokens = max_tokens;
   o.streaming = r.stream;
   if (r.constraint)
-    if (auto e = attach_constraint(engine, *r.constraint, &o)) return error_response(*e);
+    if (auto e = attach_constraint(engine, *r.constraint, &o, req.client_connected)) return error_response(*e);
   if (r.logprobs) {
     o.logprobs = true;
     o.top_logprobs = *r.logprobs;

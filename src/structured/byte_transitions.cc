@@ -59,4 +59,10 @@ void ByteTransitions::trim() {
   intern({});
 }
 
+size_t ByteTransitions::memory_bytes() const {
+  size_t bytes = tables_ * 256 * sizeof(int32_t);
+  for (const State& s : states_) bytes += sizeof(State) + 2 * s.stacks.size() * sizeof(int32_t) + 32;  // + its key
+  return bytes;
+}
+
 }  // namespace loom::structured

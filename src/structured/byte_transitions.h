@@ -30,6 +30,8 @@ class ByteTransitions {
   // Drops everything when the table has grown past its bound; call between walks
   // (ids are invalidated).
   void trim();
+  // About the bytes the states and their successor tables hold.
+  size_t memory_bytes() const;
 
   // Successor arrays kept at once (1 KiB each); past it they are dropped and
   // recomputed on demand, so a grammar with very many states stays bounded.

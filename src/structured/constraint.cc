@@ -1,5 +1,6 @@
 #include "loom/structured/constraint.h"
 
+#include "loom/structured/compile_budget.h"
 #include "loom/structured/json_schema_to_grammar.h"
 #include "loom/structured/regex_to_grammar.h"
 #include "structured/byte_transitions.h"
@@ -40,14 +41,23 @@ Result<Grammar> spec_to_grammar(const ConstraintSpec& spec) {
 }
 
 Constraint::Constraint(std::shared_ptr<CompiledGrammar> grammar, std::shared_ptr<const TokenVocabulary> vocab)
-    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), transitions_(std::make_unique<ByteTransitions>(grammar_.get())) {}
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), transitions_(std::make_unique<ByteTransitions>(grammar_.get())) {
+  for (const Rule& r : grammar_->grammar().rules) {
+    grammar_bytes_ += sizeof(Rule) + r.name.capacity();
+    for (const Alternative& a : r.alternatives) grammar_bytes_ += sizeof(Alternative) + a.elements.size() * sizeof(Element);
+  }
+}
 
 Constraint::~Constraint() = default;
 
 Result<std::shared_ptr<Constraint>> Constraint::compile(const ConstraintSpec& spec,
                                                         std::shared_ptr<const TokenVocabulary> vocab) {
   LOOM_ASSIGN_OR_RETURN(Grammar g, spec_to_grammar(spec));
-  return std::make_shared<Constraint>(std::make_shared<CompiledGrammar>(std::move(g)), std::move(vocab));
+  LOOM_RETURN_IF_ERROR(check_compile_budget());
+  auto c = std::make_shared<Constraint>(std::make_shared<CompiledGrammar>(std::move(g)), std::move(vocab));
+  // The start state's mask is every request's first, and a wide alternation's costliest.
+  LOOM_RETURN_IF_ERROR(c->precompute_mask(c->grammar()->initial_state()));
+  return c;
 }
 
 size_t Constraint::StateHash::operator()(const AutomatonState& s) const {
@@ -59,16 +69,17 @@ size_t Constraint::StateHash::operator()(const AutomatonState& s) const {
 // One preorder walk of the vocabulary trie from `start_stack`. Without `dependent`,
 // marks the tokens some stack survives. With it (a context stack), also collects the
 // tokens a branch carries below the known frames: those are decided per real stack.
-void Constraint::walk_trie(int32_t start_stack, Mask* accepted, std::vector<int32_t>* dependent) {
+Status Constraint::walk_trie(const AutomatonState& start, Mask* accepted, std::vector<int32_t>* dependent) {
   accepted->assign((static_cast<size_t>(vocab_->size()) + 63) / 64, 0);
   const auto& nodes = vocab_->nodes();
   const auto& ids = vocab_->token_ids();
   ByteTransitions& t = *transitions_;
   std::vector<int32_t> at_depth(vocab_->max_depth() + 1);
   std::vector<uint8_t> left(vocab_->max_depth() + 1, 0);  // some branch left the known frames
-  at_depth[0] = t.intern(AutomatonState{start_stack});
+  at_depth[0] = t.intern(start);
   uint64_t* bits = accepted->data();
   for (size_t i = 0; i < nodes.size();) {
+    if ((i & 63) == 0) LOOM_RETURN_IF_ERROR(check_compile_budget());
     const TokenVocabulary::TrieNode& n = nodes[i];
     const int32_t here = t.next(at_depth[n.depth - 1], n.byte);
     at_depth[n.depth] = here;
@@ -89,31 +100,50 @@ void Constraint::walk_trie(int32_t start_stack, Mask* accepted, std::vector<int3
     }
     ++i;
   }
+  return Status::Ok();
 }
 
-const Constraint::ContextTokens& Constraint::context_tokens(const std::vector<int32_t>& frames) {
+const Constraint::ContextTokens* Constraint::context_tokens(const std::vector<int32_t>& frames, Status* status) {
   auto it = context_.find(frames);
-  if (it != context_.end()) return *it->second;
+  if (it != context_.end()) return it->second.get();
   auto ct = std::make_unique<ContextTokens>();
-  walk_trie(grammar_->context_stack(frames), &ct->independent, &ct->dependent);
-  return *context_.emplace(frames, std::move(ct)).first->second;
+  *status = walk_trie(AutomatonState{grammar_->context_stack(frames)}, &ct->independent, &ct->dependent);
+  if (!status->ok()) return nullptr;  // a partial walk is not kept
+  return context_.emplace(frames, std::move(ct)).first->second.get();
 }
 
 void Constraint::compute_mask(const AutomatonState& state, Mask* out) {
+  // Unbudgeted (only a thread with a compile budget can fail): the result is whole.
+  (void)compute_mask_within_budget(state, out);
+}
+
+Status Constraint::compute_mask_within_budget(const AutomatonState& state, Mask* out) {
   out->assign((static_cast<size_t>(vocab_->size()) + 63) / 64, 0);
   std::lock_guard<std::mutex> lock(grammar_->mutex());
   ByteTransitions& t = *transitions_;
   t.trim();
+  if (state.size() > kWideState) {
+    // A wide alternation (a 100k-way enum starts with 100k stacks): one walk of the
+    // trie with every stack at once, instead of one walk per distinct stack top. The
+    // union of the stacks' survivors is what the per-stack walks would mark, and the
+    // set shrinks to the few alternatives sharing each token's prefix as it goes.
+    AutomatonState stacks;
+    for (int32_t stack : state)
+      if (stack >= 0) stacks.push_back(stack);
+    return walk_trie(stacks, out, nullptr);
+  }
   uint64_t* bits = out->data();
   const size_t words = out->size();
   for (int32_t stack : state) {
     if (stack < 0) continue;
-    const ContextTokens& ct = context_tokens(grammar_->top_frames(stack, kContextFrames));
-    const uint64_t* independent = ct.independent.data();
+    Status status;
+    const ContextTokens* ct = context_tokens(grammar_->top_frames(stack, kContextFrames), &status);
+    if (!ct) return status;
+    const uint64_t* independent = ct->independent.data();
     for (size_t w = 0; w < words; ++w) bits[w] |= independent[w];
-    if (ct.dependent.empty()) continue;
+    if (ct->dependent.empty()) continue;
     const int32_t whole = t.intern(AutomatonState{stack});
-    for (int32_t id : ct.dependent) {
+    for (int32_t id : ct->dependent) {
       if ((bits[id >> 6] >> (id & 63)) & 1) continue;
       int32_t cur = whole;
       for (unsigned char b : *vocab_->bytes(id)) {
@@ -123,6 +153,38 @@ void Constraint::compute_mask(const AutomatonState& state, Mask* out) {
       if (!t.stacks(cur).empty()) bits[id >> 6] |= uint64_t{1} << (id & 63);
     }
   }
+  return Status::Ok();
+}
+
+Status Constraint::precompute_mask(const AutomatonState& state) {
+  auto m = std::make_shared<Mask>();
+  LOOM_RETURN_IF_ERROR(compute_mask_within_budget(state, m.get()));  // (takes the grammar lock)
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    bool claimed = false;
+    std::shared_ptr<CachedMask> entry = claim(state, &claimed);
+    if (!entry->mask) {  // (else a thread that claimed it filled it meanwhile)
+      entry->mask = std::move(m);
+      ++stats_.prefetched;
+    }
+  }
+  cache_cv_.notify_all();
+  return Status::Ok();
+}
+
+size_t Constraint::memory_bytes() const {
+  size_t bytes = sizeof(Constraint) + grammar_bytes_;
+  {
+    std::lock_guard<std::mutex> lock(grammar_->mutex());
+    bytes += grammar_->pool_size() * 48;  // a node and its hash-consing entry
+    bytes += transitions_->memory_bytes();
+    for (const auto& [frames, ct] : context_)
+      bytes += frames.size() * sizeof(int32_t) + ct->independent.size() * 8 + ct->dependent.size() * sizeof(int32_t) + 64;
+  }
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  const size_t mask_bytes = (static_cast<size_t>(vocab_->size()) + 63) / 64 * 8;
+  for (const auto& [state, entry] : cache_) bytes += state.size() * sizeof(int32_t) + mask_bytes + 96;
+  return bytes;
 }
 
 std::shared_ptr<Constraint::CachedMask> Constraint::claim(const AutomatonState& state, bool* claimed) {
@@ -198,17 +260,66 @@ std::vector<double> Constraint::take_mask_seconds() const {
   return out;
 }
 
-Result<std::shared_ptr<Constraint>> ConstraintRegistry::get(const ConstraintSpec& spec) {
+Result<std::shared_ptr<Constraint>> ConstraintRegistry::get(const ConstraintSpec& spec, const CompileBudget* budget) {
   const std::string key = spec.cache_key();
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = compiled_.find(key);
-    if (it != compiled_.end()) return it->second;
+    if (it != compiled_.end()) {
+      touch(it->second);
+      return it->second.constraint;
+    }
   }
-  LOOM_ASSIGN_OR_RETURN(std::shared_ptr<Constraint> c, Constraint::compile(spec, vocab_));
+  // Two requests for a new spec may both compile it: the second keeps the first's.
+  Result<std::shared_ptr<Constraint>> c = [&] {
+    ScopedCompileBudget scope(budget);
+    return Constraint::compile(spec, vocab_);
+  }();
+  if (!c.ok()) return c.status();
   std::lock_guard<std::mutex> lock(mu_);
-  compiled_.emplace(key, c);
-  return c;
+  auto [it, inserted] = compiled_.try_emplace(key);
+  if (inserted) {
+    recent_.push_front(key);
+    it->second = Entry{*c, recent_.begin()};
+    ++stats_.compiled;
+  } else {
+    touch(it->second);
+  }
+  std::shared_ptr<Constraint> out = it->second.constraint;
+  evict_over_budget();
+  return out;
+}
+
+std::shared_ptr<Constraint> ConstraintRegistry::find(const ConstraintSpec& spec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = compiled_.find(spec.cache_key());
+  if (it == compiled_.end()) return nullptr;
+  touch(it->second);
+  return it->second.constraint;
+}
+
+void ConstraintRegistry::touch(Entry& e) { recent_.splice(recent_.begin(), recent_, e.recent); }
+
+// Sums every entry's bytes (their masks grew since they were added), then drops the
+// least recently used until under the budget; the most recent one always stays.
+void ConstraintRegistry::evict_over_budget() {
+  size_t bytes = 0;
+  for (const auto& [key, e] : compiled_) bytes += e.constraint->memory_bytes();
+  while (bytes > max_bytes_ && recent_.size() > 1) {
+    auto it = compiled_.find(recent_.back());
+    bytes -= std::min(bytes, it->second.constraint->memory_bytes());
+    compiled_.erase(it);
+    recent_.pop_back();
+    ++stats_.evicted;
+  }
+  stats_.bytes = bytes;
+}
+
+ConstraintRegistry::Stats ConstraintRegistry::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats s = stats_;
+  s.entries = compiled_.size();
+  return s;
 }
 
 ConstraintState::ConstraintState(std::shared_ptr<Constraint> constraint)

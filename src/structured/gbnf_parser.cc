@@ -1,7 +1,9 @@
 // GBNF text → Grammar. Newlines are whitespace everywhere (a rule ends where the next
 // `name ::=` starts), which accepts every grammar llama.cpp accepts and a few more.
+#include <algorithm>
 #include <map>
 
+#include "loom/structured/compile_budget.h"
 #include "loom/structured/grammar.h"
 #include "structured/utf8_ranges.h"
 
@@ -32,6 +34,7 @@ class GbnfParser {
       const int32_t id = rule_id(name, at);
       if (defined_[id]) return error_at(at, "rule '" + name + "' is defined twice");
       defined_[id] = true;
+      LOOM_RETURN_IF_ERROR(check_compile_budget());
       std::vector<Alternative> alts;
       LOOM_RETURN_IF_ERROR(parse_alternates(name, false, &alts));
       g_.rules[id].alternatives = std::move(alts);
@@ -123,6 +126,7 @@ class GbnfParser {
     alts->push_back(std::move(first));
     while (peek() == '|') {
       ++pos_;
+      LOOM_RETURN_IF_ERROR(check_compile_budget());
       Alternative next;
       LOOM_RETURN_IF_ERROR(parse_sequence(rule, nested, &next));
       alts->push_back(std::move(next));
@@ -137,6 +141,7 @@ class GbnfParser {
       if (!nested && at_rule_start()) return Status::Ok();
       std::vector<Element> primary;
       LOOM_RETURN_IF_ERROR(parse_primary(rule, &primary));
+      LOOM_RETURN_IF_ERROR(charge_compile_elements(primary.size()));
       LOOM_RETURN_IF_ERROR(parse_quantifier(rule, std::move(primary), &out->elements));
     }
   }
@@ -273,6 +278,8 @@ class GbnfParser {
       if (min > kMaxRepetition || max > kMaxRepetition) return error_at(at, "repetition count above 10000");
       if (max >= 0 && max < min) return error_at(at, "repetition {m,n} with n < m");
     }
+    LOOM_RETURN_IF_ERROR(charge_compile_elements(static_cast<size_t>(std::max(min, max))));
+    LOOM_RETURN_IF_ERROR(check_compile_budget());
     for (int i = 0; i < min; ++i) out->push_back(item);
     if (max < 0) {
       const int32_t star = new_helper_rule(rule, {});
@@ -373,24 +380,35 @@ Status validate_grammar(const Grammar& g) {
       }
     }
   }
-  // Nullable rules by fixpoint, then the "starts with" graph must be acyclic.
+  // Nullable rules by a worklist (a fixpoint of passes over the rules is quadratic on
+  // the long chains schema objects make), then the "starts with" graph must be acyclic.
   std::vector<bool> nullable(n, false);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t i = 0; i < n; ++i) {
-      if (nullable[i]) continue;
-      for (const Alternative& a : g.rules[i].alternatives) {
-        bool all = true;
-        for (const Element& e : a.elements) {
-          if (e.kind == Element::Kind::kByte || !nullable[e.rule]) {
-            all = false;
-            break;
-          }
-        }
-        if (all) {
-          nullable[i] = changed = true;
-          break;
-        }
+  std::vector<int32_t> alt_rule;            // per alternative: its rule
+  std::vector<int32_t> pending;             // per alternative: rule elements not yet nullable
+  std::vector<std::vector<int32_t>> users(n);  // per rule: the alternatives naming it, once per use
+  std::vector<int32_t> work;
+  for (size_t i = 0; i < n; ++i) {
+    for (const Alternative& a : g.rules[i].alternatives) {
+      const bool has_byte = std::any_of(a.elements.begin(), a.elements.end(),
+                                        [](const Element& e) { return e.kind == Element::Kind::kByte; });
+      if (has_byte) continue;  // never nullable
+      const int32_t alt = static_cast<int32_t>(pending.size());
+      alt_rule.push_back(static_cast<int32_t>(i));
+      pending.push_back(static_cast<int32_t>(a.elements.size()));
+      for (const Element& e : a.elements) users[e.rule].push_back(alt);
+      if (a.elements.empty() && !nullable[i]) {
+        nullable[i] = true;
+        work.push_back(static_cast<int32_t>(i));
+      }
+    }
+  }
+  while (!work.empty()) {
+    const int32_t r = work.back();
+    work.pop_back();
+    for (int32_t alt : users[r]) {
+      if (--pending[alt] == 0 && !nullable[alt_rule[alt]]) {
+        nullable[alt_rule[alt]] = true;
+        work.push_back(alt_rule[alt]);
       }
     }
   }

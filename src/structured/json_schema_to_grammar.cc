@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 
+#include "loom/structured/compile_budget.h"
 #include "loom/structured/regex_to_grammar.h"
 #include "structured/integer_range.h"
 #include "structured/number_range.h"
@@ -65,7 +66,9 @@ class SchemaConverter {
     std::string base;
     for (char c : hint) base += (std::isalnum(static_cast<unsigned char>(c)) ? c : '-');
     std::string name = "s-" + base;
-    for (int i = 2; rules_.count(name); ++i) name = "s-" + base + "-" + std::to_string(i);
+    // The next suffix per base: probing 2, 3, … from the start each time made an
+    // object of n optional properties (n "-first"/"-rest" rules) quadratic (20k: minutes).
+    for (int& i = next_suffix_.try_emplace(base, 2).first->second; rules_.count(name); ++i) name = "s-" + base + "-" + std::to_string(i);
     rules_[name] = body;
     return name;
   }
@@ -73,6 +76,7 @@ class SchemaConverter {
   Result<std::string> visit(const json& s, const std::string& hint, const std::string& path) {
     // Subschemas nest by recursion: refuse what would overflow the stack.
     if (depth_ >= 100) return bad(path, "schemas nest deeper than 100");
+    LOOM_RETURN_IF_ERROR(check_compile_budget());
     ++depth_;
     auto r = visit_nested(s, hint, path);
     --depth_;
@@ -453,6 +457,7 @@ class SchemaConverter {
   bool strict_;
   int depth_ = 0;
   std::map<std::string, std::string> rules_;
+  std::map<std::string, int> next_suffix_;  // new_rule's next "-N" per base name (from 2)
   std::map<std::string, std::string> ref_rules_;
 };
 
@@ -471,6 +476,9 @@ Result<std::string> json_schema_to_gbnf(std::string_view schema_json, bool stric
 Result<Grammar> json_schema_to_grammar(std::string_view schema_json, bool strict) {
   LOOM_ASSIGN_OR_RETURN(std::string gbnf, json_schema_to_gbnf(schema_json, strict));
   auto g = parse_gbnf(gbnf);
+  const ErrorCode code = g.ok() ? ErrorCode::kOk : g.status().code();
+  if (code == ErrorCode::kTimeout || code == ErrorCode::kCancelled || code == ErrorCode::kResourceExhausted)
+    return g.status();  // the compile budget ran out, not a converter bug
   if (!g.ok()) return internal_error("JSON Schema produced a grammar loom cannot parse: " + g.status().message());
   return g;
 }

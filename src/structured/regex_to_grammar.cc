@@ -2,6 +2,8 @@
 // goes through the same parser and the same checks.
 #include "loom/structured/regex_to_grammar.h"
 
+#include "loom/structured/compile_budget.h"
+
 #include <cstdio>
 
 #include "structured/utf8_ranges.h"
@@ -323,6 +325,7 @@ Result<Grammar> choices_to_grammar(const std::vector<std::string>& choices) {
     if (choices[i].empty()) return invalid_argument("choice " + std::to_string(i) + " is empty");
     if (i) text += " | ";
     text += gbnf_literal(choices[i]);
+    LOOM_RETURN_IF_ERROR(check_compile_budget());
   }
   return parse_gbnf(text + "\n");
 }

@@ -36,6 +36,14 @@ struct ServeOptions {
   size_t max_header_bytes = 16u << 10;  // request line + header fields (414/431 beyond)
   int max_headers = 100;                // header fields (431 beyond)
   bool log_requests = true;      // one line per request on stderr
+  // Output constraints (response_format, guided_*, forced tool calls) compile on
+  // threads of their own, each within a time and grammar-size budget; compiled ones
+  // are kept, least recently used out first, within a byte budget.
+  int constraint_threads = 1;
+  size_t max_pending_constraints = 32;     // waiting to compile (503 beyond)
+  double constraint_timeout = 10;          // seconds per compilation, its first mask included
+  size_t constraint_max_elements = 2000000;  // grammar elements per constraint
+  size_t constraint_cache_bytes = size_t{256} << 20;
 };
 
 // What the server runs, prepared by the front end (model, kernels, precision).

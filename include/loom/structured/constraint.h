@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <list>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "loom/core/status.h"
+#include "loom/structured/compile_budget.h"
 #include "loom/structured/grammar.h"
 #include "loom/structured/grammar_matcher.h"
 #include "loom/structured/token_vocabulary.h"
@@ -60,6 +62,14 @@ class Constraint {
   void prefetch(const AutomatonState& state);
   // The same without the cache, for tests and benchmarks.
   void compute_mask(const AutomatonState& state, Mask* out);
+  // Computes and caches the state's mask within the compiling thread's budget
+  // (compile_budget.h), so that the decoding step finds it: a constraint's first
+  // mask can be its costliest (a wide alternation) and is computed where the
+  // request's compilation is, not on the step every sequence waits for.
+  Status precompute_mask(const AutomatonState& state);
+  // About the bytes the constraint holds: its grammar, automaton, context tokens,
+  // transition tables and cached masks (they grow as requests use it).
+  size_t memory_bytes() const;
 
   const std::shared_ptr<CompiledGrammar>& grammar() const { return grammar_; }
   const std::shared_ptr<const TokenVocabulary>& vocabulary() const { return vocab_; }
@@ -75,6 +85,9 @@ class Constraint {
   static constexpr size_t kMaxCachedMasks = 4096;
   // Frames of a stack's top that key its context-independent tokens.
   static constexpr size_t kContextFrames = 2;
+  // States with more stacks than this are masked by one walk of all of them at once
+  // (context masks pay off when few stack tops recur; a wide alternation's do not).
+  static constexpr size_t kWideState = 64;
 
  private:
   struct StateHash {
@@ -90,13 +103,17 @@ class Constraint {
   struct CachedMask {
     std::shared_ptr<const Mask> mask;  // null while a thread computes it
   };
-  const ContextTokens& context_tokens(const std::vector<int32_t>& frames);  // grammar lock held
-  void walk_trie(int32_t start_stack, Mask* accepted, std::vector<int32_t>* dependent);  // lock held
+  // Null when the compile budget ran out.
+  const ContextTokens* context_tokens(const std::vector<int32_t>& frames, Status* status);  // grammar lock held
+  // These return the compile budget's error (only a budgeted thread can get one).
+  Status walk_trie(const AutomatonState& start, Mask* accepted, std::vector<int32_t>* dependent);  // lock held
+  Status compute_mask_within_budget(const AutomatonState& state, Mask* out);
   // Claims the state (a null entry) when nobody has; returns the entry.
   std::shared_ptr<CachedMask> claim(const AutomatonState& state, bool* claimed);  // cache_mu_ held
   std::shared_ptr<const Mask> fill(const std::shared_ptr<CachedMask>& entry, const AutomatonState& state);
   std::unordered_map<std::vector<int32_t>, std::unique_ptr<ContextTokens>, StateHash> context_;  // under the grammar lock
   std::shared_ptr<CompiledGrammar> grammar_;
+  size_t grammar_bytes_ = 0;
   std::shared_ptr<const TokenVocabulary> vocab_;
   std::unique_ptr<ByteTransitions> transitions_;  // under the grammar lock
   mutable std::mutex cache_mu_;
@@ -109,17 +126,40 @@ class Constraint {
 };
 
 // Compiled constraints by spec, for one vocabulary: requests naming the same schema
-// share one Constraint (and its masks).
+// share one Constraint (and its masks). Kept least recently used first out once
+// they hold more than `max_cached_bytes` (their masks grow as they are used);
+// requests holding an evicted one keep it until they finish.
 class ConstraintRegistry {
  public:
-  explicit ConstraintRegistry(std::shared_ptr<const TokenVocabulary> vocab) : vocab_(std::move(vocab)) {}
-  Result<std::shared_ptr<Constraint>> get(const ConstraintSpec& spec);
+  static constexpr size_t kDefaultCacheBytes = size_t{256} << 20;
+  explicit ConstraintRegistry(std::shared_ptr<const TokenVocabulary> vocab, size_t max_cached_bytes = kDefaultCacheBytes)
+      : vocab_(std::move(vocab)), max_bytes_(max_cached_bytes) {}
+  // The spec's constraint, compiled on this thread on first use: within `budget`
+  // when given (compile_budget.h), its first mask included.
+  Result<std::shared_ptr<Constraint>> get(const ConstraintSpec& spec, const CompileBudget* budget = nullptr);
+  // Cached without compiling: null when it is not.
+  std::shared_ptr<Constraint> find(const ConstraintSpec& spec);
   const std::shared_ptr<const TokenVocabulary>& vocabulary() const { return vocab_; }
 
+  struct Stats {
+    size_t entries = 0, bytes = 0;    // what the cache holds now (bytes as of the last insert)
+    uint64_t compiled = 0, evicted = 0;
+  };
+  Stats stats() const;
+
  private:
+  struct Entry {
+    std::shared_ptr<Constraint> constraint;
+    std::list<std::string>::iterator recent;  // into recent_
+  };
+  void touch(Entry& e);       // mu_ held
+  void evict_over_budget();   // mu_ held
   std::shared_ptr<const TokenVocabulary> vocab_;
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Constraint>> compiled_;
+  size_t max_bytes_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Entry> compiled_;
+  std::list<std::string> recent_;  // keys, most recently used first
+  Stats stats_;
 };
 
 // The error of a constraint whose automaton exceeded its step budget.
