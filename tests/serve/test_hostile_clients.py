@@ -1,4 +1,4 @@
-"""`loom serve` under hostile and careless clients (issue 46, points 1-5 and 8-11):
+"""`loom serve` under hostile and careless clients (issue 46, points 1-5 and 7-11):
 slow, idle and stalled connections, oversized heads and bodies, lying
 Content-Lengths, pipelining, HTTP/1.0, half-closed sockets, signals, and
 hostile header values. Every case talks to a server on 127.0.0.1 with an
@@ -344,6 +344,117 @@ def _alive(sock):
         return False
     finally:
         sock.setblocking(True)
+
+
+def words(n, seed=7):
+    """n distinct lower-case words of 4-12 letters."""
+    import random
+    rng = random.Random(seed)
+    out = set()
+    while len(out) < n:
+        out.add("".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(4, 12))))
+    return sorted(out)
+
+
+def completion_seconds(port, timeout=2.0):
+    """Seconds a small unconstrained completion on a new connection takes, or None past `timeout`."""
+    t = time.time()
+    try:
+        reply = exchange(port, post_bytes(b"/v1/completions", BODY, b"Connection: close\r\n"), timeout=timeout)
+    except OSError:
+        return None
+    return time.time() - t if status_of(reply) == 200 else None
+
+
+class Constraints(unittest.TestCase):
+    """7. Output constraints: compiled off the HTTP workers and the decoding step,
+    within a time and size budget, abandoned when their client leaves, and kept
+    within a byte budget."""
+
+    def post_in_background(self, server, body, path="/v1/completions"):
+        result = {}
+
+        def run():
+            result["reply"] = server.post(path, body, timeout=120)
+        t = threading.Thread(target=run)
+        t.start()
+        return t, result
+
+    # A 100k-way choice and a 20k-property schema (of which half optional; it compiled
+    # for minutes) are answered, while a small completion on another connection
+    # keeps answering within 2 s throughout.
+    def test_wide_choice_and_huge_schema_do_not_stall_other_requests(self):
+        choice = words(100000)
+        props = {f"field_{i}": {"type": "integer"} for i in range(20000)}
+        schema = {"type": "object", "properties": props, "required": [f"field_{i}" for i in range(0, 20000, 2)]}
+        with Server("--max-body-bytes", str(16 << 20)) as server:
+            self.assertIsNotNone(completion_seconds(server.port, 10))  # warm
+            for body in ({"prompt": "In the beginning", "max_tokens": 32, "temperature": 0, "guided_choice": choice},
+                         {"prompt": "In the beginning", "max_tokens": 8, "temperature": 0,
+                          "response_format": {"type": "json_schema", "json_schema": {"name": "big", "schema": schema}}}):
+                t, result = self.post_in_background(server, body)
+                worst = 0.0
+                while t.is_alive():
+                    took = completion_seconds(server.port)
+                    self.assertIsNotNone(took, "a small completion waited over 2 s: " + server.log()[-1500:])
+                    worst = max(worst, took)
+                t.join()
+                status, _, reply = result["reply"]
+                self.assertEqual(status, 200, reply)
+                if "guided_choice" in body:
+                    self.assertTrue(reply["choices"][0]["text"] in set(choice), reply)  # (not the 100k words)
+                else:
+                    self.assertTrue(reply["choices"][0]["text"].replace(" ", "").startswith('{"field_'), reply)
+
+    # A constraint over the time budget is a 400 naming it, and over the size
+    # budget a 400 naming that one; neither is kept.
+    def test_budgets_are_400s_naming_the_limit(self):
+        with Server("--constraint-timeout", "0.001", "--constraint-max-elements", "100000",
+                    "--max-body-bytes", str(16 << 20)) as server:
+            status, _, reply = server.post("/v1/completions", {"prompt": "x", "max_tokens": 2,
+                                                               "guided_choice": words(100000, seed=3)})
+            self.assertEqual(status, 400, reply)
+            self.assertEqual(reply["error"]["code"], "constraint_too_slow")
+            self.assertIn("--constraint-timeout", reply["error"]["message"])
+            self.assertEqual(reply["error"]["param"], "guided_choice")
+            status, _, reply = server.post("/v1/completions", {"prompt": "x", "max_tokens": 2,
+                                                               "guided_regex": "".join(c + "{10000}" for c in "abcdefghijk")})
+            self.assertEqual(status, 400, reply)
+            self.assertEqual(reply["error"]["code"], "constraint_too_large")
+            self.assertIn("--constraint-max-elements", reply["error"]["message"])
+            self.assertIn("100000", reply["error"]["message"])
+            self.assertEqual(metric(server.metrics(), "loom:constraint_cache_entries"), 0)
+            self.assertIsNotNone(completion_seconds(server.port))
+
+    # A client that leaves while its constraint compiles stops the compilation: with
+    # one compile thread, the next constraint compiles at once, not after the first.
+    def test_compilation_stops_when_its_client_leaves(self):
+        with Server("--constraint-timeout", "60", "--max-body-bytes", str(16 << 20)) as server:
+            slow = json.dumps({"prompt": "x", "max_tokens": 2, "guided_choice": words(100000, seed=5)}).encode()
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            s.sendall(post_bytes(b"/v1/completions", slow))
+            time.sleep(0.5)  # it is compiling
+            s.close()
+            self.assertTrue(wait_until(lambda: "client_disconnected" in server.log(), 10), server.log()[-1500:])
+            t = time.time()
+            status, _, reply = server.post("/v1/completions", {"prompt": "x", "max_tokens": 2, "guided_regex": "[ab]+"})
+            self.assertEqual(status, 200, reply)
+            self.assertLess(time.time() - t, 5, "the next constraint waited for the abandoned one")
+            self.assertEqual(metric(server.metrics(), "loom:constraint_cache_entries"), 1)  # the abandoned one is not kept
+
+    # 400 distinct regexes kept +950 MB forever: with --constraint-cache-mb 1, 200
+    # distinct ones leave the cache within 1 MiB and evict the oldest.
+    def test_compiled_constraints_stay_within_the_cache_budget(self):
+        with Server("--constraint-cache-mb", "1") as server:
+            for i in range(200):
+                status, _, reply = server.post("/v1/completions", {"prompt": "x", "max_tokens": 1,
+                                                                   "guided_regex": f"r{i}[a-z]{{1,8}}( [a-z]+)*"})
+                self.assertEqual(status, 200, reply)
+            m = server.metrics()
+            self.assertLessEqual(metric(m, "loom:constraint_cache_bytes"), 1 << 20)
+            self.assertGreater(metric(m, "loom:constraints_evicted_total"), 0)
+            self.assertEqual(metric(m, "loom:constraints_compiled_total"), 200)
+            self.assertLess(metric(m, "loom:constraint_cache_entries"), 200)
 
 
 class Signals(unittest.TestCase):
