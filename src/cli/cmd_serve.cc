@@ -31,6 +31,7 @@ struct ServeFlags {
   std::optional<uint64_t> seed;
   bool no_request_log = false;
   size_t constraint_cache_mb = 256;
+  std::optional<int64_t> prompt_lookup_num_tokens;
 };
 
 // With --tensor-parallel, on rank 0: turns a fault of the process group (a
@@ -125,6 +126,7 @@ void run_serve(const ServeFlags& f) {
   const std::shared_ptr<batching::ModelRunner> runner = make_runner(dir, f, &model);  // outlives the server
   m.runner = runner;
   gc.inherit_special_tokens(model->config().eos_token_ids, model->config().bos_token_id, model->config().pad_token_id);
+  if (f.prompt_lookup_num_tokens) gc.prompt_lookup_num_tokens = *f.prompt_lookup_num_tokens;
   m.generation_config = gc;
   runtime::Collectives* group = runner->group();
   set_tensor_parallel_timeout(cb.cpu_group_timeout);
@@ -211,6 +213,11 @@ void add_serve_command(CLI::App& app) {
                   "MiB of compiled constraints and their masks kept for later requests, least recently used out "
                   "first (default 256)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--prompt-lookup-num-tokens", f->prompt_lookup_num_tokens,
+                  "Speculative decoding for requests that do not set prompt_lookup_num_tokens: draft up to K tokens "
+                  "per step from the text's own n-grams, verified in one forward (same output; default: "
+                  "generation_config.json's, else 0 = off)")
+      ->check(CLI::Range(int64_t{0}, kMaxPromptLookupTokens));
   cmd->add_option("--seed", f->seed, "Seed of sampled requests that give none (default: a random one each)");
   cmd->add_flag("--no-request-log", f->no_request_log, "No log line per request on stderr");
   add_cb_options(cmd, &f->cb);

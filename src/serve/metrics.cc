@@ -117,6 +117,10 @@ std::string Metrics::render(const batching::ManagerStats& st, bool have_stats,
   counter("loom:generation_tokens_total", "Tokens generated.", static_cast<double>(s.generated_tokens));
   counter("loom:num_preemptions_total", "Preemptions (recompute and swap).",
           static_cast<double>(s.preempted_recompute + s.preempted_swap));
+  counter("loom:spec_decode_num_draft_tokens_total", "Tokens drafted by speculative decoding (prompt lookup).",
+          static_cast<double>(s.drafted_tokens));
+  counter("loom:spec_decode_num_accepted_tokens_total", "Drafted tokens the model accepted.",
+          static_cast<double>(s.accepted_draft_tokens));
   gauge("loom:constraint_cache_entries", "Compiled output constraints kept for later requests.",
         static_cast<double>(cs.entries));
   gauge("loom:constraint_cache_bytes", "Bytes those constraints and their masks held at the last compilation.",

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "loom/generation/generation_config.h"
 #include "loom/io/json_fields.h"
 #include "serve/json_parse.h"
 
@@ -171,6 +172,7 @@ void read_sampling(Fields& f, SamplingFields* s, bool chat) {
   f.integer("n", &n, 1, 128);
   if (n) s->n = *n;
   f.boolean("stream", &s->stream);
+  f.integer("prompt_lookup_num_tokens", &s->prompt_lookup_num_tokens, 0, kMaxPromptLookupTokens);
   if (!f.ok()) return;
 
   if (const ojson* bias = f.get("logit_bias")) {

@@ -28,6 +28,9 @@ struct SamplingFields {
   int32_t n = 1;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // Speculative decoding by prompt lookup for this request (the server's
+  // --prompt-lookup-num-tokens when unset): the tokens are the same either way.
+  std::optional<int64_t> prompt_lookup_num_tokens;
   // response_format / structured_outputs / guided_* (serve/response_constraint.h).
   std::optional<RequestedConstraint> constraint;
 };

@@ -40,6 +40,7 @@ batching::RequestOptions request_options(const SamplingFields& s) {
   o.logit_bias = s.logit_bias;
   o.seed = s.seed;
   o.stop_strings = s.stop;
+  o.prompt_lookup_num_tokens = s.prompt_lookup_num_tokens;
   return o;
 }
 

@@ -381,6 +381,50 @@ class Utf8Streaming(unittest.TestCase):
                 self.assertFalse(any("\ufffd" in d for d in deltas), deltas)
 
 
+class PromptLookup(unittest.TestCase):
+    """Speculative decoding by prompt lookup through the server: per request
+    (prompt_lookup_num_tokens) and by default (--prompt-lookup-num-tokens); greedy
+    text equal to plain decoding, streamed and not, and the drafted and accepted
+    tokens counted in /metrics."""
+
+    # A prompt that repeats itself: its continuation quotes it, so drafts are accepted.
+    REPEAT = ("And God said, Let there be light: and there was light. " * 6).strip()
+
+    def drafted(self, server):
+        m = server.metrics()
+        return (metric(m, "loom:spec_decode_num_draft_tokens_total"),
+                metric(m, "loom:spec_decode_num_accepted_tokens_total"))
+
+    def test_per_request_and_server_default(self):
+        plain_body = {"prompt": self.REPEAT, "max_tokens": 40, "temperature": 0}
+        with Server() as server:
+            _, _, plain = server.post("/v1/completions", plain_body)
+            self.assertEqual(self.drafted(server), (0, 0))
+            status, _, spec = server.post("/v1/completions", dict(plain_body, prompt_lookup_num_tokens=6))
+            self.assertEqual(status, 200, spec)
+            self.assertEqual(spec["choices"][0]["text"], plain["choices"][0]["text"])
+            drafted, accepted = self.drafted(server)
+            self.assertGreater(accepted, 0)
+            self.assertGreaterEqual(drafted, accepted)
+            _, events = server.stream("/v1/completions", dict(plain_body, prompt_lookup_num_tokens=6, stream=True))
+            self.assertEqual("".join(e["choices"][0]["text"] for e in events[:-1]), plain["choices"][0]["text"])
+            status, _, err = server.post("/v1/completions", dict(plain_body, prompt_lookup_num_tokens=1000))
+            self.assertEqual(status, 400, err)
+            self.assertEqual(err["error"]["param"], "prompt_lookup_num_tokens")
+            status, _, chat = server.post("/v1/chat/completions", {
+                "messages": [{"role": "user", "content": self.REPEAT}], "max_tokens": 20, "temperature": 0,
+                "prompt_lookup_num_tokens": 4})
+            self.assertEqual(status, 200, chat)
+        with Server("--prompt-lookup-num-tokens", "6") as server:
+            _, _, spec = server.post("/v1/completions", plain_body)
+            self.assertEqual(spec["choices"][0]["text"], plain["choices"][0]["text"])
+            self.assertGreater(self.drafted(server)[1], 0)
+            # A request may turn it off.
+            before = self.drafted(server)
+            server.post("/v1/completions", dict(plain_body, prompt_lookup_num_tokens=0))
+            self.assertEqual(self.drafted(server), before)
+
+
 class Lifecycle(unittest.TestCase):
     def test_api_key(self):
         with Server("--api-key", "sekret") as server:
