@@ -86,7 +86,7 @@ def _cb_defaults():
 
 class ContinuousBatchingConfig:
     """Every field of Transformers' ContinuousBatchingConfig (and loom's: kv_cache_dtype,
-    cpu_offload_path, max_queue_size), with upstream's defaults. GPU-only fields are
+    cpu_offload_path, max_queue_size, adaptive_speculation), with upstream's defaults. GPU-only fields are
     accepted and have no effect (see cpu_no_op_fields()). An unknown field or a bad
     value raises ValueError naming it."""
 

@@ -12,6 +12,7 @@
 #include "loom/batching/continuous_batching_manager.h"
 #include "loom/batching/paged_kv_cache.h"
 #include "loom/batching/prompt_lookup.h"
+#include "loom/batching/step_cost.h"
 #include "loom/batching/request_state.h"
 #include "loom/batching/scheduler.h"
 #include "loom/core/logging.h"
@@ -262,6 +263,7 @@ void ContinuousBatchingManager::run_step() {
     fail_step(plan, logits.status());
     return;
   }
+  step_cost_.record(plan.num_tokens, dt);
   float* rows = *logits;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const PlannedChunk& c = plan.chunks[i];
@@ -283,6 +285,11 @@ void ContinuousBatchingManager::run_step() {
 }
 
 void ContinuousBatchingManager::add_drafts(StepPlan& plan) {
+  // Tokens the step will sample: one per chunk that reaches its request's last
+  // known token (decodes, and prompts' last chunks), plus the drafts' expected gains.
+  double tokens = 0;
+  for (const PlannedChunk& c : plan.chunks)
+    tokens += c.start + c.count == static_cast<int64_t>(c.request->tokens.size()) ? 1.0 : 0.0;
   for (PlannedChunk& c : plan.chunks) {
     RequestState* r = c.request;
     const int64_t n = static_cast<int64_t>(r->tokens.size());
@@ -303,10 +310,15 @@ void ContinuousBatchingManager::add_drafts(StepPlan& plan) {
     // Pages only from the free list, never by evicting a cached block or
     // preempting anyone: rolling the draft back then restores the pool exactly.
     want = std::min(want, kv_->max_fit_free(r->kv, n, want));
-    if (want <= 0 || !kv_->ensure(r->kv, n + want, /*may_evict=*/false)) {
+    // Once the step is compute-bound, drafted rows cost what the tokens they may
+    // save would: draft only where the expected gain beats the step's own rate.
+    const double gain = expected_accepted(want, r->draft_length.acceptance());
+    if (want <= 0 || (res_.adaptive_speculation && !draft_pays(step_cost_, plan.num_tokens, tokens, want, gain)) ||
+        !kv_->ensure(r->kv, n + want, /*may_evict=*/false)) {
       r->draft_length.step_without_draft();
       continue;
     }
+    tokens += gain;
     r->draft_feed.assign(1, r->tokens.back());
     r->draft_feed.insert(r->draft_feed.end(), draft_scratch_.begin(), draft_scratch_.begin() + want);
     c.draft = want;

@@ -83,7 +83,7 @@ class Reader {
 const std::set<std::string>& known_keys() {
   static const std::set<std::string> keys = {
       "page_size", "num_blocks", "max_batch_tokens", "max_memory_percent", "max_requests_per_batch",
-      "max_blocks_per_request", "allow_block_sharing", "use_async_batching", "use_cuda_graph",
+      "max_blocks_per_request", "allow_block_sharing", "use_async_batching", "adaptive_speculation", "use_cuda_graph",
       "q_padding_interval_size", "kv_padding_interval_size", "varlen_compile_config", "decode_compile_config",
       "default_compile_level", "scheduler_type", "safety_margin", "return_logprobs", "seed", "auto_switch_to_flash",
       "cpu_offload_space", "cpu_offload_space_safety_threshold", "cpu_offload_path", "kv_cache_dtype", "max_queue_size",
@@ -166,6 +166,7 @@ Result<ContinuousBatchingConfig> ContinuousBatchingConfig::from_json(const nlohm
   LOOM_RETURN_IF_ERROR(r.get("max_blocks_per_request", &c.max_blocks_per_request));
   LOOM_RETURN_IF_ERROR(r.get("allow_block_sharing", &c.allow_block_sharing));
   LOOM_RETURN_IF_ERROR(r.get("use_async_batching", &c.use_async_batching));
+  LOOM_RETURN_IF_ERROR(r.get("adaptive_speculation", &c.adaptive_speculation));
   LOOM_RETURN_IF_ERROR(r.get_cuda_graph("use_cuda_graph", &c.use_cuda_graph));
   LOOM_RETURN_IF_ERROR(r.get("q_padding_interval_size", &c.q_padding_interval_size));
   LOOM_RETURN_IF_ERROR(r.get("kv_padding_interval_size", &c.kv_padding_interval_size));
@@ -216,6 +217,7 @@ nlohmann::json ContinuousBatchingConfig::to_json() const {
   j["max_blocks_per_request"] = opt(max_blocks_per_request);
   j["allow_block_sharing"] = allow_block_sharing;
   j["use_async_batching"] = opt(use_async_batching);
+  j["adaptive_speculation"] = opt(adaptive_speculation);
   j["use_cuda_graph"] = use_cuda_graph ? json::array({use_cuda_graph->first, use_cuda_graph->second}) : json(nullptr);
   j["q_padding_interval_size"] = q_padding_interval_size;
   j["kv_padding_interval_size"] = kv_padding_interval_size;
@@ -396,6 +398,7 @@ Result<CbResources> resolve(const ContinuousBatchingConfig& c, size_t position_b
   if (swap_bytes > 0 && r.swap_pages == 0)
     log_warn("cpu_offload_space is smaller than one KV page (" + std::to_string(page_bytes) + " bytes): no swapping");
   r.async_batching = c.use_async_batching.value_or(false);
+  r.adaptive_speculation = c.adaptive_speculation.value_or(true);
   return r;
 }
 

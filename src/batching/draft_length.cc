@@ -6,6 +6,8 @@ namespace loom::batching {
 
 void DraftLength::record(int64_t drafted, int64_t accepted) {
   if (drafted <= 0 || max_ <= 0) return;
+  accepted_ = 0.9 * accepted_ + static_cast<double>(accepted);
+  rejected_ = 0.9 * rejected_ + (accepted < drafted ? 1.0 : 0.0);
   if (accepted > 0) {
     misses_ = 0;
     next_pause_ = kFirstPause;

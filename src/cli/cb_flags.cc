@@ -21,6 +21,9 @@ void add_cb_options(CLI::App* cmd, CbFlags* f) {
   cmd->add_option("--allow-block-sharing", f->allow_block_sharing, "Prefix caching (true/false, default true)");
   cmd->add_flag("--no-block-sharing", f->no_block_sharing, "Turn prefix caching off");
   cmd->add_option("--use-async-batching", f->use_async_batching, "Plan step N+1 while step N runs (true/false)");
+  cmd->add_option("--adaptive-speculation", f->adaptive_speculation,
+                  "With --prompt-lookup-num-tokens: draft only in steps where the measured step cost says drafted rows "
+                  "pay (true/false, default true; off once a large batch makes the step compute-bound)");
   cmd->add_option("--use-cuda-graph", f->use_cuda_graph, "GPU only: true, false or [varlen,decode]; no effect on CPU");
   cmd->add_option("--q-padding-interval-size", f->q_padding_interval_size, "GPU only; no effect on CPU");
   cmd->add_option("--kv-padding-interval-size", f->kv_padding_interval_size, "GPU only; no effect on CPU");
@@ -76,6 +79,7 @@ batching::ContinuousBatchingConfig make_cb_config(const CbFlags& f, std::optiona
   set("allow_block_sharing", f.allow_block_sharing);
   if (f.no_block_sharing) j["allow_block_sharing"] = false;
   set("use_async_batching", f.use_async_batching);
+  set("adaptive_speculation", f.adaptive_speculation);
   if (f.use_cuda_graph) j["use_cuda_graph"] = parse_json_flag("--use-cuda-graph", *f.use_cuda_graph);
   set("q_padding_interval_size", f.q_padding_interval_size);
   set("kv_padding_interval_size", f.kv_padding_interval_size);

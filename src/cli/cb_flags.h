@@ -16,7 +16,7 @@ struct CbFlags {
   std::optional<int64_t> page_size, num_blocks, max_batch_tokens, max_requests_per_batch, max_blocks_per_request;
   std::optional<double> max_memory_percent, safety_margin, cpu_offload_space, cpu_offload_space_safety_threshold,
       cpu_group_timeout;
-  std::optional<bool> allow_block_sharing, use_async_batching, return_logprobs, auto_switch_to_flash,
+  std::optional<bool> allow_block_sharing, use_async_batching, adaptive_speculation, return_logprobs, auto_switch_to_flash,
       per_request_processors, drop_unsupported_processors, disable_nccl_graph_mixing;
   bool no_block_sharing = false;
   std::optional<std::string> cpu_offload_path;

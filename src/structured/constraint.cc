@@ -165,7 +165,7 @@ Status Constraint::precompute_mask(const AutomatonState& state) {
     std::shared_ptr<CachedMask> entry = claim(state, &claimed);
     if (!entry->mask) {  // (else a thread that claimed it filled it meanwhile)
       entry->mask = std::move(m);
-      ++stats_.prefetched;
+      ++stats_.precomputed;
     }
   }
   cache_cv_.notify_all();

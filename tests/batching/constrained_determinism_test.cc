@@ -177,7 +177,8 @@ TEST(ConstrainedBatching, PrefetchedMasksGiveTheSynchronousOutput) {
       for (const Req& r : w) {
         if (!r.constraint) continue;
         prefetched += r.constraint->cache_stats().prefetched;
-        computed += r.constraint->cache_stats().misses + r.constraint->cache_stats().prefetched;
+        computed += r.constraint->cache_stats().misses + r.constraint->cache_stats().prefetched +
+                    r.constraint->cache_stats().precomputed;
       }
       EXPECT_GT(computed, 0u);
       if (prefetch) EXPECT_GT(prefetched, 0u);

@@ -39,7 +39,8 @@ TEST(ContinuousBatchingConfig, LoadsEveryFieldFromJsonAndRoundTrips) {
                   {"cpu_offload_space", 1.5}, {"cpu_offload_space_safety_threshold", 0.5}, {"max_queue_size", 100},
                   {"per_request_processors", true}, {"drop_unsupported_processors", false},
                   {"disable_nccl_graph_mixing", false}, {"cpu_group_timeout", nullptr},
-                  {"use_default_compile_configs", true}, {"max_cached_graphs", 4}, {"kv_cache_dtype", "bfloat16"}};
+                  {"use_default_compile_configs", true}, {"max_cached_graphs", 4}, {"kv_cache_dtype", "bfloat16"},
+                  {"adaptive_speculation", false}};
   const ContinuousBatchingConfig c = ContinuousBatchingConfig::from_json(j, "cb.json").value();
   EXPECT_EQ(c.page_size, 16);
   EXPECT_EQ(*c.num_blocks, 40);
@@ -53,6 +54,7 @@ TEST(ContinuousBatchingConfig, LoadsEveryFieldFromJsonAndRoundTrips) {
   EXPECT_FALSE(c.cpu_group_timeout);
   EXPECT_EQ(*c.cpu_offload_space, 1.5);
   EXPECT_EQ(c.kv_dtype(), DType::kBF16);
+  EXPECT_EQ(c.adaptive_speculation, false);
   const ContinuousBatchingConfig back = ContinuousBatchingConfig::from_json(c.to_json()).value();
   EXPECT_EQ(back.to_json(), c.to_json());
   // Every GPU-only field set above is reported as having no effect on CPU.

@@ -70,8 +70,10 @@ def test_prompt_lookup_gives_the_same_tokens_as_plain_decoding(default_model, to
     batch_prompts = [tokenizer.encode(VERSE * 2 + "In the beginning")] + prompts[:3]
     plain = default_model.generate_batch(batch_prompts, max_new_tokens=24, do_sample=False, progress_bar=False,
                                          continuous_batching_config=CB)
+    # (adaptive_speculation off: drafts whatever the step cost, so that some are surely accepted)
     spec = default_model.generate_batch(batch_prompts, max_new_tokens=24, do_sample=False, progress_bar=False,
-                                        continuous_batching_config=CB, prompt_lookup_num_tokens=6)
+                                        continuous_batching_config=dict(CB, adaptive_speculation=False),
+                                        prompt_lookup_num_tokens=6)
     assert [o.generated_tokens for o in spec.values()] == [o.generated_tokens for o in plain.values()]
     assert all(o.drafted_tokens == 0 for o in plain.values())
     assert list(spec.values())[0].accepted_draft_tokens > 0
@@ -83,7 +85,8 @@ def test_prompt_lookup_gives_the_same_tokens_as_plain_decoding(default_model, to
     with pytest.raises(ValueError, match="prompt_lookup_num_tokens"):
         loom.GenerationConfig(prompt_lookup_num_tokens=-2)
     # loom batch: the flag, and the counts in each line.
-    lines = cli_batch(batch_prompts, "-n", "24", "--greedy", "--prompt-lookup-num-tokens", "6")
+    lines = cli_batch(batch_prompts, "-n", "24", "--greedy", "--prompt-lookup-num-tokens", "6",
+                      "--adaptive-speculation", "false")
     assert [line["generated_ids"] for line in lines] == [o.generated_tokens for o in plain.values()]
     assert lines[0]["accepted_draft_tokens"] > 0
 

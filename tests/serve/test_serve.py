@@ -397,7 +397,8 @@ class PromptLookup(unittest.TestCase):
 
     def test_per_request_and_server_default(self):
         plain_body = {"prompt": self.REPEAT, "max_tokens": 40, "temperature": 0}
-        with Server() as server:
+        # (--adaptive-speculation false: drafts whatever the step cost, so some are surely accepted)
+        with Server("--adaptive-speculation", "false") as server:
             _, _, plain = server.post("/v1/completions", plain_body)
             self.assertEqual(self.drafted(server), (0, 0))
             status, _, spec = server.post("/v1/completions", dict(plain_body, prompt_lookup_num_tokens=6))
@@ -415,7 +416,7 @@ class PromptLookup(unittest.TestCase):
                 "messages": [{"role": "user", "content": self.REPEAT}], "max_tokens": 20, "temperature": 0,
                 "prompt_lookup_num_tokens": 4})
             self.assertEqual(status, 200, chat)
-        with Server("--prompt-lookup-num-tokens", "6") as server:
+        with Server("--prompt-lookup-num-tokens", "6", "--adaptive-speculation", "false") as server:
             _, _, spec = server.post("/v1/completions", plain_body)
             self.assertEqual(spec["choices"][0]["text"], plain["choices"][0]["text"])
             self.assertGreater(self.drafted(server)[1], 0)

@@ -36,6 +36,11 @@ struct ContinuousBatchingConfig {
   // Plan step N+1 (scheduling, block allocation, prefix lookup) on a second thread
   // while step N computes. Unset: off on CPU.
   std::optional<bool> use_async_batching;
+  // Speculative decoding (prompt lookup) drafts only in steps where the measured step
+  // cost says the drafted rows pay for themselves (batching/step_cost.h): off once a
+  // large batch makes the step compute-bound. Unset: on. False: draft whenever the
+  // adaptive draft length says so (deterministic; tests).
+  std::optional<bool> adaptive_speculation;
   // GPU only. A bool in JSON applies to both the varlen and the decode path.
   std::optional<std::pair<bool, bool>> use_cuda_graph;
   int64_t q_padding_interval_size = 0;   // GPU only
@@ -116,6 +121,7 @@ struct CbResources {
   int64_t swap_pages = 0;  // host swap, pages of one layer
   std::string swap_path;   // file backing the swap pool; empty: RAM
   bool async_batching = false;
+  bool adaptive_speculation = true;
   size_t block_bytes = 0;  // one page per layer, K and V
 };
 

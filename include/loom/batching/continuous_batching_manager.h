@@ -29,6 +29,7 @@
 #include "loom/batching/generation_output.h"
 #include "loom/batching/model_runner.h"
 #include "loom/batching/request_options.h"
+#include "loom/batching/step_cost.h"
 #include "loom/core/status.h"
 #include "loom/generation/generation_config.h"
 #include "loom/generation/sampling.h"
@@ -332,6 +333,7 @@ class ContinuousBatchingManager {
   std::vector<std::pair<RequestState*, float*>> to_sample_;  // this step's rows, in commit order
   std::vector<std::pair<PlannedChunk, float*>> to_verify_;   // this step's verification chunks and rows
   std::vector<int32_t> draft_scratch_;
+  StepCostModel step_cost_;  // the steps' seconds by rows: whether a draft's rows pay (step_cost.h)
   std::vector<generation::SampleJob> sample_jobs_;
   generation::ParallelSampler sampler_;
   std::recursive_mutex delivery_mu_;

@@ -33,6 +33,10 @@ class DraftLength {
   }
   // A step verified `drafted` tokens, of which the first `accepted` matched.
   void record(int64_t drafted, int64_t accepted);
+  // The chance a drafted token is accepted when the ones before it were, from the
+  // recent drafts (accepted tokens over accepted tokens and rejections, decaying,
+  // from a prior of one each).
+  double acceptance() const { return (accepted_ + 1) / (accepted_ + rejected_ + 2); }
 
  private:
   int64_t max_ = 0;
@@ -40,6 +44,7 @@ class DraftLength {
   int misses_ = 0;
   int64_t pause_left_ = 0;
   int64_t next_pause_ = kFirstPause;
+  double accepted_ = 0, rejected_ = 0;  // decaying counts for acceptance()
 };
 
 }  // namespace loom::batching

@@ -40,6 +40,7 @@ struct MaskCacheStats {
   uint64_t hits = 0, misses = 0;
   uint64_t prefetched = 0;  // masks computed by prefetch() (off the critical path)
   uint64_t waited = 0;      // mask() calls that waited for a prefetch in progress
+  uint64_t precomputed = 0;  // masks computed by the compilation (the start state's)
 };
 
 class ByteTransitions;
