@@ -391,9 +391,20 @@ class PromptLookup(unittest.TestCase):
     REPEAT = ("And God said, Let there be light: and there was light. " * 6).strip()
 
     def drafted(self, server):
-        m = server.metrics()
-        return (metric(m, "loom:spec_decode_num_draft_tokens_total"),
-                metric(m, "loom:spec_decode_num_accepted_tokens_total"))
+        """(drafted, accepted) once settled: a step counts its accepted drafts just after
+        it has delivered the request's last token."""
+        def read():
+            m = server.metrics()
+            return (metric(m, "loom:spec_decode_num_draft_tokens_total"),
+                    metric(m, "loom:spec_decode_num_accepted_tokens_total"))
+        last = read()
+        for _ in range(50):
+            time.sleep(0.05)
+            now = read()
+            if now == last:
+                return now
+            last = now
+        return last
 
     def test_per_request_and_server_default(self):
         plain_body = {"prompt": self.REPEAT, "max_tokens": 40, "temperature": 0}
