@@ -19,6 +19,7 @@
 #include "loom/tokenizer/chat_template.h"
 #include "serve/api_error.h"
 #include "serve/metrics.h"
+#include "serve/response_store.h"
 
 namespace loom::serve {
 
@@ -114,6 +115,8 @@ class Engine {
 
   std::optional<batching::ManagerStats> stats() const;
   Metrics& metrics() { return *metrics_; }
+  // Stored Responses (previous_response_id).
+  ResponseStore& response_store() { return responses_; }
   bool metrics_ready() const { return metrics_ != nullptr; }
 
   // RAII count of requests in flight (drain waits for it to reach zero).
@@ -147,6 +150,7 @@ class Engine {
   std::atomic<uint64_t> next_id_{0};
   std::once_flag constraints_once_;
   std::unique_ptr<structured::ConstraintRegistry> constraints_;
+  ResponseStore responses_;
 };
 
 // "stop" | "length" | "abort" | "error": OpenAI's finish_reason (and vLLM's label) of a final output.
