@@ -16,7 +16,7 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-std::string read_template(const std::string& name) {
+std::string thinking_template(const std::string& name) {
   std::ifstream f(std::string(LOOM_SOURCE_DIR) + "/tests/reference/chat_templates/templates/" + name + ".jinja");
   std::stringstream s;
   s << f.rdbuf();
@@ -24,11 +24,11 @@ std::string read_template(const std::string& name) {
 }
 
 TEST(Reasoning, DetectedFromTemplates) {
-  EXPECT_TRUE(detect_reasoning(read_template("qwen3")).thinks());
-  EXPECT_TRUE(detect_reasoning(read_template("deepseek_r1_distill_qwen")).thinks());
-  EXPECT_FALSE(detect_reasoning(read_template("llama3_1")).thinks());
-  EXPECT_FALSE(detect_reasoning(read_template("qwen2_5")).thinks());
-  const ReasoningSyntax s = detect_reasoning(read_template("qwen3"));
+  EXPECT_TRUE(detect_reasoning(thinking_template("qwen3")).thinks());
+  EXPECT_TRUE(detect_reasoning(thinking_template("deepseek_r1_distill_qwen")).thinks());
+  EXPECT_FALSE(detect_reasoning(thinking_template("llama3_1")).thinks());
+  EXPECT_FALSE(detect_reasoning(thinking_template("qwen2_5")).thinks());
+  const ReasoningSyntax s = detect_reasoning(thinking_template("qwen3"));
   EXPECT_TRUE(prompt_opens_reasoning(s, "<|im_start|>assistant\n<think>\n"));
   EXPECT_FALSE(prompt_opens_reasoning(s, "<|im_start|>assistant\n<think>\n\n</think>\n\n"));
   EXPECT_FALSE(prompt_opens_reasoning(s, "<|im_start|>assistant\n"));
