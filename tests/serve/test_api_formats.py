@@ -163,6 +163,33 @@ class ApiFormats(unittest.TestCase):
         self.assertEqual(events[-2]["usage"]["output_tokens"], 6)
         self.assertEqual(events[-2]["delta"]["stop_reason"], "max_tokens")
 
+    def test_client_limits_hold_on_the_new_routes(self):
+        with Server("--api-key", "sdk-key", "--max-body-bytes", "4096", "--max-prompt-bytes", "300") as server:
+            big = "x" * 5000
+            for path, body in (("/v1/messages", {"max_tokens": 2, "messages": [{"role": "user", "content": big}]}),
+                               ("/v1/responses", {"input": big})):
+                status, _, _ = server.post(path, body, headers={"x-api-key": "sdk-key"})
+                self.assertEqual(status, 413, path)
+            long = "word " * 100  # under the body limit, over the prompt's byte budget
+            status, _, r = server.post("/v1/messages", {"max_tokens": 2, "messages": [{"role": "user", "content": long}]},
+                                       headers={"x-api-key": "sdk-key"})
+            self.assertEqual((status, r["error"]["type"]), (400, "invalid_request_error"))
+            self.assertIn("--max-prompt-bytes", r["error"]["message"])
+            status, _, r = server.post("/v1/responses", {"input": long}, headers=KEY)
+            self.assertEqual((status, r["error"]["code"]), (400, "prompt_too_large"))
+            self.assertEqual(r["error"]["param"], "input")
+            for path in ("/v1/messages", "/v1/messages/count_tokens", "/v1/responses"):
+                status, _, _ = server.post(path, {"input": "x", "max_tokens": 2, "messages": USER})
+                self.assertEqual(status, 401, path)
+
+    def test_thinking_budget_holds_for_every_sampled_choice(self):
+        r = self.ok(self.think, "/v1/chat/completions",
+                    {"messages": USER, "max_tokens": 16, "max_thinking_tokens": 3, "n": 3, "temperature": 1.0, "seed": 7})
+        self.assertEqual(len(r["choices"]), 3)
+        for choice in r["choices"]:
+            self.assertIsNotNone(choice["message"]["reasoning_content"])
+            self.assertGreater(len(choice["message"]["content"]), 0, choice)
+
     # The official SDKs.
 
     def test_anthropic_sdk(self):
