@@ -69,6 +69,7 @@ const Route kRoutes[] = {
     {"/tokenize", "POST", true, handle_tokenize},
     {"/detokenize", "POST", true, handle_detokenize},
     {"/health", "GET", false, handle_health},
+    {"/", "GET", false, handle_chat_page},
     {"/metrics", "GET", false, handle_metrics},
 };
 
@@ -194,7 +195,9 @@ void Router::log(const HttpRequest& req, int status, const RequestLog& log) cons
 HttpResponse Router::route(const HttpRequest& req) {
   // Authentication comes first: without the key, a client learns nothing,
   // not even which paths and methods exist.
-  if (!options_.api_key.empty() && req.path != "/health") {
+  // The chat page holds no data (a browser cannot send a key to open it); every call
+  // it makes carries the key.
+  if (!options_.api_key.empty() && req.path != "/health" && !(req.path == "/" && req.method == "GET")) {
     // Bearer (OpenAI's clients) or x-api-key (Anthropic's).
     auto it = req.headers.find("authorization");
     auto x_key = req.headers.find("x-api-key");
