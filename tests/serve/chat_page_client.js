@@ -86,9 +86,29 @@ async function main() {
     const reasoning = await evaluate("document.querySelector('.assistant .reasoning').textContent");
     const folded = await evaluate("!document.querySelector('.assistant details').open");
     const model = await evaluate("document.getElementById('model').textContent");
+    // A second, long turn stopped as soon as its first text arrives.
+    let stopped = null;
+    if (process.env.LOOM_PAGE_STOP) {
+      await evaluate(`document.getElementById('max_tokens').value = '${process.env.LOOM_PAGE_STOP}';
+        document.getElementById('input').value = 'Tell me more.'; document.getElementById('form').requestSubmit(); true`);
+      const second = "document.querySelectorAll('.assistant')[1]";
+      for (;;) {
+        const shown = await evaluate(`${second} ? ${second}.textContent.length : 0`);
+        if (shown > "Reasoning".length) break;
+        if (Date.now() > deadline) throw new Error("the second reply never started");
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      await evaluate("document.getElementById('stop').click(); true");
+      for (;;) {
+        const s = await evaluate(`${second}.dataset.state`);
+        if (s !== "streaming") { stopped = { state: s, sendEnabled: await evaluate("!document.getElementById('send').disabled") }; break; }
+        if (Date.now() > deadline) throw new Error("the stop button did not end the stream");
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    }
     const shot = await cdp.send("Page.captureScreenshot", { format: "png" }, sessionId);
     fs.writeFileSync(screenshot, Buffer.from(shot.data, "base64"));
-    console.log(JSON.stringify({ state, content, reasoning, folded, model, urls }));
+    console.log(JSON.stringify({ state, content, reasoning, folded, model, urls, stopped }));
     await cdp.send("Browser.close").catch(() => {});
     cdp.close();
   } finally {
@@ -97,7 +117,15 @@ async function main() {
       browser.proc.kill();
       await Promise.race([exited, new Promise((r) => setTimeout(r, 10000))]);
     }
-    fs.rmSync(browser.profile, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
+    // Chromium's helpers may still write into the profile for a moment: retry, then leave it to /tmp.
+    for (let i = 0; i < 10; ++i) {
+      try {
+        fs.rmSync(browser.profile, { recursive: true, force: true });
+        break;
+      } catch (e) {
+        await new Promise((r) => setTimeout(r, 300));
+      }
+    }
   }
 }
 

@@ -29,12 +29,13 @@ def streamed_reply(server, max_tokens):
 
 
 class ChatPage(unittest.TestCase):
-    def page(self, server, max_tokens, name):
+    def page(self, server, max_tokens, name, stop_after=None):
         self.assertIsNotNone(shutil.which("chromium"), "install Debian's chromium (scripts/install-deps --test)")
         shot = os.path.join(SHOTS, f"chat_page_{name}.png")
         proc = subprocess.run(["node", "--experimental-websocket", "--no-warnings", os.path.join(HERE, "chat_page_client.js"),
                                str(server.port), "page-key", PROMPT, str(max_tokens), shot],
-                              capture_output=True, text=True, timeout=180)
+                              capture_output=True, text=True, timeout=180,
+                              env=dict(os.environ, **({"LOOM_PAGE_STOP": str(stop_after)} if stop_after else {})))
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr + server.log()[-2000:])
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         with open(shot, "rb") as f:
@@ -55,11 +56,17 @@ class ChatPage(unittest.TestCase):
             self.assertTrue(headers["content-type"].startswith("text/html"))
             self.assertIn("default-src 'none'", headers["content-security-policy"])
             self.assertNotIn("https://", body)
-            result = self.page(server, 16, "plain")
+            result = self.page(server, 16, "plain", stop_after=450)
             content, _ = streamed_reply(server, 16)
             self.assertGreater(len(content), 0)
             self.assertEqual(result["content"], content)
             self.assertEqual(result["reasoning"], "")
+            # Stop ended the second turn's stream early, and the server cancelled its request.
+            self.assertEqual(result["stopped"], {"state": "stopped", "sendEnabled": True})
+            stopped = [l for l in server.log().splitlines() if "POST /v1/chat/completions" in l][1]
+            self.assertIn("status=client disconnected", stopped)
+            completion = int(stopped.split("completion_tokens=")[1].split()[0]) if "completion_tokens=" in stopped else 0
+            self.assertLess(completion, 450)
 
     def test_page_folds_reasoning(self):
         tmp = tempfile.mkdtemp(prefix="loom-chat-page-")
