@@ -449,3 +449,50 @@ Parsed<ResponsesRequest> parse_responses_request(
 }
 
 }  // namespace loom::serve
+
+namespace loom::serve {
+
+Parsed<RerankRequest> parse_rerank_request(const std::string& body) {
+  Parsed<RerankRequest> out;
+  std::optional<ojson> parsed = parse_request_object(body, &out.error);
+  if (!parsed) return out;
+  const ojson& j = *parsed;
+  auto fail = [&](const std::string& param, const std::string& message) {
+    out.error = bad_field(param, message);
+    return out;
+  };
+  RerankRequest r;
+  if (auto m = j.find("model"); m != j.end() && !m->is_null()) {
+    if (!m->is_string()) return fail("model", io::field_type_message("model", "a string", *m));
+    r.model = m->get<std::string>();
+  }
+  auto q = j.find("query");
+  if (q == j.end() || !q->is_string()) return fail("query", "'query' must be a string");
+  r.query = q->get<std::string>();
+  auto docs = j.find("documents");
+  if (docs == j.end() || !docs->is_array() || docs->empty())
+    return fail("documents", "'documents' must be a non-empty list of strings (or {\"text\"} objects)");
+  if (docs->size() > 1024) return fail("documents", "at most 1024 documents per request");
+  for (size_t i = 0; i < docs->size(); ++i) {
+    const ojson& d = (*docs)[i];
+    if (d.is_string()) r.documents.push_back(d.get<std::string>());
+    else if (d.is_object() && d.contains("text") && d["text"].is_string()) r.documents.push_back(d["text"].get<std::string>());
+    else return fail(at("documents", i), "'" + at("documents", i) + "' must be a string or {\"text\": string}");
+  }
+  if (auto n = j.find("top_n"); n != j.end() && !n->is_null()) {
+    if (!n->is_number_integer() || n->get<int64_t>() < 1) return fail("top_n", "'top_n' must be a positive integer");
+    r.top_n = n->get<int64_t>();
+  }
+  if (auto rd = j.find("return_documents"); rd != j.end() && !rd->is_null()) {
+    if (!rd->is_boolean()) return fail("return_documents", io::field_type_message("return_documents", "true or false", *rd));
+    r.return_documents = rd->get<bool>();
+  }
+  if (auto ins = j.find("instruction"); ins != j.end() && !ins->is_null()) {
+    if (!ins->is_string()) return fail("instruction", io::field_type_message("instruction", "a string", *ins));
+    r.instruction = ins->get<std::string>();
+  }
+  out.value = std::move(r);
+  return out;
+}
+
+}  // namespace loom::serve

@@ -2,7 +2,8 @@
 // field in the API's own terms) and translated into a ChatCompletionRequest, so a
 // conversation is rendered, generated and parsed the one way (serve/chat_run.h):
 //   - Anthropic Messages (POST /v1/messages, /v1/messages/count_tokens);
-//   - OpenAI Responses (POST /v1/responses).
+//   - OpenAI Responses (POST /v1/responses);
+// and the rerank request (Jina / Cohere), which is not a chat.
 #pragma once
 
 #include <functional>
@@ -37,6 +38,17 @@ struct ResponsesRequest {
 // stored conversation to put before this request's input, or null.
 Parsed<ResponsesRequest> parse_responses_request(const std::string& body,
                                                  const std::function<std::optional<nlohmann::ordered_json>(const std::string&)>& previous);
+
+// POST /v1/rerank (and /rerank, /v2/rerank): Jina's and Cohere's shape.
+struct RerankRequest {
+  std::optional<std::string> model;
+  std::string query;
+  std::vector<std::string> documents;  // strings, or {"text"} objects
+  std::optional<int64_t> top_n;
+  bool return_documents = true;
+  std::optional<std::string> instruction;  // the <Instruct> of Qwen3-Reranker's prompt
+};
+Parsed<RerankRequest> parse_rerank_request(const std::string& body);
 
 // Anthropic's error shape: {"type": "error", "error": {"type", "message"}}, with the
 // error type its HTTP status means in that API.

@@ -34,6 +34,7 @@ SEEDS = [
     ("POST", "/v1/responses", {"input": "hi", "instructions": "x", "max_output_tokens": 3, "temperature": 0}),
     ("POST", "/v1/responses", {"input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
                                "max_output_tokens": 3, "stream": True, "store": True, "reasoning": {"effort": "low"}}),
+    ("POST", "/v1/rerank", {"query": "who", "documents": ["a", {"text": "b"}], "top_n": 1, "return_documents": False}),
     ("GET", "/v1/models", None),
     ("GET", "/metrics", None),
     ("GET", "/health", None),
