@@ -65,11 +65,13 @@ class Rerank(unittest.TestCase):
         order = sorted(range(len(DOCS)), key=lambda i: -ref[i])
         self.assertEqual([x["index"] for x in r["results"]], order, (r, ref))
         for x in r["results"]:
-            self.assertAlmostEqual(x["relevance_score"], ref[x["index"]], delta=2e-3)
+            # The bundled model is no reranker: its scores are small, so they are compared relatively.
+            self.assertTrue(math.isclose(x["relevance_score"], ref[x["index"]], rel_tol=1e-3, abs_tol=1e-7),
+                            (x, ref[x["index"]]))
             self.assertEqual(x["document"]["text"], DOCS[x["index"]])
         self.assertGreater(r["usage"]["total_tokens"], 0)
         # The scores must tell the documents apart for the order to mean anything.
-        self.assertGreater(max(ref) - min(ref), 1e-3)
+        self.assertGreater(max(ref) / min(ref), 1.1)
 
     def test_shapes_and_aliases(self):
         body = {"query": QUERY, "documents": [{"text": d} for d in DOCS], "top_n": 2, "return_documents": False,
