@@ -495,4 +495,42 @@ Parsed<RerankRequest> parse_rerank_request(const std::string& body) {
   return out;
 }
 
+Parsed<RerankRequest> parse_score_request(const std::string& body) {
+  Parsed<RerankRequest> out;
+  std::optional<ojson> parsed = parse_request_object(body, &out.error);
+  if (!parsed) return out;
+  const ojson& j = *parsed;
+  RerankRequest r;
+  if (auto m = j.find("model"); m != j.end() && !m->is_null()) {
+    if (!m->is_string()) {
+      out.error = bad_field("model", io::field_type_message("model", "a string", *m));
+      return out;
+    }
+    r.model = m->get<std::string>();
+  }
+  auto t1 = j.find("text_1");
+  if (t1 == j.end() || !t1->is_string()) {
+    out.error = bad_field("text_1", "'text_1' must be a string (the query)");
+    return out;
+  }
+  r.query = t1->get<std::string>();
+  auto t2 = j.find("text_2");
+  if (t2 != j.end() && t2->is_string()) {
+    r.documents.push_back(t2->get<std::string>());
+  } else if (t2 != j.end() && t2->is_array() && !t2->empty() && t2->size() <= 1024) {
+    for (size_t i = 0; i < t2->size(); ++i) {
+      if (!(*t2)[i].is_string()) {
+        out.error = bad_field(at("text_2", i), "'" + at("text_2", i) + "' must be a string");
+        return out;
+      }
+      r.documents.push_back((*t2)[i].get<std::string>());
+    }
+  } else {
+    out.error = bad_field("text_2", "'text_2' must be a string or a list of 1 to 1024 strings");
+    return out;
+  }
+  out.value = std::move(r);
+  return out;
+}
+
 }  // namespace loom::serve

@@ -49,6 +49,8 @@ struct RerankRequest {
   std::optional<std::string> instruction;  // the <Instruct> of Qwen3-Reranker's prompt
 };
 Parsed<RerankRequest> parse_rerank_request(const std::string& body);
+// vLLM's /score: {"text_1": query, "text_2": a document or a list} as a RerankRequest.
+Parsed<RerankRequest> parse_score_request(const std::string& body);
 
 // Anthropic's error shape: {"type": "error", "error": {"type", "message"}}, with the
 // error type its HTTP status means in that API.

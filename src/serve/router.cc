@@ -69,6 +69,8 @@ const Route kRoutes[] = {
     {"/v1/rerank", "POST", true, handle_rerank},
     {"/v2/rerank", "POST", true, handle_rerank},
     {"/rerank", "POST", true, handle_rerank},
+    {"/score", "POST", true, handle_score},
+    {"/v1/score", "POST", true, handle_score},
     {"/tokenize", "POST", true, handle_tokenize},
     {"/detokenize", "POST", true, handle_detokenize},
     {"/health", "GET", false, handle_health},

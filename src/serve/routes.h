@@ -17,6 +17,7 @@ HttpResponse handle_messages(Engine& engine, const HttpRequest& req);           
 HttpResponse handle_messages_count_tokens(Engine& engine, const HttpRequest& req);  // serving_messages.cc
 HttpResponse handle_responses(Engine& engine, const HttpRequest& req);              // serving_responses.cc
 HttpResponse handle_rerank(Engine& engine, const HttpRequest& req);                 // serving_rerank.cc
+HttpResponse handle_score(Engine& engine, const HttpRequest& req);                  // serving_rerank.cc
 HttpResponse handle_chat_page(Engine& engine, const HttpRequest& req);              // chat_page.cc
 
 }  // namespace loom::serve

@@ -43,34 +43,31 @@ std::string rerank_prompt(const std::string& instruction, const std::string& que
          kRerankSuffix;
 }
 
-}  // namespace
-
-HttpResponse handle_rerank(Engine& engine, const HttpRequest& req) {
-  Parsed<RerankRequest> parsed = parse_rerank_request(req.body);
-  if (!parsed.ok()) return error_response(parsed.error);
-  const RerankRequest& r = *parsed.value;
-  if (auto e = engine.check_model(r.model)) return error_response(*e);
+// Each document's score against the query, in order; an error response instead when
+// the pairs cannot be scored. `param` names the documents' field in errors.
+std::optional<HttpResponse> score_documents(Engine& engine, const HttpRequest& req, const std::string& query,
+                                            const std::vector<std::string>& documents, const std::string& instruction,
+                                            const std::string& param, std::vector<double>* scores, int64_t* total_tokens) {
   const Tokenizer* tok = engine.tokenizer();
   if (!tok) return error_response(bad_field("model", "the model has no tokenizer"));
   const std::vector<int32_t> yes = answer_tokens(*tok, "yes"), no = answer_tokens(*tok, "no");
   if (yes.empty() || no.empty())
     return error_response(ApiError{500, "the tokenizer cannot encode the answers \"yes\" / \"no\"", "internal_error", "", ""});
-  const std::string instruction = r.instruction.value_or(kDefaultInstruction);
   std::vector<std::vector<int32_t>> prompts;
-  int64_t total_tokens = 0;
-  for (size_t i = 0; i < r.documents.size(); ++i) {
-    const std::string param = "documents[" + std::to_string(i) + "]";
-    const std::string text = rerank_prompt(instruction, r.query, r.documents[i]);
-    if (auto e = check_prompt_bytes(engine, text.size(), param)) return error_response(*e);
+  *total_tokens = 0;
+  for (size_t i = 0; i < documents.size(); ++i) {
+    const std::string where = param + "[" + std::to_string(i) + "]";
+    const std::string text = rerank_prompt(instruction, query, documents[i]);
+    if (auto e = check_prompt_bytes(engine, text.size(), where)) return error_response(*e);
     Result<Encoding> enc = tok->encode(text, /*add_special_tokens=*/false);
-    if (!enc.ok()) return error_response(from_status(enc.status(), param));
+    if (!enc.ok()) return error_response(from_status(enc.status(), where));
     std::vector<int32_t> ids = enc->ids;
     const size_t longest = std::max(yes.size(), no.size());
     if (auto e = check_context(engine, static_cast<int64_t>(ids.size() + longest), 1)) {
-      e->param = param;
+      e->param = where;
       return error_response(*e);
     }
-    total_tokens += static_cast<int64_t>(ids.size());
+    *total_tokens += static_cast<int64_t>(ids.size());
     std::vector<int32_t> with_yes = ids;
     with_yes.insert(with_yes.end(), yes.begin(), yes.end());
     ids.insert(ids.end(), no.begin(), no.end());
@@ -85,8 +82,8 @@ HttpResponse handle_rerank(Engine& engine, const HttpRequest& req) {
   if (!submitted.ok()) return error_response(from_status(submitted.status()));
   std::optional<std::vector<batching::GenerationOutput>> finals = collect_job(**submitted, req);
   if (!finals) return client_gone_response();
-  std::vector<std::pair<double, size_t>> scores;
-  for (size_t i = 0; i < r.documents.size(); ++i) {
+  scores->clear();
+  for (size_t i = 0; i < documents.size(); ++i) {
     const batching::GenerationOutput& y = (*finals)[2 * i];
     const batching::GenerationOutput& n = (*finals)[2 * i + 1];
     if (y.status != batching::RequestStatus::kFinished) return error_response(output_error(y));
@@ -94,8 +91,25 @@ HttpResponse handle_rerank(Engine& engine, const HttpRequest& req) {
     if (y.prompt_logprobs.size() < yes.size() || n.prompt_logprobs.size() < no.size())
       return error_response(ApiError{500, "the scoring requests returned no prompt log-probabilities", "internal_error", "", ""});
     const double diff = answer_logprob(n, no.size()) - answer_logprob(y, yes.size());
-    scores.emplace_back(1.0 / (1.0 + std::exp(diff)), i);
+    scores->push_back(1.0 / (1.0 + std::exp(diff)));
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+HttpResponse handle_rerank(Engine& engine, const HttpRequest& req) {
+  Parsed<RerankRequest> parsed = parse_rerank_request(req.body);
+  if (!parsed.ok()) return error_response(parsed.error);
+  const RerankRequest& r = *parsed.value;
+  if (auto e = engine.check_model(r.model)) return error_response(*e);
+  std::vector<double> by_doc;
+  int64_t total_tokens = 0;
+  if (auto e = score_documents(engine, req, r.query, r.documents, r.instruction.value_or(kDefaultInstruction), "documents",
+                               &by_doc, &total_tokens))
+    return std::move(*e);
+  std::vector<std::pair<double, size_t>> scores;
+  for (size_t i = 0; i < by_doc.size(); ++i) scores.emplace_back(by_doc[i], i);
   std::stable_sort(scores.begin(), scores.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   const size_t keep = r.top_n ? std::min<size_t>(scores.size(), static_cast<size_t>(*r.top_n)) : scores.size();
   json results = json::array();
@@ -108,6 +122,32 @@ HttpResponse handle_rerank(Engine& engine, const HttpRequest& req) {
                                     {"model", engine.served_model_name()},
                                     {"usage", {{"total_tokens", total_tokens}}},
                                     {"results", results}});
+  res.log->prompt_tokens = total_tokens;
+  return res;
+}
+
+}  // namespace loom::serve
+
+namespace loom::serve {
+
+HttpResponse handle_score(Engine& engine, const HttpRequest& req) {
+  Parsed<RerankRequest> parsed = parse_score_request(req.body);
+  if (!parsed.ok()) return error_response(parsed.error);
+  const RerankRequest& r = *parsed.value;
+  if (auto e = engine.check_model(r.model)) return error_response(*e);
+  std::vector<double> scores;
+  int64_t total_tokens = 0;
+  if (auto e = score_documents(engine, req, r.query, r.documents, r.instruction.value_or(kDefaultInstruction), "text_2",
+                               &scores, &total_tokens))
+    return std::move(*e);
+  json data = json::array();
+  for (size_t i = 0; i < scores.size(); ++i) data.push_back({{"index", i}, {"object", "score"}, {"score", scores[i]}});
+  HttpResponse res = json_response({{"id", "score-" + req.request_id},
+                                    {"object", "list"},
+                                    {"created", unix_now()},
+                                    {"model", engine.served_model_name()},
+                                    {"data", data},
+                                    {"usage", {{"prompt_tokens", total_tokens}, {"total_tokens", total_tokens}}}});
   res.log->prompt_tokens = total_tokens;
   return res;
 }

@@ -1,5 +1,5 @@
 // The server's request bodies from the fuzzer: each of the parsers (OpenAI's
-// completions, chat, tokenize, detokenize, Responses; Anthropic's Messages; rerank) must
+// completions, chat, tokenize, detokenize, Responses; Anthropic's Messages; rerank, score) must
 // accept the bytes or name what is wrong, and what they accept must hold the
 // ranges the routes rely on; the error object must always serialize.
 #include <cstdlib>
@@ -82,6 +82,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (auto k = parse_rerank_request(body); k.ok()) {
     if (k.value->documents.empty() || k.value->documents.size() > 1024 || (k.value->top_n && *k.value->top_n < 1)) std::abort();
+  } else {
+    check_error(k.error);
+  }
+  if (auto k = parse_score_request(body); k.ok()) {
+    if (k.value->documents.empty() || k.value->documents.size() > 1024) std::abort();
   } else {
     check_error(k.error);
   }

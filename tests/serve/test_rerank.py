@@ -1,4 +1,4 @@
-"""POST /v1/rerank (/rerank, /v2/rerank) against an independent PyTorch reference
+"""POST /v1/rerank (/rerank, /v2/rerank, and vLLM's /score) against an independent PyTorch reference
 (tests/reference/reference_model.py) of the bundled weights: each document's score is
 P("yes") / (P("yes") + P("no")) after Qwen3-Reranker's prompt (the prompt and the formula
 written here from the reranker's model card, not from loom's code), an answer spelt in
@@ -87,6 +87,26 @@ class Rerank(unittest.TestCase):
         self.assertEqual(replies[0], replies[2])
         ref = self.reference_scores(QUERY, DOCS, "Find the verse")
         self.assertEqual([i for i, _ in replies[0]], sorted(range(len(DOCS)), key=lambda i: -ref[i])[:2])
+
+    def test_vllm_score_gives_the_same_scores(self):
+        status, _, r = self.server.post("/v1/rerank", {"query": QUERY, "documents": DOCS})
+        self.assertEqual(status, 200, r)
+        by_index = {x["index"]: x["relevance_score"] for x in r["results"]}
+        for path in ("/score", "/v1/score"):
+            status, _, s = self.server.post(path, {"text_1": QUERY, "text_2": DOCS})
+            self.assertEqual(status, 200, s)
+            self.assertEqual(s["object"], "list")
+            self.assertEqual([d["index"] for d in s["data"]], list(range(len(DOCS))))
+            for d in s["data"]:
+                self.assertEqual(d["object"], "score")
+                self.assertAlmostEqual(d["score"], by_index[d["index"]], places=9)
+        status, _, one = self.server.post("/score", {"text_1": QUERY, "text_2": DOCS[0]})
+        self.assertEqual(status, 200, one)
+        self.assertAlmostEqual(one["data"][0]["score"], by_index[0], places=9)
+        for body, param in (({"text_2": DOCS}, "text_1"), ({"text_1": QUERY}, "text_2"),
+                            ({"text_1": QUERY, "text_2": ["a", 1]}, "text_2[1]")):
+            status, _, e = self.server.post("/score", body)
+            self.assertEqual((status, e["error"]["param"]), (400, param))
 
     def test_bad_requests_name_the_field(self):
         for body, param in (({"documents": DOCS}, "query"), ({"query": QUERY}, "documents"),

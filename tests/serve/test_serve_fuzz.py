@@ -35,6 +35,7 @@ SEEDS = [
     ("POST", "/v1/responses", {"input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
                                "max_output_tokens": 3, "stream": True, "store": True, "reasoning": {"effort": "low"}}),
     ("POST", "/v1/rerank", {"query": "who", "documents": ["a", {"text": "b"}], "top_n": 1, "return_documents": False}),
+    ("POST", "/score", {"text_1": "who", "text_2": ["a", "b"]}),
     ("GET", "/v1/models", None),
     ("GET", "/metrics", None),
     ("GET", "/health", None),
