@@ -5,6 +5,8 @@
 // topped up, with preemption allowed, before it runs.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 
 #include "batching/constrained_decoding.h"
 #include "batching/result_queue.h"
@@ -503,6 +505,7 @@ void ContinuousBatchingManager::fork_sequences(RequestState* parent, const float
     c->finisher = TokenFinisher(parent->finisher.eos_token_ids(), parent->finisher.stop_strings(), c->max_new_tokens,
                                 c->text_stream.get());
     c->constraint = parent->constraint;
+    c->thinking = parent->thinking;
     c->sequence_index = index;
     c->parent_id = parent->id;
     c->streaming = parent->streaming;
@@ -532,6 +535,7 @@ bool ContinuousBatchingManager::sample_into(RequestState* r, float* row) {
 bool ContinuousBatchingManager::prepare_sample(RequestState* r, float* row) {
   // Alternatives come from the raw row, before sample_next biases and penalizes it.
   if (r->top_logprobs_k > 0) r->top_logprobs.push_back(generation::top_logprobs(row, vocab_, r->top_logprobs_k));
+  if (r->thinking && r->thinking_forced_from != RequestState::kThinkingLeftAlone) force_thinking_close(r, row);
   if (r->constraint) {
     const ConstraintStep step = mask_for_constraint(*r->constraint, row, vocab_, r->finisher.eos_token_ids());
     if (step == ConstraintStep::kComplete) {
@@ -545,6 +549,38 @@ bool ContinuousBatchingManager::prepare_sample(RequestState* r, float* row) {
     }
   }
   return true;
+}
+
+void ContinuousBatchingManager::force_thinking_close(RequestState* r, float* row) {
+  const ThinkingBudget& b = *r->thinking;
+  const int64_t generated = r->generated();
+  if (r->thinking_forced_from < 0) {
+    if (generated < b.after_tokens) return;
+    // Decided once, when the budget is spent: is the section still open?
+    size_t open_end = 0;
+    bool open = b.open_at_start;
+    if (!open && !b.open.empty()) {
+      const size_t at = r->text.find(b.open);
+      open = at != std::string::npos;
+      open_end = open ? at + b.open.size() : 0;
+    }
+    const bool closed = open && r->text.find(b.close, open_end) != std::string::npos;
+    if (!open || closed) {
+      r->thinking_forced_from = RequestState::kThinkingLeftAlone;
+      return;
+    }
+    r->thinking_forced_from = generated;
+  }
+  // Counted from the tokens themselves, so a sample that was not kept forces the same id again.
+  const int64_t k = generated - r->thinking_forced_from;
+  if (k < 0 || k >= static_cast<int64_t>(b.close_ids.size())) {
+    r->thinking_forced_from = RequestState::kThinkingLeftAlone;
+    return;
+  }
+  const int32_t id = b.close_ids[static_cast<size_t>(k)];
+  const float keep = row[id];
+  std::fill(row, row + vocab_, -std::numeric_limits<float>::infinity());
+  row[id] = std::isfinite(keep) ? keep : 0.0f;
 }
 
 bool ContinuousBatchingManager::accept_sampled(RequestState* r, const generation::SampledToken& tok) {

@@ -144,7 +144,8 @@ Result<std::string> ContinuousBatchingManager::add_request(std::vector<int32_t> 
   if (lookup < 0 || lookup > kMaxPromptLookupTokens)
     return invalid_argument("add_request: prompt_lookup_num_tokens must be in [0, " +
                             std::to_string(kMaxPromptLookupTokens) + "], got " + std::to_string(lookup));
-  r->draft_length = DraftLength(lookup);
+  // Forced close tokens are not drafts the model could verify: no drafting then.
+  r->draft_length = DraftLength(o.thinking_budget ? 0 : lookup);
 
   const int32_t num_sequences = o.num_return_sequences.value_or(static_cast<int32_t>(gc_.num_return_sequences));
   if (num_sequences < 1)
@@ -177,6 +178,16 @@ Result<std::string> ContinuousBatchingManager::add_request(std::vector<int32_t> 
       return invalid_argument("add_request: the constraint's vocabulary (" + std::to_string(o.constraint->vocabulary()->size()) +
                               " ids) is larger than the model's (" + std::to_string(vocab_) + "): compiled for another tokenizer?");
     r->constraint.emplace(o.constraint);
+  }
+  if (o.thinking_budget) {
+    const ThinkingBudget& b = *o.thinking_budget;
+    if (o.constraint) return invalid_argument("add_request: a thinking budget cannot be combined with a constraint");
+    if (!r->text_stream) return invalid_argument("add_request: a thinking budget needs a tokenizer (the manager has no text stream)");
+    if (b.after_tokens < 0 || b.close.empty() || b.close_ids.empty())
+      return invalid_argument("add_request: a thinking budget needs after_tokens >= 0, a close tag and its token ids");
+    for (int32_t id : b.close_ids)
+      if (id < 0 || id >= vocab_) return out_of_range("add_request: thinking budget close id " + std::to_string(id) + " is outside the vocabulary");
+    r->thinking = b;
   }
   r->streaming = o.streaming;
   r->record_timestamps = o.record_timestamps;

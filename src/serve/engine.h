@@ -20,6 +20,7 @@
 #include "serve/api_error.h"
 #include "serve/constraint_compiler.h"
 #include "serve/metrics.h"
+#include "serve/response_store.h"
 
 namespace loom::serve {
 
@@ -119,6 +120,8 @@ class Engine {
 
   std::optional<batching::ManagerStats> stats() const;
   Metrics& metrics() { return *metrics_; }
+  // Stored Responses (previous_response_id).
+  ResponseStore& response_store() { return responses_; }
   bool metrics_ready() const { return metrics_ != nullptr; }
 
   // RAII count of requests in flight (drain waits for it to reach zero).
@@ -154,6 +157,7 @@ class Engine {
   std::unique_ptr<structured::ConstraintRegistry> constraints_;
   std::unique_ptr<ConstraintCompiler> constraint_compiler_;  // after the registry: stops first
   std::atomic<const structured::ConstraintRegistry*> constraints_built_{nullptr};  // for constraint_stats()
+  ResponseStore responses_;
 };
 
 // "stop" | "length" | "abort" | "error": OpenAI's finish_reason (and vLLM's label) of a final output.

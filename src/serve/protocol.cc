@@ -218,6 +218,10 @@ void read_sampling(Fields& f, SamplingFields* s, bool chat) {
   if (auto e = read_requested_constraint(f.object(), &s->constraint)) return f.fail(*e);
 }
 
+bool valid_reasoning_effort(const std::string& e) {
+  return e == "none" || e == "minimal" || e == "low" || e == "medium" || e == "high";
+}
+
 bool valid_function_name(const std::string& name) {
   if (name.empty() || name.size() > 64) return false;
   for (char c : name)
@@ -372,10 +376,18 @@ Parsed<CompletionRequest> parse_completion_request(const std::string& body) {
   return out;
 }
 
+std::optional<ojson> parse_request_object(const std::string& body, ApiError* error) { return parse_object(body, error); }
+
 Parsed<ChatCompletionRequest> parse_chat_completion_request(const std::string& body) {
   Parsed<ChatCompletionRequest> out;
   std::optional<ojson> j = parse_object(body, &out.error);
   if (!j) return out;
+  return parse_chat_completion_object(*j);
+}
+
+Parsed<ChatCompletionRequest> parse_chat_completion_object(const ojson& body) {
+  Parsed<ChatCompletionRequest> out;
+  const ojson* j = &body;
   Fields f(*j);
   ChatCompletionRequest r;
   read_sampling(f, &r, /*chat=*/true);
@@ -387,6 +399,11 @@ Parsed<ChatCompletionRequest> parse_chat_completion_request(const std::string& b
   f.boolean("add_special_tokens", &r.add_special_tokens);
   if (f.ok()) read_tools(f, &r);
   if (f.ok() && r.top_logprobs > 0 && !r.logprobs) f.fail("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
+  f.integer("max_thinking_tokens", &r.max_thinking_tokens, 0, std::numeric_limits<int32_t>::max());
+  f.string("reasoning_effort", &r.reasoning_effort);
+  if (f.ok() && r.reasoning_effort && !valid_reasoning_effort(*r.reasoning_effort))
+    f.fail("reasoning_effort", "'reasoning_effort' must be \"none\", \"minimal\", \"low\", \"medium\" or \"high\", got \"" +
+                                   *r.reasoning_effort + "\"");
   if (f.ok()) {
     if (const ojson* kw = f.get("chat_template_kwargs")) {
       if (!kw->is_object()) f.fail("chat_template_kwargs", io::field_type_message("chat_template_kwargs", "an object", *kw));

@@ -70,6 +70,11 @@ struct ChatCompletionRequest : SamplingFields {
   bool logprobs = false;
   int32_t top_logprobs = 0;
   bool add_special_tokens = false;  // the template writes the special tokens it wants
+  // Reasoning models (serve/reasoning.h): a budget of thinking tokens, after which the
+  // section is closed; or OpenAI's reasoning_effort ("none", "minimal", "low",
+  // "medium", "high") mapped to one.
+  std::optional<int64_t> max_thinking_tokens;
+  std::optional<std::string> reasoning_effort;
 };
 
 // vLLM's /tokenize: a prompt, or chat messages rendered with the template.
@@ -94,7 +99,12 @@ struct Parsed {
   bool ok() const { return value.has_value(); }
 };
 
+// The body as a JSON object (nesting bounded), or the 400 that says why not.
+std::optional<nlohmann::ordered_json> parse_request_object(const std::string& body, ApiError* error);
+
 Parsed<CompletionRequest> parse_completion_request(const std::string& body);
+// The same from a parsed body: what the Messages and Responses APIs translate theirs into.
+Parsed<ChatCompletionRequest> parse_chat_completion_object(const nlohmann::ordered_json& body);
 Parsed<ChatCompletionRequest> parse_chat_completion_request(const std::string& body);
 Parsed<TokenizeRequest> parse_tokenize_request(const std::string& body);
 Parsed<DetokenizeRequest> parse_detokenize_request(const std::string& body);

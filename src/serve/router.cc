@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <random>
 
+#include "serve/json_parse.h"
+#include "serve/protocol_messages.h"
 #include "serve/routes.h"
 #include "serve/serving_common.h"
 
@@ -63,9 +65,18 @@ const Route kRoutes[] = {
     {"/v1/completions", "POST", true, handle_completions},
     {"/v1/chat/completions", "POST", true, handle_chat_completions},
     {"/v1/models", "GET", true, handle_models},
+    {"/v1/messages", "POST", true, handle_messages},
+    {"/v1/messages/count_tokens", "POST", true, handle_messages_count_tokens},
+    {"/v1/responses", "POST", true, handle_responses},
+    {"/v1/rerank", "POST", true, handle_rerank},
+    {"/v2/rerank", "POST", true, handle_rerank},
+    {"/rerank", "POST", true, handle_rerank},
+    {"/score", "POST", true, handle_score},
+    {"/v1/score", "POST", true, handle_score},
     {"/tokenize", "POST", true, handle_tokenize},
     {"/detokenize", "POST", true, handle_detokenize},
     {"/health", "GET", false, handle_health},
+    {"/", "GET", false, handle_chat_page},
     {"/metrics", "GET", false, handle_metrics},
 };
 
@@ -155,8 +166,24 @@ void Router::prepare(HttpRequest& req) const {
   req.request_id = rid != req.headers.end() && usable_request_id(rid->second) ? rid->second : random_hex(24);
 }
 
+// Anthropic's clients read errors in Anthropic's shape: every error of its paths
+// (auth, 404/405, 503, the route's own) is rewritten once here.
+static bool anthropic_path(const std::string& path) { return path.rfind("/v1/messages", 0) == 0; }
+
+static void to_anthropic_error(HttpResponse& res) {
+  if (res.status < 400 || res.stream) return;
+  std::optional<nlohmann::ordered_json> body = parse_json(res.body);
+  if (!body || !body->is_object() || !body->contains("error") || !(*body)["error"].is_object()) return;
+  const nlohmann::ordered_json& e = (*body)["error"];
+  ApiError err;
+  err.status = res.status;
+  err.message = e.value("message", "");
+  res.body = anthropic_error_json(err).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
 HttpResponse Router::handle(const HttpRequest& req) {
   HttpResponse res = route(req);
+  if (anthropic_path(req.path)) to_anthropic_error(res);
   if (engine_->metrics_ready()) engine_->metrics().record_http(known_route(req.path), res.status);
   return res;
 }
@@ -175,12 +202,19 @@ void Router::log(const HttpRequest& req, int status, const RequestLog& log) cons
 HttpResponse Router::route(const HttpRequest& req) {
   // Authentication comes first: without the key, a client learns nothing,
   // not even which paths and methods exist.
-  if (!options_.api_key.empty() && req.path != "/health") {
+  // The chat page holds no data (a browser cannot send a key to open it); every call
+  // it makes carries the key.
+  if (!options_.api_key.empty() && req.path != "/health" && !(req.path == "/" && req.method == "GET")) {
+    // Bearer (OpenAI's clients) or x-api-key (Anthropic's).
     auto it = req.headers.find("authorization");
-    if (it == req.headers.end() || !authorized(it->second, options_.api_key)) {
+    auto x_key = req.headers.find("x-api-key");
+    const bool bearer_ok = it != req.headers.end() && authorized(it->second, options_.api_key);
+    const bool x_key_ok = x_key != req.headers.end() && same_key(x_key->second, options_.api_key);
+    if (!bearer_ok && !x_key_ok) {
+      const bool missing = it == req.headers.end() && x_key == req.headers.end();
       ApiError e{401,
-                 it == req.headers.end() ? "Missing API key: send \"Authorization: Bearer <key>\""
-                                         : "Incorrect API key provided",
+                 missing ? "Missing API key: send \"Authorization: Bearer <key>\" or \"x-api-key: <key>\""
+                         : "Incorrect API key provided",
                  "invalid_request_error", "", "invalid_api_key"};
       HttpResponse r = error_response(e);
       r.headers.emplace_back("WWW-Authenticate", "Bearer");

@@ -120,8 +120,12 @@ std::optional<std::vector<batching::GenerationOutput>> collect_job(Job& job, con
   return finals;
 }
 
+std::string named_sse_event(const std::string& name, const json& data) {
+  return "event: " + name + "\n" + sse_event(data);
+}
+
 bool stream_job(Job& job, EventSink& sink, const std::function<bool(int32_t, const batching::GenerationOutput&)>& on_output,
-                const std::function<void()>& on_end) {
+                const std::function<void()>& on_end, const StreamFraming* framing) {
   bool failed = false;
   while (!job.done()) {
     std::optional<Job::Event> e = job.next(0.05);
@@ -138,7 +142,8 @@ bool stream_job(Job& job, EventSink& sink, const std::function<bool(int32_t, con
       if (failed) continue;  // one error event per stream
       failed = true;
       job.cancel();
-      if (!sink.write(sse_event(output_error(o).to_json()))) {
+      const ApiError err = output_error(o);
+      if (!sink.write(framing && framing->error_event ? framing->error_event(err) : sse_event(err.to_json()))) {
         drain(job);
         return false;
       }
@@ -152,7 +157,8 @@ bool stream_job(Job& job, EventSink& sink, const std::function<bool(int32_t, con
     }
   }
   if (!failed) on_end();
-  return sink.write("data: [DONE]\n\n");
+  const std::string done = framing ? framing->done : "data: [DONE]\n\n";
+  return done.empty() ? sink.connected() : sink.write(done);
 }
 
 HttpResponse client_gone_response() {

@@ -34,8 +34,18 @@ std::optional<std::vector<batching::GenerationOutput>> collect_job(Job& job, con
 // then the final one) until every choice ended, then writes the tail (usage)
 // and "data: [DONE]". A failed choice becomes an error event. Cancels the job
 // when the client goes away. Returns false in that case.
+// How an API frames its stream's error event and its end (OpenAI's chat and
+// completions: an {"error"} event and "data: [DONE]"; the Messages and Responses APIs
+// their own error events and no end marker).
+struct StreamFraming {
+  std::function<std::string(const ApiError&)> error_event;
+  std::string done = "data: [DONE]\n\n";
+};
 bool stream_job(Job& job, EventSink& sink, const std::function<bool(int32_t, const batching::GenerationOutput&)>& on_output,
-                const std::function<void()>& on_end);
+                const std::function<void()>& on_end, const StreamFraming* framing = nullptr);
+
+// One server-sent event with a name: "event: <name>\ndata: <json>\n\n".
+std::string named_sse_event(const std::string& name, const nlohmann::ordered_json& data);
 
 // What a request whose client left gets (nobody reads it): nginx's 499.
 HttpResponse client_gone_response();

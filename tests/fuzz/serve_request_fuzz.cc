@@ -1,4 +1,5 @@
-// The server's request bodies from the fuzzer: each of the four parsers must
+// The server's request bodies from the fuzzer: each of the parsers (OpenAI's
+// completions, chat, tokenize, detokenize, Responses; Anthropic's Messages; rerank, score) must
 // accept the bytes or name what is wrong, and what they accept must hold the
 // ranges the routes rely on; the error object must always serialize.
 #include <cstdlib>
@@ -6,6 +7,7 @@
 
 #include "fuzz_util.h"
 #include "serve/protocol.h"
+#include "serve/protocol_messages.h"
 
 namespace {
 
@@ -24,6 +26,17 @@ void check_sampling(const loom::serve::SamplingFields& s) {
 void check_error(const loom::serve::ApiError& e) {
   if (e.status < 400 || e.message.empty()) std::abort();
   (void)e.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  (void)loom::serve::anthropic_error_json(e).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// A chat request as the routes take it: messages with string roles and contents.
+void check_chat(const loom::serve::ChatCompletionRequest& c) {
+  check_sampling(c);
+  if (!c.messages.is_array() || c.messages.empty()) std::abort();
+  for (const auto& m : c.messages)
+    if (!m["role"].is_string() || !m["content"].is_string()) std::abort();
+  if (c.max_thinking_tokens && *c.max_thinking_tokens < 0) std::abort();
+  (void)c.messages.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace
@@ -48,6 +61,34 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)c.value->messages.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   } else {
     check_error(c.error);
+  }
+  for (const bool count : {false, true}) {
+    if (auto m = parse_messages_request(body, count); m.ok()) {
+      check_chat(m.value->chat);
+      if (!count && !m.value->chat.max_tokens) std::abort();
+    } else {
+      check_error(m.error);
+    }
+  }
+  const auto previous = [](const std::string& id) -> std::optional<nlohmann::ordered_json> {
+    if (id != "resp_1") return std::nullopt;
+    return nlohmann::ordered_json::array({{{"role", "user"}, {"content", "a"}}, {{"role", "assistant"}, {"content", "b"}}});
+  };
+  if (auto r = parse_responses_request(body, previous); r.ok()) {
+    check_chat(r.value->chat);
+    if (!r.value->input_messages.is_array() || r.value->chat.n != 1) std::abort();
+  } else {
+    check_error(r.error);
+  }
+  if (auto k = parse_rerank_request(body); k.ok()) {
+    if (k.value->documents.empty() || k.value->documents.size() > 1024 || (k.value->top_n && *k.value->top_n < 1)) std::abort();
+  } else {
+    check_error(k.error);
+  }
+  if (auto k = parse_score_request(body); k.ok()) {
+    if (k.value->documents.empty() || k.value->documents.size() > 1024) std::abort();
+  } else {
+    check_error(k.error);
   }
   if (auto t = parse_tokenize_request(body); t.ok()) {
     if (t.value->prompt.has_value() == t.value->messages.has_value()) std::abort();

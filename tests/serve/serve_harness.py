@@ -118,6 +118,9 @@ def parse_sse(text):
         block = block.strip("\n")
         if not block or block.startswith(":"):  # a comment (the server's check on a half-closed client)
             continue
+        if block.startswith("event: "):  # a named event (Anthropic's, Responses'): the name repeats data's type
+            name, block = block.split("\n", 1)
+            assert json.loads(block[len("data: "):]).get("type") == name[len("event: "):], repr(block)
         assert block.startswith("data: "), repr(block)
         payload = block[len("data: "):]
         events.append(payload if payload == "[DONE]" else json.loads(payload))

@@ -257,6 +257,8 @@ class ContinuousBatchingManager {
   // the pool: before (top logprobs, grammar mask; false when that ended r), the
   // draw, after (the token's text and finish checks; false when r ended).
   bool prepare_sample(RequestState* r, float* row);
+  // RequestOptions::thinking_budget: masks the row to the next close token once the budget is spent.
+  void force_thinking_close(RequestState* r, float* row);
   generation::SampleJob sample_job(RequestState* r, float* row) const;
   bool accept_sampled(RequestState* r, const generation::SampledToken& token);
   // Samples the rows commit() set aside, then accepts their tokens in commit order.

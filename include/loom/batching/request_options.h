@@ -17,6 +17,17 @@ class Constraint;
 
 namespace loom::batching {
 
+// A reasoning model's thinking budget: once `after_tokens` tokens were generated
+// while the thinking section is open (the prompt left it open, or the text so far
+// holds `open`) and not yet closed (no `close` after it), the next tokens are forced
+// to be `close_ids`, so the answer follows. Such a request drafts no tokens.
+struct ThinkingBudget {
+  int64_t after_tokens = 0;
+  std::string open, close;  // the section's tags as text, e.g. "<think>", "</think>"
+  bool open_at_start = false;
+  std::vector<int32_t> close_ids;  // what is forced (the close tag and what follows it)
+};
+
 struct RequestOptions {
   std::optional<std::string> request_id;  // generated ("req_<n>") when unset; must be unique among live requests
   std::optional<int64_t> max_new_tokens;
@@ -62,6 +73,9 @@ struct RequestOptions {
   // shares them): each step's logits are masked to the tokens it allows, EOS only
   // where the output is complete. Its vocabulary must be the model's tokenizer's.
   std::shared_ptr<structured::Constraint> constraint;
+
+  // Closes the thinking section when its budget is spent (needs a tokenizer).
+  std::optional<ThinkingBudget> thinking_budget;
 
   // Speculative decoding by prompt lookup (GenerationConfig::prompt_lookup_num_tokens
   // when unset): at most this many drafted tokens verified per step; 0 turns it off.

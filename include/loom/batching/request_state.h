@@ -15,6 +15,7 @@
 #include "loom/batching/generate.h"
 #include "loom/batching/generation_output.h"
 #include "loom/batching/paged_kv_cache.h"
+#include "loom/batching/request_options.h"
 #include "loom/batching/token_finisher.h"
 #include "loom/generation/sampling.h"
 #include "loom/structured/constraint.h"
@@ -59,6 +60,11 @@ struct RequestState {
   std::string text;
   // The request's position in its grammar (RequestOptions::constraint), if any.
   std::optional<structured::ConstraintState> constraint;
+  // RequestOptions::thinking_budget, and from which generated count its close
+  // tokens are forced (-1: not decided yet; kThinkingLeftAlone: never).
+  std::optional<ThinkingBudget> thinking;
+  int64_t thinking_forced_from = -1;
+  static constexpr int64_t kThinkingLeftAlone = -2;
 
   // num_return_sequences: the sequences (index, id) still to fork from this one
   // once its prompt is computed, and their RNG seeds' base. A forked sequence
