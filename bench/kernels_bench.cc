@@ -56,7 +56,7 @@ struct Kv {
     for (auto& x : k) kp.push_back(x.data());
     for (auto& x : v) vp.push_back(x.data());
   }
-  KvPages view() const { return {kp.data(), vp.data(), static_cast<int64_t>(kp.size()), page, tokens}; }
+  KvPages view() const { return {kp.data(), vp.data(), static_cast<int64_t>(kp.size()), page, tokens, {}}; }
 };
 
 // Args: context, batch (sequences decoding one token each), threads.
@@ -134,7 +134,7 @@ void BM_AttentionDecodeFromMemory(benchmark::State& state) {
       const std::vector<const void*>& p = page_ptrs.back();
       seqs.push_back({s, 1, &positions[static_cast<size_t>(s)],
                       KvPages{p.data(), p.data() + pages, pages, page_tokens, context,
-                              bf16 ? DType::kBF16 : DType::kF32}});
+                              bf16 ? graph::KvFormat{DType::kBF16, DType::kBF16} : graph::KvFormat{}}});
     }
   }
   const std::vector<float> q = random_vector(static_cast<size_t>(kBatch * kHq * kD), 7);

@@ -475,9 +475,25 @@ TEST(Cli, Bf16KvCacheGivesTheSameTokensInGenerateAndBatch) {
   const auto [batched, generated] = batch_and_generate(model, {prompt}, 24, "--kv-cache-dtype bfloat16");
   EXPECT_EQ(generated, batched);
   EXPECT_EQ(batched.size(), 24u);
-  CommandResult bad = loom("generate --model " + model + " --prompt-ids 1,2 --kv-cache-dtype float16");
+  CommandResult bad = loom("generate --model " + model + " --prompt-ids 1,2 --kv-cache-dtype float8");
   EXPECT_NE(bad.exit_code, 0);
-  EXPECT_NE(bad.out.find("float16"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("float8"), std::string::npos) << bad.out;
+  CommandResult bad_k = loom("generate --model " + model + " --prompt-ids 1,2 --cache-type-k q5_7");
+  EXPECT_NE(bad_k.exit_code, 0);
+  EXPECT_NE(bad_k.out.find("--cache-type-k"), std::string::npos) << bad_k.out;
+}
+
+// Quantized K/V through both front ends: q8_0 K with f16 V, and q4_0 (rotated by default), give
+// the same tokens from `generate` (contiguous cache) and `batch` (paged cache).
+TEST(Cli, QuantizedKvCacheGivesTheSameTokensInGenerateAndBatch) {
+  const auto prompt = reference("llama-f32")["prompt_ids"].get<std::vector<int32_t>>();
+  const std::string model = fixture("llama-f32");
+  for (const char* flags : {"--cache-type-k q8_0 --cache-type-v f16", "--kv-cache-dtype q4_0",
+                            "--cache-type-k q4_0 --cache-type-v q8_0 --kv-cache-rotation off"}) {
+    const auto [batched, generated] = batch_and_generate(model, {prompt}, 16, flags);
+    EXPECT_EQ(generated, batched) << flags;
+    EXPECT_EQ(batched.size(), 16u) << flags;
+  }
 }
 
 // --matmul-precision medium on a bf16 checkpoint: generate and batch (with a second,
