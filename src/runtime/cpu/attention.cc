@@ -503,6 +503,40 @@ inline void ScoreBlockRows(const Job& job, DType k_type, const ActBlockQ8x32* qa
   }
 }
 
+// A block-type V row (`blocks` blocks of 32) as f32 into dst, in vectors: q8_0 widens int8 to
+// f32, q4_0 splits each byte's nibbles (element j low, j + 16 high) and takes 8 off; both times
+// the block's scale. Exactly the values of dequantize_row_ref (one rounding: d × q).
+HWY_INLINE void DequantizeVRow(DType t, const void* src, float* dst, int64_t blocks) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  if (N > 16 || 32 % N != 0) return attention_detail::dequantize_v_row(t, src, dst, blocks);
+  const hn::Rebind<int8_t, DF> d8;
+  const hn::Rebind<uint8_t, DF> du8;
+  if (t == DType::kQ8_0) {
+    const BlockQ8_0* b = static_cast<const BlockQ8_0*>(src);
+    for (int64_t k = 0; k < blocks; ++k) {
+      const VF scale = hn::Set(d, f16_to_f32(b[k].d));
+      for (int64_t j = 0; j < 32; j += N)
+        hn::StoreU(hn::Mul(scale, hn::ConvertTo(d, hn::PromoteTo(DI(), hn::LoadU(d8, b[k].qs + j)))), d,
+                   dst + 32 * k + j);
+    }
+    return;
+  }
+  const BlockQ4_0* b = static_cast<const BlockQ4_0*>(src);
+  const auto low = hn::Set(du8, uint8_t{0x0F});
+  const auto eight = hn::Set(DI(), 8);
+  for (int64_t k = 0; k < blocks; ++k) {
+    const VF scale = hn::Set(d, f16_to_f32(b[k].d));
+    for (int64_t j = 0; j < 16; j += N) {
+      const auto q = hn::LoadU(du8, b[k].qs + j);
+      const auto lo = hn::Sub(hn::PromoteTo(DI(), hn::And(q, low)), eight);
+      const auto hi = hn::Sub(hn::PromoteTo(DI(), hn::ShiftRight<4>(q)), eight);
+      hn::StoreU(hn::Mul(scale, hn::ConvertTo(d, lo)), d, dst + 32 * k + j);
+      hn::StoreU(hn::Mul(scale, hn::ConvertTo(d, hi)), d, dst + 32 * k + j + 16);
+    }
+  }
+}
+
 // Tiles of any K and V types (see TypedOps).
 void TileBody(const Job& job, const Tile& tile, const Tile* next_tile, Scratch& s) {
   const DF d;
@@ -643,7 +677,7 @@ void TileBody(const Job& job, const Tile& tile, const Tile* next_tile, Scratch& 
           continue;
         }
         float* dst = s.vbuf.data() + i * Dp;
-        attention_detail::dequantize_v_row(fmt.v, v_src[i], dst, blocks);
+        DequantizeVRow(fmt.v, v_src[i], dst, blocks);
         s.vp[static_cast<size_t>(i)] = dst;
       }
     }
