@@ -232,6 +232,24 @@ TEST(Cli, BenchPrintsATable) {
   EXPECT_NE(r.out.find("| high |"), std::string::npos) << r.out;
 }
 
+// --depth fills the cache before the measured runs (as llama-bench -d), and the table says the
+// depth, the KV type and its bytes per token (llama-f32: 2 layers, 2 kv heads of 16: f32
+// 2·2·2·16·4 = 512 B; q8_0 one padded block of 34 B per head vector: 272 B).
+TEST(Cli, BenchAtDepthPrintsKvBytesPerToken) {
+  CommandResult r = loom("bench --model " + fixture("llama-f32") +
+                         " --prompt-tokens 16 --decode-tokens 4 --depth 100 --no-bounds");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("prefill tok/s (16 @ d100)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| float32 | 512 |"), std::string::npos) << r.out;
+  r = loom("bench --model " + fixture("llama-f32") +
+           " --prompt-tokens 16 --decode-tokens 4 --depth 40 --no-bounds --kv-cache-dtype q8_0");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("| q8_0 | 272 |"), std::string::npos) << r.out;
+  r = loom("bench --model " + fixture("llama-f32") + " --prompt-tokens 8 --decode-tokens 2 --no-bounds --cache-type-v q4_1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--cache-type-v"), std::string::npos) << r.out;
+}
+
 // The switches that compare code paths are bench flags (no environment variables).
 TEST(Cli, BenchTakesTheQuantizedPathSwitches) {
   CommandResult r = loom("bench --model " + fixture("llama-f32") +
