@@ -56,7 +56,7 @@ struct Kv {
     for (auto& x : k) kp.push_back(x.data());
     for (auto& x : v) vp.push_back(x.data());
   }
-  KvPages view() const { return {kp.data(), vp.data(), static_cast<int64_t>(kp.size()), page, tokens}; }
+  KvPages view() const { return {kp.data(), vp.data(), static_cast<int64_t>(kp.size()), page, tokens, {}}; }
 };
 
 // Args: context, batch (sequences decoding one token each), threads.
@@ -134,7 +134,7 @@ void BM_AttentionDecodeFromMemory(benchmark::State& state) {
       const std::vector<const void*>& p = page_ptrs.back();
       seqs.push_back({s, 1, &positions[static_cast<size_t>(s)],
                       KvPages{p.data(), p.data() + pages, pages, page_tokens, context,
-                              bf16 ? DType::kBF16 : DType::kF32}});
+                              bf16 ? graph::KvFormat{DType::kBF16, DType::kBF16} : graph::KvFormat{}}});
     }
   }
   const std::vector<float> q = random_vector(static_cast<size_t>(kBatch * kHq * kD), 7);
@@ -165,6 +165,53 @@ BENCHMARK(BM_AttentionDecodeFromMemory)
     ->Args({2, 1, 0, 576, 656, 1})
     ->Args({2, 1, 1, 576, 656, 1})
     ->Args({2, 1, 0, 576, 256, 1})
+    ->Unit(benchmark::kMicrosecond);
+
+// Attention at depth per KV cache type (graph/kv_format.h), as `loom bench --depth` runs it: one
+// sequence whose K/V of `ctx` positions sit in pages of 256 of one type, then either a decode
+// step (one query at position ctx - 1) or a prefill of 512 new tokens after ctx - 512 cached
+// ones. 1B-shaped heads (32 q heads, 8 kv heads, head_dim 64). Args: kv type (0 float32,
+// 1 bfloat16, 2 float16, 3 q8_0, 4 q4_0 rotated), ctx, prefill (0 decode, 1 pp512), threads.
+void BM_AttentionKvType(benchmark::State& state) {
+  static const graph::KvFormat kFormats[] = {{DType::kF32, DType::kF32},   {DType::kBF16, DType::kBF16},
+                                             {DType::kF16, DType::kF16},   {DType::kQ8_0, DType::kQ8_0},
+                                             {DType::kQ4_0, DType::kQ4_0, true, true}};
+  const graph::KvFormat f = kFormats[state.range(0)];
+  const int64_t ctx = state.range(1), page = 256;
+  const bool prefill = state.range(2) != 0;
+  ThreadPool& pool = pool_of(static_cast<int>(state.range(3)));
+  const int64_t pages = (ctx + page - 1) / page;
+  std::vector<std::vector<unsigned char>> k(static_cast<size_t>(pages)), v(static_cast<size_t>(pages));
+  std::vector<const void*> kp, vp;
+  const std::vector<float> row = random_vector(static_cast<size_t>(kD * 61), 3);
+  for (int64_t pg = 0; pg < pages; ++pg) {
+    k[static_cast<size_t>(pg)].resize(graph::kv_page_bytes(f.k, page, kHkv, kD));
+    v[static_cast<size_t>(pg)].resize(graph::kv_page_bytes(f.v, page, kHkv, kD));
+    for (int64_t off = 0; off < page; ++off)
+      for (int64_t h = 0; h < kHkv; ++h) {
+        const float* x = row.data() + ((pg * page + off) * kHkv + h) % 60 * kD / 2;
+        kv_store_row(k[static_cast<size_t>(pg)].data(), f.k, true, off, h, page, kD, x);
+        kv_store_row(v[static_cast<size_t>(pg)].data(), f.v, false, off, h, page, kD, x + 1);
+      }
+    kp.push_back(k[static_cast<size_t>(pg)].data());
+    vp.push_back(v[static_cast<size_t>(pg)].data());
+  }
+  const int64_t n = prefill ? 512 : 1;
+  std::vector<int32_t> positions(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(ctx - n + i);
+  const AttentionSequence seq{0, n, positions.data(), KvPages{kp.data(), vp.data(), pages, page, ctx, f}};
+  const std::vector<float> q = random_vector(static_cast<size_t>(n * kHq * kD), 7);
+  std::vector<float> out(q.size());
+  const AttentionParams p{kHq, kHkv, kD, 1.0f / std::sqrt(static_cast<float>(kD)), 0, 0.0f};
+  for (auto _ : state) {
+    paged_attention(q.data(), kHq * kD, &seq, 1, p, out.data(), kHq * kD, pool);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);  // tokens/s
+}
+BENCHMARK(BM_AttentionKvType)
+    ->ArgNames({"kv", "ctx", "prefill", "threads"})
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {4096, 16384}, {0, 1}, {2}})
     ->Unit(benchmark::kMicrosecond);
 
 void BM_AttentionDecodeRef(benchmark::State& state) {

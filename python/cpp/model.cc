@@ -129,7 +129,9 @@ std::shared_ptr<FloatBuffer> forward(ModelHandle& h, const std::vector<std::vect
 
 py::dict generate(ModelHandle& h, const std::vector<int32_t>& prompt, const std::string& gc_json,
                   std::optional<uint64_t> seed, py::object on_token, std::shared_ptr<Tokenizer> tokenizer,
-                  const std::string& kv_cache_dtype, std::shared_ptr<structured::Constraint> constraint) {
+                  const std::string& kv_cache_dtype, std::shared_ptr<structured::Constraint> constraint,
+                  const std::optional<std::string>& cache_type_k, const std::optional<std::string>& cache_type_v,
+                  const std::string& kv_cache_rotation) {
   const GenerationConfig gc = call_generation_config(h, gc_json);
   batching::GenerateOptions o;
   o.max_new_tokens = gc.new_token_budget(static_cast<int64_t>(prompt.size()));
@@ -139,6 +141,8 @@ py::dict generate(ModelHandle& h, const std::vector<int32_t>& prompt, const std:
   o.stop_strings = gc.stop_strings;
   o.prompt_lookup_num_tokens = gc.prompt_lookup_num_tokens.value_or(0);
   o.kv_cache_dtype = unwrap(batching::kv_cache_dtype_from_name(kv_cache_dtype));
+  o.kv_format = unwrap(graph::kv_format_from_names(cache_type_k.value_or(kv_cache_dtype),
+                                                   cache_type_v.value_or(kv_cache_dtype), kv_cache_rotation));
   o.constraint = std::move(constraint);
 
   std::unique_ptr<batching::TextStream> text;
@@ -262,7 +266,8 @@ void register_model(py::module_& m) {
       .def("forward", &forward, py::arg("rows"), py::call_guard<py::gil_scoped_release>())
       .def("generate", &generate, py::arg("prompt"), py::arg("generation_config_json"), py::arg("seed") = py::none(),
            py::arg("on_token") = py::none(), py::arg("tokenizer") = nullptr, py::arg("kv_cache_dtype") = "float32",
-           py::arg("constraint") = nullptr)
+           py::arg("constraint") = nullptr, py::arg("cache_type_k") = py::none(), py::arg("cache_type_v") = py::none(),
+           py::arg("kv_cache_rotation") = "auto")
       .def(
           "save_pretrained",
           [](const ModelHandle& h, const std::string& dir) {

@@ -90,9 +90,13 @@ class LoomForCausalLM:
         return config
 
     def generate(self, input_ids=None, generation_config=None, streamer=None, tokenizer=None, seed=None,
-                 attention_mask=None, kv_cache_dtype="float32", **kwargs):
+                 attention_mask=None, kv_cache_dtype="float32", cache_type_k=None, cache_type_v=None,
+                 kv_cache_rotation="auto", **kwargs):
         """Each row of `input_ids` (padding removed) is one request; returns prompt +
-        generated ids, int64 [batch, length], shorter rows padded with pad_token_id."""
+        generated ids, int64 [batch, length], shorter rows padded with pad_token_id.
+        kv_cache_dtype ("float32", "bfloat16", "float16", "q8_0", "q4_0") is the KV cache's
+        type for K and V; cache_type_k / cache_type_v override it for one of them;
+        kv_cache_rotation "auto" (a q4_0 K or V is Hadamard-rotated), "on" or "off"."""
         if input_ids is None:
             raise ValueError("generate needs input_ids")
         constraint = pop_constraint(self._handle, kwargs)
@@ -111,7 +115,8 @@ class LoomForCausalLM:
         sequences = []
         try:
             for row in rows:
-                r = self._handle.generate(row, gc_json, seed, on_token, engine_tok, kv_cache_dtype, constraint)
+                r = self._handle.generate(row, gc_json, seed, on_token, engine_tok, kv_cache_dtype, constraint,
+                                          cache_type_k, cache_type_v, kv_cache_rotation)
                 sequences.append(r["sequence"])
         finally:
             if streamer is not None:

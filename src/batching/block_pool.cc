@@ -44,7 +44,7 @@ int open_backing_file(const std::string& path, size_t bytes) {
 }  // namespace
 
 PageStorage::PageStorage(KvPageShape shape, int64_t num_pages, const std::string& file_path)
-    : half_bytes_(shape.half_bytes()), num_pages_(num_pages) {
+    : k_bytes_(shape.k_bytes()), v_bytes_(shape.v_bytes()), num_pages_(num_pages) {
   if (num_pages <= 0 || shape.page_elements() <= 0)
     throw Error(invalid_argument("KV page storage: num_pages (" + std::to_string(num_pages) +
                                  ") and the page shape must be positive"));

@@ -86,7 +86,8 @@ const std::set<std::string>& known_keys() {
       "max_blocks_per_request", "allow_block_sharing", "use_async_batching", "adaptive_speculation", "use_cuda_graph",
       "q_padding_interval_size", "kv_padding_interval_size", "varlen_compile_config", "decode_compile_config",
       "default_compile_level", "scheduler_type", "safety_margin", "return_logprobs", "seed", "auto_switch_to_flash",
-      "cpu_offload_space", "cpu_offload_space_safety_threshold", "cpu_offload_path", "kv_cache_dtype", "max_queue_size",
+      "cpu_offload_space", "cpu_offload_space_safety_threshold", "cpu_offload_path", "kv_cache_dtype", "cache_type_k", "cache_type_v",
+      "kv_cache_rotation", "max_queue_size",
       "per_request_processors",
       "drop_unsupported_processors", "disable_nccl_graph_mixing", "cpu_group_timeout",
       "use_default_compile_configs", "max_cached_graphs", "block_size"};
@@ -95,15 +96,17 @@ const std::set<std::string>& known_keys() {
 
 }  // namespace
 
-Result<DType> kv_cache_dtype_from_name(std::string_view name) {
-  if (name == "float32") return DType::kF32;
-  if (name == "bfloat16") return DType::kBF16;
-  return invalid_argument("must be 'float32' or 'bfloat16', got '" + std::string(name) + "'");
-}
+Result<DType> kv_cache_dtype_from_name(std::string_view name) { return graph::kv_dtype_from_name(name); }
 
 DType ContinuousBatchingConfig::kv_dtype() const {
   const Result<DType> r = kv_cache_dtype_from_name(kv_cache_dtype);
   return r.ok() ? r.value() : DType::kF32;
+}
+
+graph::KvFormat ContinuousBatchingConfig::kv_format() const {
+  const Result<graph::KvFormat> r = graph::kv_format_from_names(
+      cache_type_k.value_or(kv_cache_dtype), cache_type_v.value_or(kv_cache_dtype), kv_cache_rotation);
+  return r.ok() ? r.value() : graph::KvFormat{};
 }
 
 int64_t ContinuousBatchingConfig::effective_page_size() const {
@@ -136,6 +139,14 @@ Status ContinuousBatchingConfig::validate() const {
     return field_error("scheduler_type", "must be 'fifo' or 'prefill_first', got '" + scheduler_type + "'");
   if (Result<DType> kv = kv_cache_dtype_from_name(kv_cache_dtype); !kv.ok())
     return field_error("kv_cache_dtype", kv.status().message());
+  if (cache_type_k)
+    if (Result<DType> kv = kv_cache_dtype_from_name(*cache_type_k); !kv.ok())
+      return field_error("cache_type_k", kv.status().message());
+  if (cache_type_v)
+    if (Result<DType> kv = kv_cache_dtype_from_name(*cache_type_v); !kv.ok())
+      return field_error("cache_type_v", kv.status().message());
+  if (kv_cache_rotation != "auto" && kv_cache_rotation != "on" && kv_cache_rotation != "off")
+    return field_error("kv_cache_rotation", "must be 'auto', 'on' or 'off', got '" + kv_cache_rotation + "'");
   if (safety_margin && !(*safety_margin >= 0.0 && *safety_margin < 1.0))
     return field_error("safety_margin", "must be in [0, 1), got " + std::to_string(*safety_margin));
   if (cpu_offload_space && !(*cpu_offload_space >= 0.0 && std::isfinite(*cpu_offload_space)))
@@ -175,6 +186,11 @@ Result<ContinuousBatchingConfig> ContinuousBatchingConfig::from_json(const nlohm
   LOOM_RETURN_IF_ERROR(r.get("default_compile_level", &c.default_compile_level));
   LOOM_RETURN_IF_ERROR(r.get("scheduler_type", &c.scheduler_type));
   LOOM_RETURN_IF_ERROR(r.get("kv_cache_dtype", &c.kv_cache_dtype));
+  if (j.contains("cache_type_k") && j.at("cache_type_k").is_null()) c.cache_type_k.reset();
+  else LOOM_RETURN_IF_ERROR(r.get("cache_type_k", &c.cache_type_k));
+  if (j.contains("cache_type_v") && j.at("cache_type_v").is_null()) c.cache_type_v.reset();
+  else LOOM_RETURN_IF_ERROR(r.get("cache_type_v", &c.cache_type_v));
+  LOOM_RETURN_IF_ERROR(r.get("kv_cache_rotation", &c.kv_cache_rotation));
   LOOM_RETURN_IF_ERROR(r.get("safety_margin", &c.safety_margin));
   LOOM_RETURN_IF_ERROR(r.get("return_logprobs", &c.return_logprobs));
   LOOM_RETURN_IF_ERROR(r.get("seed", &c.seed));
@@ -233,6 +249,9 @@ nlohmann::json ContinuousBatchingConfig::to_json() const {
   j["cpu_offload_space_safety_threshold"] = cpu_offload_space_safety_threshold;
   j["cpu_offload_path"] = opt(cpu_offload_path);
   j["kv_cache_dtype"] = kv_cache_dtype;
+  j["cache_type_k"] = opt(cache_type_k);
+  j["cache_type_v"] = opt(cache_type_v);
+  j["kv_cache_rotation"] = kv_cache_rotation;
   j["max_queue_size"] = max_queue_size;
   j["per_request_processors"] = per_request_processors;
   j["drop_unsupported_processors"] = drop_unsupported_processors;

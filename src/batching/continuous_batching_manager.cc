@@ -54,7 +54,7 @@ Result<std::unique_ptr<ContinuousBatchingManager>> ContinuousBatchingManager::cr
   m->opts_ = std::move(options);
   m->vocab_ = m->runner_->model().vocab_size();
   const runtime::KvLayout l = m->runner_->kv_layout();
-  const size_t position_bytes = 2 * static_cast<size_t>(l.row_floats()) * dtype_size(m->cfg_.kv_dtype());
+  const size_t position_bytes = graph::kv_position_bytes(m->cfg_.kv_format(), l.num_kv_heads, l.head_dim);
   // A step's f32 activations per token, roughly: residual, normed and attention
   // output, q/k/v, gate/up/act of the MLP, and a row of logits (upstream counts
   // hidden + vocab the same way).
@@ -81,7 +81,7 @@ Status ContinuousBatchingManager::build_cache() {
   o.swap_pages = res_.swap_pages;
   o.swap_path = res_.swap_path;
   o.max_step_tokens = res_.max_batch_tokens;
-  o.kv_dtype = cfg_.kv_dtype();
+  o.kv_format = cfg_.kv_format();
   try {
     kv_ = std::make_unique<PagedKvCache>(KvCacheLayout::from_model(runner_->model()), o);
   } catch (const Error& e) {

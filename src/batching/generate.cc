@@ -28,7 +28,14 @@ Result<GenerateResult> generate(ModelRunner& runner, const std::vector<int32_t>&
     return r;
   }
   const int64_t capacity = static_cast<int64_t>(prompt_ids.size()) + o.max_new_tokens;
-  runtime::ContiguousKvCache cache(runner.kv_layout(), 1, capacity, o.kv_cache_dtype);
+  std::optional<runtime::ContiguousKvCache> cache_holder;
+  try {
+    cache_holder.emplace(runner.kv_layout(), 1, capacity,
+                         o.kv_format.value_or(graph::KvFormat{o.kv_cache_dtype, o.kv_cache_dtype, false, false}));
+  } catch (const Error& e) {
+    return e.status();
+  }
+  runtime::ContiguousKvCache& cache = *cache_holder;
   generation::Rng rng(o.seed);
   generation::SamplingScratch scratch;
   TokenFinisher finisher(o.eos_token_ids, o.stop_strings, o.max_new_tokens, text);

@@ -84,7 +84,7 @@ Status ModelRunner::send_plan(const std::vector<SequenceChunk>& chunks, graph::K
     for (int l = 0; l < model_->num_layers(); ++l) {
       const graph::KvPageTable t = kv.pages(l, static_cast<int>(i));
       plan.page_size = t.page_size;
-      plan.kv_dtype = t.dtype;
+      plan.kv_format = t.format;
       s.k_pages.emplace_back();
       s.v_pages.emplace_back();
       for (int64_t p = 0; p < t.num_pages; ++p) {

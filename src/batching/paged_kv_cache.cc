@@ -59,7 +59,7 @@ PagedKvCache::PagedKvCache(const KvCacheLayout& layout, const PagedKvCacheOption
     : layout_(layout),
       page_size_(o.page_size),
       max_step_tokens_(std::max<int64_t>(1, o.max_step_tokens)),
-      pool_(KvPageShape{o.page_size, layout.num_kv_heads, layout.head_dim, o.kv_dtype},
+      pool_(KvPageShape{o.page_size, layout.num_kv_heads, layout.head_dim, o.kv_format},
             o.page_size > 0 ? o.num_pages : 0, layer_counts(layout)) {
   const Grouping g = group_layers(layout_);
   layer_group_.assign(static_cast<size_t>(layout_.num_layers), 0);
@@ -273,7 +273,7 @@ bool PagedKvCache::fork(const SequenceKv& src, SequenceKv& dst, int64_t num_comp
   if (available_pages() < need) return false;
   evict_for(need);
   if (pool_.free_pages() < need) return false;
-  const size_t bytes = pool_.shape().half_bytes();
+  const size_t k_bytes = pool_.shape().k_bytes(), v_bytes = pool_.shape().v_bytes();
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (int64_t p = 0; p < pages; ++p) {
       const BlockId b = src.tables[g][static_cast<size_t>(p)];
@@ -284,8 +284,8 @@ bool PagedKvCache::fork(const SequenceKv& src, SequenceKv& dst, int64_t num_comp
       }
       const BlockId copy = pool_.allocate(static_cast<int>(g)).value();
       for (int i = 0; i < static_cast<int>(groups_[g].layers.size()); ++i) {
-        std::memcpy(pool_.k_page(copy, i), pool_.k_page(b, i), bytes);
-        std::memcpy(pool_.v_page(copy, i), pool_.v_page(b, i), bytes);
+        std::memcpy(pool_.k_page(copy, i), pool_.k_page(b, i), k_bytes);
+        std::memcpy(pool_.v_page(copy, i), pool_.v_page(b, i), v_bytes);
       }
       dst.tables[g].push_back(copy);
     }
@@ -306,7 +306,7 @@ bool PagedKvCache::swap_out(SequenceKv& s) {
       if (b != kNoBlock) need += static_cast<int64_t>(groups_[g].layers.size());
   std::vector<int32_t> host = swap_->allocate(need);
   if (static_cast<int64_t>(host.size()) != need) return false;
-  const size_t bytes = pool_.shape().half_bytes();
+  const size_t k_bytes = pool_.shape().k_bytes(), v_bytes = pool_.shape().v_bytes();
   size_t next = 0;
   s.host.assign(groups_.size(), {});
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -317,8 +317,8 @@ bool PagedKvCache::swap_out(SequenceKv& s) {
       if (b == kNoBlock) continue;
       for (size_t i = 0; i < n; ++i) {
         const int32_t hp = host[next++];
-        std::memcpy(swap_->k(hp), pool_.k_page(b, static_cast<int>(i)), bytes);
-        std::memcpy(swap_->v(hp), pool_.v_page(b, static_cast<int>(i)), bytes);
+        std::memcpy(swap_->k(hp), pool_.k_page(b, static_cast<int>(i)), k_bytes);
+        std::memcpy(swap_->v(hp), pool_.v_page(b, static_cast<int>(i)), v_bytes);
         s.host[g][static_cast<size_t>(p) * n + i] = hp;
       }
     }
@@ -345,7 +345,7 @@ bool PagedKvCache::swap_in(SequenceKv& s) {
   evict_for(need);
   if (pool_.free_pages() < need) return false;
   init_tables(s);
-  const size_t bytes = pool_.shape().half_bytes();
+  const size_t k_bytes = pool_.shape().k_bytes(), v_bytes = pool_.shape().v_bytes();
   for (size_t g = 0; g < groups_.size(); ++g) {
     const size_t n = groups_[g].layers.size();
     s.tables[g].assign(static_cast<size_t>(s.num_pages), kNoBlock);
@@ -355,8 +355,8 @@ bool PagedKvCache::swap_in(SequenceKv& s) {
       const BlockId b = pool_.allocate(static_cast<int>(g)).value();
       for (size_t i = 0; i < n; ++i) {
         const int32_t hp = s.host[g][static_cast<size_t>(p) * n + i];
-        std::memcpy(pool_.k_page(b, static_cast<int>(i)), swap_->k(hp), bytes);
-        std::memcpy(pool_.v_page(b, static_cast<int>(i)), swap_->v(hp), bytes);
+        std::memcpy(pool_.k_page(b, static_cast<int>(i)), swap_->k(hp), k_bytes);
+        std::memcpy(pool_.v_page(b, static_cast<int>(i)), swap_->v(hp), v_bytes);
         swap_->free(hp);
       }
       s.tables[g][static_cast<size_t>(p)] = b;
@@ -384,7 +384,7 @@ void PagedKvCache::bind(StepKvView& view, const std::vector<const SequenceKv*>& 
   view.num_seqs_ = static_cast<int>(seqs.size());
   view.num_layers_ = L;
   view.page_size_ = page_size_;
-  view.dtype_ = pool_.shape().dtype;
+  view.format_ = pool_.shape().format;
   view.memory_ = {pool_.storage().k(0), pool_.storage().bytes()};
   view.k_.clear();
   view.v_.clear();
@@ -413,7 +413,7 @@ graph::KvPageTable StepKvView::pages(int layer, int seq) {
   t.v_pages = v_.data() + e.offset;
   t.num_pages = e.count;
   t.page_size = page_size_;
-  t.dtype = dtype_;
+  t.format = format_;
   return t;
 }
 

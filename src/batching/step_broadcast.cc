@@ -62,7 +62,9 @@ std::vector<uint8_t> encode_step_broadcast(const StepBroadcast& p) {
   w.put<uint8_t>(p.stop);
   if (p.stop) return std::move(w.out);
   w.put<uint8_t>(p.all_token_rows);
-  w.put<uint8_t>(static_cast<uint8_t>(p.kv_dtype));
+  w.put<uint8_t>(static_cast<uint8_t>(p.kv_format.k));
+  w.put<uint8_t>(static_cast<uint8_t>(p.kv_format.v));
+  w.put<uint8_t>(static_cast<uint8_t>((p.kv_format.rotate_k ? 1 : 0) | (p.kv_format.rotate_v ? 2 : 0)));
   w.put(p.kv_id);
   w.put(p.kv_bytes);
   w.put(p.page_size);
@@ -90,7 +92,14 @@ Result<StepBroadcast> decode_step_broadcast(const std::vector<uint8_t>& bytes) {
   LOOM_RETURN_IF_ERROR(r.get(&flag));
   p.all_token_rows = flag != 0;
   LOOM_RETURN_IF_ERROR(r.get(&flag));
-  p.kv_dtype = static_cast<DType>(flag);
+  p.kv_format.k = static_cast<DType>(flag);
+  LOOM_RETURN_IF_ERROR(r.get(&flag));
+  p.kv_format.v = static_cast<DType>(flag);
+  LOOM_RETURN_IF_ERROR(r.get(&flag));
+  p.kv_format.rotate_k = (flag & 1) != 0;
+  p.kv_format.rotate_v = (flag & 2) != 0;
+  if (!graph::kv_dtype_supported(p.kv_format.k) || !graph::kv_dtype_supported(p.kv_format.v))
+    return parse_error("tensor-parallel step plan: bad KV cache types");
   LOOM_RETURN_IF_ERROR(r.get(&p.kv_id));
   LOOM_RETURN_IF_ERROR(r.get(&p.kv_bytes));
   LOOM_RETURN_IF_ERROR(r.get(&p.page_size));
@@ -137,7 +146,7 @@ Status MirroredKvStore::bind(const StepBroadcast& plan) {
     id_ = plan.kv_id;
   }
   page_size_ = plan.page_size;
-  dtype_ = plan.kv_dtype;
+  format_ = plan.kv_format;
   num_layers_ = plan.sequences.empty() ? 0 : static_cast<int>(plan.sequences[0].k_pages.size());
   k_.clear();
   v_.clear();
@@ -175,7 +184,7 @@ graph::KvPageTable MirroredKvStore::pages(int layer, int seq) {
   t.v_pages = v_[i].data();
   t.num_pages = static_cast<int64_t>(k_[i].size());
   t.page_size = page_size_;
-  t.dtype = dtype_;
+  t.format = format_;
   return t;
 }
 

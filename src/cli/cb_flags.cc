@@ -1,5 +1,7 @@
 #include "cli/cb_flags.h"
 
+#include "cli/kv_cache_flags.h"
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -39,8 +41,10 @@ void add_cb_options(CLI::App* cmd, CbFlags* f) {
                   "Clamp --cpu-offload-space to this share of RAM (of free disk with --cpu-offload-path)");
   cmd->add_option("--cpu-offload-path", f->cpu_offload_path,
                   "Keep the swap pool in a file (a new file name, or a directory) instead of RAM");
-  cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype,
-                  "KV cache elements: float32 (default) or bfloat16 (half the memory, rounded once when written)");
+  cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype, kKvCacheDtypeHelp);
+  cmd->add_option("--cache-type-k", f->cache_type_k, kCacheTypeKHelp);
+  cmd->add_option("--cache-type-v", f->cache_type_v, kCacheTypeVHelp);
+  cmd->add_option("--kv-cache-rotation", f->kv_cache_rotation, kKvRotationHelp);
   cmd->add_option("--max-queue-size", f->max_queue_size, "Most requests waiting for admission (0: no limit)");
   cmd->add_option("--per-request-processors", f->per_request_processors,
                   "Honour per-line sampling settings (true/false; default true for this command)");
@@ -90,6 +94,9 @@ batching::ContinuousBatchingConfig make_cb_config(const CbFlags& f, std::optiona
   set("default_compile_level", f.default_compile_level);
   set("scheduler_type", f.scheduler_type);
   set("kv_cache_dtype", f.kv_cache_dtype);
+  set("cache_type_k", f.cache_type_k);
+  set("cache_type_v", f.cache_type_v);
+  set("kv_cache_rotation", f.kv_cache_rotation);
   set("safety_margin", f.safety_margin);
   set("return_logprobs", f.return_logprobs);
   if ((!j.contains("seed") || j["seed"].is_null()) && seed) j["seed"] = *seed;

@@ -20,7 +20,7 @@ struct CbFlags {
       per_request_processors, drop_unsupported_processors, disable_nccl_graph_mixing;
   bool no_block_sharing = false;
   std::optional<std::string> cpu_offload_path;
-  std::optional<std::string> kv_cache_dtype;
+  std::optional<std::string> kv_cache_dtype, cache_type_k, cache_type_v, kv_cache_rotation;
   std::optional<std::string> scheduler_type, use_cuda_graph, varlen_compile_config, decode_compile_config;
   std::optional<int64_t> q_padding_interval_size, kv_padding_interval_size, default_compile_level, max_queue_size;
 };

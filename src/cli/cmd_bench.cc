@@ -13,6 +13,7 @@
 #include "baselines/matmul_baselines.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/kv_cache_flags.h"
 #include "loom/batching/continuous_batching_config.h"
 #include "loom/batching/model_runner.h"
 #include "loom/generation/sampling.h"
@@ -34,7 +35,8 @@ struct BenchFlags {
   int64_t prompt_tokens = 512;
   int64_t decode_tokens = 128;
   int repeats = 1;
-  std::string kv_cache_dtype = "float32";
+  int64_t depth = 0;  // context positions filled (unmeasured) before the measured prefill and decode
+  KvCacheFlags kv;
   bool bounds = true;
   bool profile = false;
   bool warmup = true;
@@ -61,8 +63,9 @@ void print_bounds(const BenchFlags& f, const models::Model& model, ThreadPool& p
   const graph::StepCost cost = graph::step_cost(*model.step_graph());
   const ModelConfig& c = model.config();
   const double T = static_cast<double>(f.prompt_tokens);
-  // Causal attention: token i scores i+1 keys and mixes i+1 values (sliding windows ignored).
-  const double attn_flops = 4.0 * static_cast<double>(c.num_attention_heads * c.head_dim) * (T + 1) / 2 *
+  // Causal attention: token i scores depth+i+1 keys and mixes as many values (sliding windows ignored).
+  const double attn_flops = 4.0 * static_cast<double>(c.num_attention_heads * c.head_dim) *
+                            (static_cast<double>(f.depth) + (T + 1) / 2) *
                             static_cast<double>(c.num_hidden_layers);
   const double prefill_flops =
       2.0 * cost.per_token_matrix_elements + attn_flops + 2.0 * cost.per_sequence_matrix_elements / T;
@@ -123,9 +126,29 @@ void print_collectives(const CollectiveTotals& prefill, const CollectiveTotals& 
 
 // The KV cache one run of this bench allocates (every rank's is the same size).
 double last_kv_bytes(const BenchFlags& f, const batching::ModelRunner& runner) {
-  runtime::ContiguousKvCache cache(runner.kv_layout(), 1, f.prompt_tokens + f.decode_tokens + 1,
-                                   batching::kv_cache_dtype_from_name(f.kv_cache_dtype).value());
+  runtime::ContiguousKvCache cache(runner.kv_layout(), 1, f.depth + f.prompt_tokens + f.decode_tokens + 1,
+                                   kv_format_from_flags(f.kv));
   return static_cast<double>(cache.bytes());
+}
+
+// "q8_0" when K and V share a type, else "K/V"; "+rot" when either is rotated.
+std::string kv_format_label(const graph::KvFormat& k) {
+  std::string s(graph::kv_dtype_display_name(k.k));
+  if (k.v != k.k) s += "/" + std::string(graph::kv_dtype_display_name(k.v));
+  if (k.rotate_k || k.rotate_v) s += k.rotate_k && k.rotate_v ? "+rot" : k.rotate_k ? "+rotK" : "+rotV";
+  return s;
+}
+
+// Positions [0, depth) of the cache filled with random tokens in steps of at most 512, as
+// llama-bench -d does before it measures (unmeasured).
+void fill_depth(batching::ModelRunner& runner, runtime::ContiguousKvCache& cache, int64_t depth, int64_t vocab) {
+  generation::Rng rng(4321);
+  std::vector<int32_t> ids(512);
+  for (int64_t p = 0; p < depth; p += 512) {
+    const int64_t n = std::min<int64_t>(512, depth - p);
+    for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
+    runner.step({{ids.data(), n, p}}, cache).value();
+  }
 }
 
 // Every rank's weights, KV cache and peak RSS, printed by rank 0.
@@ -171,6 +194,12 @@ void run_bench(const BenchFlags& f) {
   std::vector<int32_t> prompt(static_cast<size_t>(f.prompt_tokens));
   for (auto& id : prompt) id = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab));
 
+  const graph::KvFormat kv_format = kv_format_from_flags(f.kv);
+  const runtime::KvLayout kv_layout = runner->kv_layout();
+  // K and V bytes one token of context holds, over all layers (the page layout's arithmetic).
+  const double kv_bytes_per_token =
+      static_cast<double>(graph::kv_position_bytes(kv_format, kv_layout.num_kv_heads, kv_layout.head_dim)) *
+      kv_layout.num_layers;
   double best_prefill = 0, best_decode = 0;
   // The read bound is measured around each decode run on the weights it reads (one
   // process's: tensor-parallel runs measure it once, after the runs, as before).
@@ -188,13 +217,14 @@ void run_bench(const BenchFlags& f) {
     const bool warming = rep < 0;
     const int64_t decode_tokens = warming ? 1 : f.decode_tokens;
     const bool profiled = f.profile && rep + 1 == f.repeats;
-    runtime::ContiguousKvCache cache(runner->kv_layout(), 1, f.prompt_tokens + f.decode_tokens + 1,
-                                     batching::kv_cache_dtype_from_name(f.kv_cache_dtype).value());
+    runtime::ContiguousKvCache cache(runner->kv_layout(), 1, f.depth + f.prompt_tokens + f.decode_tokens + 1,
+                                     kv_format);
+    fill_depth(*runner, cache, f.depth, vocab);
     profile.reset();
     profile.set_enabled(profiled);
     if (group) group->reset_stats();
     auto t0 = Clock::now();
-    Tensor logits = runner->step({{prompt.data(), f.prompt_tokens, 0}}, cache).value();
+    Tensor logits = runner->step({{prompt.data(), f.prompt_tokens, f.depth}}, cache).value();
     const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (group) {
       prefill_comm = {group->stats(), prefill_s, 1};
@@ -216,7 +246,7 @@ void run_bench(const BenchFlags& f) {
     }
     auto t1 = Clock::now();
     for (int64_t i = 0; i < decode_tokens; ++i) {
-      Tensor out = runner->step({{&next, 1, f.prompt_tokens + i}}, cache).value();
+      Tensor out = runner->step({{&next, 1, f.depth + f.prompt_tokens + i}}, cache).value();
       const float* l = out.data_as<float>();
       int32_t best = 0;
       for (int64_t j = 1; j < vocab; ++j) if (l[j] > l[best]) best = static_cast<int32_t>(j);
@@ -249,18 +279,21 @@ void run_bench(const BenchFlags& f) {
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   const double peak_rss_gb = static_cast<double>(usage.ru_maxrss) * 1024.0 / 1e9;  // ru_maxrss is in KB on Linux
+  const std::string at_depth = f.depth > 0 ? " @ d" + std::to_string(f.depth) : "";
   std::printf(
-      "| model | dtype | params | threads | isa | backend | matmul | kv cache | prefill tok/s (%lld) | decode tok/s (%lld) | "
-      "load s | weights GB | peak RSS GB |\n",
-      static_cast<long long>(f.prompt_tokens), static_cast<long long>(f.decode_tokens));
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "| model | dtype | params | threads | isa | backend | matmul | kv cache | KV B/token | prefill tok/s (%lld%s) | "
+      "decode tok/s (%lld%s) | load s | weights GB | peak RSS GB |\n",
+      static_cast<long long>(f.prompt_tokens), at_depth.c_str(), static_cast<long long>(f.decode_tokens),
+      at_depth.c_str());
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   // The matmul column says whether bf16 weights ran on bf16 dot products (medium or auto on a CPU with fast ones).
   const std::string matmul = std::string(cpu::matmul_precision_name(cpu::matmul_precision())) +
                              (cpu::bf16_dot_products_active() ? " (bf16 dot)" : "");
-  std::printf("| %s | %s | %.3gB | %d | %s | %s | %s | %s | %.1f | %.2f | %.2f | %.3f | %.3f |\n",
+  std::printf("| %s | %s | %.3gB | %d | %s | %s | %s | %s | %.0f | %.1f | %.2f | %.2f | %.3f | %.3f |\n",
               model->module().class_name().c_str(), dtypes.c_str(), model->checkpoint().parameter_count() / 1e9,
               runner->pool().num_threads(), cpu::isa_name().c_str(), runner->backend_name().c_str(), matmul.c_str(),
-              f.kv_cache_dtype.c_str(), best_prefill, best_decode, load_s, weight_bytes / 1e9, peak_rss_gb);
+              kv_format_label(kv_format).c_str(), kv_bytes_per_token, best_prefill, best_decode, load_s,
+              weight_bytes / 1e9, peak_rss_gb);
   std::fflush(stdout);
   if (group) {
     print_collectives(prefill_comm, decode_comm);
@@ -287,8 +320,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--prompt-tokens", f->prompt_tokens, "Prompt length for prefill")->check(CLI::PositiveNumber);
   cmd->add_option("--decode-tokens", f->decode_tokens, "Tokens decoded after the prompt")->check(CLI::PositiveNumber);
   cmd->add_option("--repeats", f->repeats, "Runs; the best is reported")->check(CLI::PositiveNumber);
-  cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype, "KV cache elements: float32 (default) or bfloat16")
-      ->check(CLI::IsMember({"float32", "bfloat16"}));
+  cmd->add_option("--depth,-d", f->depth,
+                  "Context tokens filled (unmeasured) before the measured prefill and decode, as llama-bench -d")
+      ->check(CLI::NonNegativeNumber);
+  add_kv_cache_options(cmd, &f->kv);
   cmd->add_flag("!--no-bounds", f->bounds,
                 "Skip measuring this machine's bounds (the weights' read bandwidth just before and after each decode run, oneDNN matmul) and loom's share of them");
   cmd->add_flag("!--no-warmup", f->warmup,

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/constraint_flags.h"
+#include "cli/kv_cache_flags.h"
 #include "loom/batching/tokenizer_text_stream.h"
 #include "loom/batching/continuous_batching_config.h"
 #include "loom/batching/generate.h"
@@ -23,7 +24,7 @@ struct GenerateFlags {
   ConstraintFlags constraint;
   bool json = false;
   bool no_special_tokens = false;
-  std::string kv_cache_dtype = "float32";
+  KvCacheFlags kv;
   double cpu_group_timeout = 300.0;
 };
 
@@ -48,7 +49,7 @@ void run_generate(const GenerateFlags& f) {
   }
 
   batching::GenerateOptions o = make_generate_options(f.sampling, gc, *model, static_cast<int64_t>(prompt.size()));
-  o.kv_cache_dtype = batching::kv_cache_dtype_from_name(f.kv_cache_dtype).value();
+  o.kv_format = kv_format_from_flags(f.kv);
   {
     std::shared_ptr<Tokenizer> tokenizer;
     if (Tokenizer::exists_at(dir)) tokenizer = Tokenizer::from_path(dir).value();
@@ -102,9 +103,7 @@ void add_generate_command(CLI::App& app) {
   add_constraint_options(cmd, &f->constraint);
   cmd->add_flag("--no-special-tokens", f->no_special_tokens, "Do not add BOS/EOS when tokenizing the prompt");
   cmd->add_flag("--json", f->json, "Print one JSON object (prompt_ids, generated_ids, text, finish_reason, timings)");
-  cmd->add_option("--kv-cache-dtype", f->kv_cache_dtype,
-                  "KV cache elements: float32 (default) or bfloat16 (half the memory, rounded once when written)")
-      ->check(CLI::IsMember({"float32", "bfloat16"}));
+  add_kv_cache_options(cmd, &f->kv);
   cmd->add_option("--cpu-group-timeout", f->cpu_group_timeout,
                   "With --tensor-parallel: seconds a rank waits for the others inside a step before ending the job")
       ->check(CLI::PositiveNumber);

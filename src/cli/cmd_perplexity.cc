@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/kv_cache_flags.h"
 #include "loom/batching/tokenizer_text_stream.h"
 #include "loom/batching/model_runner.h"
 
@@ -25,6 +26,7 @@ struct PerplexityFlags {
   int batch = 8;
   bool json = false;
   bool quiet = false;
+  KvCacheFlags kv;
 };
 
 void progress(int64_t done, int64_t total, double seconds, bool quiet) {
@@ -59,7 +61,7 @@ void run_perplexity(const PerplexityFlags& f) {
 
   std::vector<int64_t> starts;
   for (int64_t s = 0; s < static_cast<int64_t>(ids.size()); s += piece) starts.push_back(s);
-  runtime::ContiguousKvCache cache(runner->kv_layout(), f.batch, f.seq_len);
+  runtime::ContiguousKvCache cache(runner->kv_layout(), f.batch, f.seq_len, kv_format_from_flags(f.kv));
   double total = 0;
   int64_t count = 0;
   const int64_t to_score = bos ? static_cast<int64_t>(ids.size())
@@ -126,6 +128,7 @@ void add_perplexity_command(CLI::App& app) {
   cmd->add_option("--batch", f->batch, "Chunks run together per step")->check(CLI::PositiveNumber);
   cmd->add_flag("--json", f->json, "Print one JSON object: loss, perplexity, tokens, seq_len");
   cmd->add_flag("--quiet,-q", f->quiet, "No progress bar");
+  add_kv_cache_options(cmd, &f->kv);
   cmd->callback([f] { run_perplexity(*f); });
 }
 

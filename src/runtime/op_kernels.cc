@@ -444,6 +444,7 @@ struct AttentionState : NodeState {
   cpu::AttentionParams params;
   std::vector<float> sinks;  // gpt-oss's per-head sink logits, widened once; params.sinks points here
   std::vector<cpu::AttentionSequence> seqs;  // reused from step to step
+  std::vector<float> rot;                    // one head vector being rotated before it is stored
 };
 
 template <bool kRef>
@@ -484,9 +485,10 @@ OpKernel attention_kernel() {
       const graph::StepSequence& sq = step.sequences[s];
       const graph::KvPageTable t = step.kv->pages(layer, static_cast<int>(s));
       // Checked before the K/V writes below, which would otherwise write f32 into pages of another width.
-      if (t.dtype != DType::kF32 && t.dtype != DType::kBF16)
-        return invalid_argument("attention layer " + std::to_string(layer) + ": KV dtype " + std::string(dtype_name(t.dtype)) +
-                                " is not supported (F32 or BF16)");
+      if (!graph::kv_dtype_supported(t.format.k) || !graph::kv_dtype_supported(t.format.v))
+        return invalid_argument("attention layer " + std::to_string(layer) + ": KV types " +
+                                std::string(dtype_name(t.format.k)) + "/" + std::string(dtype_name(t.format.v)) +
+                                " are not supported (F32, BF16, F16, Q8_0 or Q4_0)");
       for (int64_t i = 0; i < sq.q_len; ++i) {
         const int64_t row = sq.q_begin + i;
         const int64_t pos = step.positions[static_cast<size_t>(row)];
@@ -496,31 +498,30 @@ OpKernel attention_kernel() {
                               " has no KV page for position " + std::to_string(pos));
         const float* k_src = k_new.data_as<float>() + row * kv_row;
         const float* v_src = v_new.data_as<float>() + row * kv_row;
-        if (t.dtype == DType::kBF16) {
-          // Rounded to nearest even once, as a bf16 model's cache holds them.
-          uint16_t* kp = static_cast<uint16_t*>(t.k_pages[page]);
-          uint16_t* vp = static_cast<uint16_t*>(t.v_pages[page]);
-          for (int64_t kvh = 0; kvh < p.num_kv_heads; ++kvh)
-            for (int64_t d = 0; d < p.head_dim; ++d) {
-              kp[cpu::k_page_index(off, kvh, d, t.page_size, p.head_dim)] = f32_to_bf16(k_src[kvh * p.head_dim + d]);
-              vp[cpu::v_page_index(off, kvh, d, t.page_size, p.head_dim)] = f32_to_bf16(v_src[kvh * p.head_dim + d]);
-            }
-        } else {
-          float* kp = static_cast<float*>(t.k_pages[page]);
-          float* vp = static_cast<float*>(t.v_pages[page]);
-          for (int64_t kvh = 0; kvh < p.num_kv_heads; ++kvh)
-            for (int64_t d = 0; d < p.head_dim; ++d)
-              kp[cpu::k_page_index(off, kvh, d, t.page_size, p.head_dim)] = k_src[kvh * p.head_dim + d];
-          for (int64_t kvh = 0; kvh < p.num_kv_heads; ++kvh)
-            std::memcpy(vp + cpu::v_page_index(off, kvh, 0, t.page_size, p.head_dim), v_src + kvh * p.head_dim,
-                        static_cast<size_t>(p.head_dim) * sizeof(float));
+        // Rounded (bf16, f16) or quantized (q8_0, q4_0) once, per head vector, after the
+        // Hadamard rotation when the cache keeps them rotated.
+        for (int64_t kvh = 0; kvh < p.num_kv_heads; ++kvh) {
+          const float* kh = k_src + kvh * p.head_dim;
+          const float* vh = v_src + kvh * p.head_dim;
+          if (t.format.rotate_k) {
+            state.rot.assign(kh, kh + p.head_dim);
+            cpu::kv_rotate(state.rot.data(), p.head_dim);
+            kh = state.rot.data();
+          }
+          cpu::kv_store_row(t.k_pages[page], t.format.k, true, off, kvh, t.page_size, p.head_dim, kh);
+          if (t.format.rotate_v) {
+            state.rot.assign(vh, vh + p.head_dim);
+            cpu::kv_rotate(state.rot.data(), p.head_dim);
+            vh = state.rot.data();
+          }
+          cpu::kv_store_row(t.v_pages[page], t.format.v, false, off, kvh, t.page_size, p.head_dim, vh);
         }
       }
       cpu::AttentionSequence as;
       as.q_begin = sq.q_begin;
       as.q_len = sq.q_len;
       as.positions = step.positions.data() + sq.q_begin;
-      as.kv = cpu::KvPages{t.k_pages, t.v_pages, t.num_pages, t.page_size, sq.past_len + sq.q_len, t.dtype};
+      as.kv = cpu::KvPages{t.k_pages, t.v_pages, t.num_pages, t.page_size, sq.past_len + sq.q_len, t.format};
       seqs.push_back(as);
     }
     const int64_t q_row = p.num_q_heads * p.head_dim;

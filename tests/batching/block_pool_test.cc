@@ -100,7 +100,7 @@ TEST(BlockPool, RejectsUnusableShapes) {
 }  // namespace
 
 TEST(BlockPool, Bf16PagesTakeHalfTheBytes) {
-  const KvPageShape f32{4, 2, 8, DType::kF32}, bf16{4, 2, 8, DType::kBF16};
+  const KvPageShape f32{4, 2, 8, {DType::kF32, DType::kF32}}, bf16{4, 2, 8, {DType::kBF16, DType::kBF16}};
   EXPECT_EQ(f32.page_bytes(), 2u * 4 * 2 * 8 * 4);
   EXPECT_EQ(bf16.page_bytes(), f32.page_bytes() / 2);
   BlockPool pool(bf16, 4, {2});
@@ -108,7 +108,32 @@ TEST(BlockPool, Bf16PagesTakeHalfTheBytes) {
   const BlockId b = pool.allocate(0).value();
   auto* k0 = static_cast<char*>(pool.k_page(b, 0));
   auto* v0 = static_cast<char*>(pool.v_page(b, 0));
-  EXPECT_GE(std::abs(v0 - k0), static_cast<std::ptrdiff_t>(bf16.half_bytes()));
+  EXPECT_GE(std::abs(v0 - k0), static_cast<std::ptrdiff_t>(bf16.k_bytes()));
+}
+
+// A page holds whole blocks of each head vector: q8_0 34 bytes and q4_0 18 per 32 values, K and
+// V each of their own type; K and V of a page, and consecutive pages, never overlap.
+TEST(BlockPool, QuantizedPagesHoldWholeBlocks) {
+  const KvPageShape q8{16, 2, 64, {DType::kQ8_0, DType::kQ8_0}}, q4{16, 2, 64, {DType::kQ4_0, DType::kQ4_0}};
+  const KvPageShape mixed{16, 2, 64, {DType::kQ8_0, DType::kF16}}, f32{16, 2, 64, {DType::kF32, DType::kF32}};
+  EXPECT_EQ(q8.page_bytes(), 2u * 16 * 2 * 2 * 34);
+  EXPECT_EQ(q4.page_bytes(), 2u * 16 * 2 * 2 * 18);
+  EXPECT_EQ(mixed.k_bytes(), 16u * 2 * 2 * 34);
+  EXPECT_EQ(mixed.v_bytes(), 16u * 2 * 64 * 2);
+  EXPECT_LE(4 * q8.page_bytes(), f32.page_bytes() * 17 / 16);  // 34/128 of f32
+  BlockPool pool(mixed, 6, {3});
+  EXPECT_EQ(pool.budget_bytes(), 6 * mixed.page_bytes());
+  const BlockId a = pool.allocate(0).value(), b = pool.allocate(0).value();
+  std::vector<std::pair<char*, size_t>> spans;
+  for (BlockId blk : {a, b})
+    for (int i = 0; i < 3; ++i) {
+      spans.emplace_back(static_cast<char*>(pool.k_page(blk, i)), mixed.k_bytes());
+      spans.emplace_back(static_cast<char*>(pool.v_page(blk, i)), mixed.v_bytes());
+    }
+  for (size_t i = 0; i < spans.size(); ++i)
+    for (size_t j = i + 1; j < spans.size(); ++j)
+      EXPECT_TRUE(spans[i].first + spans[i].second <= spans[j].first || spans[j].first + spans[j].second <= spans[i].first)
+          << i << " and " << j << " overlap";
 }
 
 }  // namespace loom::batching

@@ -82,9 +82,13 @@ TEST(ContinuousBatchingConfig, BadValuesNameTheField) {
   EXPECT_NE(err({{"max_batch_tokens", 0}}).find("max_batch_tokens"), std::string::npos);
   EXPECT_NE(err({{"max_memory_percent", 1.5}}).find("max_memory_percent"), std::string::npos);
   EXPECT_NE(err({{"scheduler_type", "lifo"}}).find("scheduler_type"), std::string::npos);
-  EXPECT_NE(err({{"kv_cache_dtype", "float16"}}).find("field 'kv_cache_dtype' must be 'float32' or 'bfloat16'"),
+  EXPECT_NE(err({{"kv_cache_dtype", "float8"}}).find("field 'kv_cache_dtype' must be one of float32, bfloat16, float16, q8_0, q4_0"),
             std::string::npos)
-      << err({{"kv_cache_dtype", "float16"}});
+      << err({{"kv_cache_dtype", "float8"}});
+  EXPECT_NE(err({{"cache_type_k", "q5_1"}}).find("field 'cache_type_k'"), std::string::npos);
+  EXPECT_NE(err({{"cache_type_v", "int8"}}).find("field 'cache_type_v'"), std::string::npos);
+  EXPECT_NE(err({{"kv_cache_rotation", "yes"}}).find("field 'kv_cache_rotation' must be 'auto', 'on' or 'off'"),
+            std::string::npos);
   EXPECT_NE(err({{"kv_cache_dtype", 16}}).find("kv_cache_dtype"), std::string::npos);
   EXPECT_NE(err({{"safety_margin", 1.0}}).find("safety_margin"), std::string::npos);
   EXPECT_NE(err({{"cpu_offload_space", -2}}).find("cpu_offload_space"), std::string::npos);

@@ -187,6 +187,43 @@ TEST(Determinism, Bf16KvCacheMatchesRunningAloneWithIt) {
   run_condition(runner, w, expected, swap, true);
 }
 
+// Every KV cache type: each request run alone through generate() with a contiguous cache of the
+// type (rotated as kv_cache_rotation "auto" does: q4_0) is the reference; batching, chunked
+// prefill, prefix sharing, preemption by recompute and by swap (which copies the quantized
+// pages out and back: their byte size follows the type) must not change a token.
+TEST(Determinism, EveryKvCacheTypeMatchesRunningAloneWithIt) {
+  auto model = load_fixture("llama-f32");
+  auto runner = make_runner(model);
+  const Workload w = make_workload(24, 300, 24, model->vocab_size(), 4321);
+  const auto f32 = run_alone(*runner, w);
+  for (const char* kv : {"float16", "q8_0", "q4_0"}) {
+    SCOPED_TRACE(kv);
+    const DType t = kv_cache_dtype_from_name(kv).value();
+    std::vector<std::vector<int32_t>> expected;
+    for (size_t i = 0; i < w.prompts.size(); ++i) {
+      GenerateOptions o;
+      o.max_new_tokens = w.max_new[i];
+      o.kv_format = graph::KvFormat{t, t, t == DType::kQ4_0, t == DType::kQ4_0};
+      expected.push_back(generate(*runner, w.prompts[i], o).value().generated_ids);
+    }
+    // A rounding of the f32 cache, not a misreading of it: most first tokens agree with f32's.
+    int same_first = 0;
+    for (size_t i = 0; i < w.prompts.size(); ++i)
+      same_first += !expected[i].empty() && !f32[i].empty() && expected[i][0] == f32[i][0];
+    std::cerr << kv << " KV: " << same_first << " of " << w.prompts.size() << " first tokens as with f32\n";
+    EXPECT_GE(same_first, static_cast<int>(w.prompts.size()) * (t == DType::kQ4_0 ? 1 : 3) / 4);
+    Condition batched{"page16 mbt32 sharing fifo async", 16, 1200, 32, true, 0.0, "fifo", true};
+    batched.kv_cache_dtype = kv;
+    run_condition(runner, w, expected, batched, false);
+    Condition recompute{"tiny pool recompute prefill_first", 16, 24, 64, true, 0.0, "prefill_first", false, 0.0};
+    recompute.kv_cache_dtype = kv;
+    run_condition(runner, w, expected, recompute, true);
+    Condition swap{"tiny pool swap fifo async", 16, 24, 64, false, 1.0 / 16, "fifo", true, 0.0};
+    swap.kv_cache_dtype = kv;
+    run_condition(runner, w, expected, swap, true);
+  }
+}
+
 // Matmul precision "medium" rounds what enters each bf16-weight linear to bf16 and
 // accumulates bf16 dot products (runtime/cpu/matmul.h). That arithmetic is also the
 // same for a row whatever else is in the step, so batching, chunked prefill and

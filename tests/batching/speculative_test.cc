@@ -214,8 +214,10 @@ std::vector<Case> make_cases(int64_t vocab, uint32_t seed) {
   return cases;
 }
 
-GenerateOptions options_of(const Case& c, int64_t lookup) {
+GenerateOptions options_of(const Case& c, int64_t lookup, const std::string& kv = "float32") {
   GenerateOptions o;
+  const DType kv_type = kv_cache_dtype_from_name(kv).value();
+  o.kv_format = graph::KvFormat{kv_type, kv_type, kv_type == DType::kQ4_0, kv_type == DType::kQ4_0};
   o.max_new_tokens = c.max_new;
   o.prompt_lookup_num_tokens = lookup;
   o.logprobs = false;
@@ -239,15 +241,16 @@ bool speculates(size_t i) { return i % 2 == 0 || i % 3 == 1; }
 // Alone (generate, contiguous cache) and in a continuous batch mixing
 // speculative and plain requests over a pool small enough to preempt: every
 // request's tokens equal plain decoding's.
-void check_exact(const std::string& fixture, Totals& totals) {
-  SCOPED_TRACE(fixture);
+// kv: the KV cache type of every run (kv_cache_dtype's names; rotation as "auto" gives it).
+void check_exact(const std::string& fixture, Totals& totals, const std::string& kv = "float32") {
+  SCOPED_TRACE(fixture + " kv " + kv);
   auto model = load_fixture(fixture);
   auto runner = make_runner(model);
   const std::vector<Case> cases = make_cases(model->vocab_size(), 4321);
   std::vector<std::vector<int32_t>> plain;
   for (const Case& c : cases) {
-    plain.push_back(generate(*runner, c.prompt, options_of(c, 0)).value().generated_ids);
-    const GenerateResult spec = generate(*runner, c.prompt, options_of(c, 5)).value();
+    plain.push_back(generate(*runner, c.prompt, options_of(c, 0, kv)).value().generated_ids);
+    const GenerateResult spec = generate(*runner, c.prompt, options_of(c, 5, kv)).value();
     EXPECT_EQ(spec.generated_ids, plain.back()) << "alone, prompt of " << c.prompt.size();
     EXPECT_LE(spec.timings.accepted_draft_tokens, spec.timings.drafted_tokens);
     totals.drafted += spec.timings.drafted_tokens;
@@ -267,6 +270,7 @@ void check_exact(const std::string& fixture, Totals& totals) {
     // The roomy run drafts as the measured step cost decides (default); the tight one
     // whenever the draft length says so, so that drafts surely meet preemption.
     cfg.adaptive_speculation = !tight;
+    cfg.kv_cache_dtype = kv;
     auto m = ContinuousBatchingManager::create(runner, testing::no_eos_config(), cfg).value();
     std::map<std::string, size_t> index;
     for (size_t i = 0; i < cases.size(); ++i) {
@@ -320,6 +324,18 @@ TEST(SpeculativeExactness, Llama) {
   EXPECT_LT(t.accepted, t.drafted);
 }
 
+// Speculative rollback rewrites the positions of rejected drafts; with q8_0 / q4_0 blocks (one
+// head vector's blocks per position, rotated for q4_0) the rewrite must touch nothing else,
+// and preemption must restore or recompute quantized pages exactly.
+TEST(SpeculativeExactness, LlamaQuantizedKvCache) {
+  for (const char* kv : {"q8_0", "q4_0", "float16"}) {
+    Totals t;
+    check_exact("llama-f32", t, kv);
+    EXPECT_GT(t.accepted, 0) << kv;
+    EXPECT_LT(t.accepted, t.drafted) << kv;
+  }
+}
+
 TEST(SpeculativeExactness, Qwen2) {
   Totals t;
   check_exact("qwen2-f32", t);
@@ -348,6 +364,40 @@ TEST(SpeculativeExactness, Qwen2Moe) {
   check_exact("qwen2_moe-f32", t);
   EXPECT_GT(t.accepted, 0);
   EXPECT_LT(t.accepted, t.drafted);
+}
+
+// bf16 and f16 KV caches round K/V once; on the bundled (trained) model that rounding does not
+// change a greedy token of real text against the f32 cache, and q8_0 changes few if any.
+TEST(KvCacheTypes, BundledModelGreedyMatchesF32Cache) {
+  const std::string dir = std::string(LOOM_SOURCE_DIR) + "/models/loom-kjv-tiny";
+  auto model = models::Model::load(dir).value();
+  auto runner = make_runner(model);
+  auto stream = open_text_stream(dir).value();
+  ASSERT_TRUE(stream);
+  const char* texts[] = {
+      "In the beginning God created the heaven and the earth.",
+      "And God said, Let there be light: and there was light. And God saw the light, that it was good:",
+      "The LORD is my shepherd; I shall not want. He maketh me to lie down in green pastures:",
+      "And it came to pass in those days, that there went out a decree from Caesar Augustus,"};
+  int64_t q8_same = 0, total = 0;
+  for (const char* t : texts) {
+    const std::vector<int32_t> prompt = stream->encode(t, true).value();
+    auto run = [&](DType k) {
+      GenerateOptions o;
+      o.max_new_tokens = 40;
+      o.kv_format = graph::KvFormat{k, k, false, false};
+      return generate(*runner, prompt, o).value().generated_ids;
+    };
+    const std::vector<int32_t> f32 = run(DType::kF32);
+    ASSERT_EQ(f32.size(), 40u);
+    EXPECT_EQ(run(DType::kF16), f32) << t;
+    EXPECT_EQ(run(DType::kBF16), f32) << t;
+    const std::vector<int32_t> q8 = run(DType::kQ8_0);
+    for (size_t i = 0; i < q8.size() && q8[i] == f32[i]; ++i) ++q8_same;
+    total += 40;
+  }
+  std::cerr << "q8_0 KV: " << q8_same << " of " << total << " greedy tokens before the first difference from f32\n";
+  EXPECT_GE(q8_same, total / 2);
 }
 
 TEST(SpeculativeExactness, BundledModelTextAndStopStrings) {
@@ -395,6 +445,7 @@ TEST(SpeculativeExactness, BundledModelTextAndStopStrings) {
   ContinuousBatchingConfig cfg;
   cfg.page_size = 16;
   cfg.num_blocks = 64;
+  cfg.adaptive_speculation = false;  // drafts whatever the step cost: some are surely accepted
   auto m = ContinuousBatchingManager::create(runner, testing::no_eos_config(), cfg, mo).value();
   ASSERT_TRUE(m->start().ok());
   for (const int64_t lookup : {int64_t{0}, int64_t{8}}) {

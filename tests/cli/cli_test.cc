@@ -232,6 +232,24 @@ TEST(Cli, BenchPrintsATable) {
   EXPECT_NE(r.out.find("| high |"), std::string::npos) << r.out;
 }
 
+// --depth fills the cache before the measured runs (as llama-bench -d), and the table says the
+// depth, the KV type and its bytes per token (llama-f32: 2 layers, 2 kv heads of 16: f32
+// 2·2·2·16·4 = 512 B; q8_0 one padded block of 34 B per head vector: 272 B).
+TEST(Cli, BenchAtDepthPrintsKvBytesPerToken) {
+  CommandResult r = loom("bench --model " + fixture("llama-f32") +
+                         " --prompt-tokens 16 --decode-tokens 4 --depth 100 --no-bounds");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("prefill tok/s (16 @ d100)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| float32 | 512 |"), std::string::npos) << r.out;
+  r = loom("bench --model " + fixture("llama-f32") +
+           " --prompt-tokens 16 --decode-tokens 4 --depth 40 --no-bounds --kv-cache-dtype q8_0");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("| q8_0 | 272 |"), std::string::npos) << r.out;
+  r = loom("bench --model " + fixture("llama-f32") + " --prompt-tokens 8 --decode-tokens 2 --no-bounds --cache-type-v q4_1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--cache-type-v"), std::string::npos) << r.out;
+}
+
 // The switches that compare code paths are bench flags (no environment variables).
 TEST(Cli, BenchTakesTheQuantizedPathSwitches) {
   CommandResult r = loom("bench --model " + fixture("llama-f32") +
@@ -475,9 +493,25 @@ TEST(Cli, Bf16KvCacheGivesTheSameTokensInGenerateAndBatch) {
   const auto [batched, generated] = batch_and_generate(model, {prompt}, 24, "--kv-cache-dtype bfloat16");
   EXPECT_EQ(generated, batched);
   EXPECT_EQ(batched.size(), 24u);
-  CommandResult bad = loom("generate --model " + model + " --prompt-ids 1,2 --kv-cache-dtype float16");
+  CommandResult bad = loom("generate --model " + model + " --prompt-ids 1,2 --kv-cache-dtype float8");
   EXPECT_NE(bad.exit_code, 0);
-  EXPECT_NE(bad.out.find("float16"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("float8"), std::string::npos) << bad.out;
+  CommandResult bad_k = loom("generate --model " + model + " --prompt-ids 1,2 --cache-type-k q5_7");
+  EXPECT_NE(bad_k.exit_code, 0);
+  EXPECT_NE(bad_k.out.find("--cache-type-k"), std::string::npos) << bad_k.out;
+}
+
+// Quantized K/V through both front ends: q8_0 K with f16 V, and q4_0 (rotated by default), give
+// the same tokens from `generate` (contiguous cache) and `batch` (paged cache).
+TEST(Cli, QuantizedKvCacheGivesTheSameTokensInGenerateAndBatch) {
+  const auto prompt = reference("llama-f32")["prompt_ids"].get<std::vector<int32_t>>();
+  const std::string model = fixture("llama-f32");
+  for (const char* flags : {"--cache-type-k q8_0 --cache-type-v f16", "--kv-cache-dtype q4_0",
+                            "--cache-type-k q4_0 --cache-type-v q8_0 --kv-cache-rotation off"}) {
+    const auto [batched, generated] = batch_and_generate(model, {prompt}, 16, flags);
+    EXPECT_EQ(generated, batched) << flags;
+    EXPECT_EQ(batched.size(), 16u) << flags;
+  }
 }
 
 // --matmul-precision medium on a bf16 checkpoint: generate and batch (with a second,

@@ -112,8 +112,24 @@ def test_bad_config_values_name_the_field():
     with pytest.raises(ValueError, match="no_such_field"):
         loom.ContinuousBatchingConfig(no_such_field=1)
     assert "use_cuda_graph" in " ".join(loom.ContinuousBatchingConfig(use_cuda_graph=True).cpu_no_op_fields())
-    assert {"page_size", "num_blocks", "max_batch_tokens", "kv_cache_dtype", "cpu_offload_path"} <= \
-        set(loom.ContinuousBatchingConfig.fields())
+    assert {"page_size", "num_blocks", "max_batch_tokens", "kv_cache_dtype", "cpu_offload_path", "cache_type_k",
+            "cache_type_v", "kv_cache_rotation"} <= set(loom.ContinuousBatchingConfig.fields())
+    with pytest.raises(ValueError, match="cache_type_k"):
+        loom.ContinuousBatchingConfig(cache_type_k="q4_1")
+    with pytest.raises(ValueError, match="kv_cache_rotation"):
+        loom.ContinuousBatchingConfig(kv_cache_rotation="maybe")
+
+
+def test_quantized_kv_cache_batched_equals_generate_alone(default_model, prompts):
+    # A q8_0 K with an f16 V, through the manager and through generate(): the same tokens.
+    cb = loom.ContinuousBatchingConfig(page_size=16, num_blocks=64, cache_type_k="q8_0", cache_type_v="float16")
+    out = default_model.generate_batch(prompts[:3], continuous_batching_config=cb, max_new_tokens=6, do_sample=False,
+                                       progress_bar=False)
+    for p, r in zip(prompts[:3], out.values()):
+        alone = default_model.generate([p], max_new_tokens=6, do_sample=False, cache_type_k="q8_0",
+                                       cache_type_v="float16")
+        assert alone[0].tolist()[len(p):] == r.generated_tokens
+        assert len(r.generated_tokens) == 6
 
 
 def test_manager_api(default_model, prompts):

@@ -54,7 +54,8 @@ struct PagedKv {
     }
   }
   KvPages view() const {
-    return {k_ptrs.data(), v_ptrs.data(), static_cast<int64_t>(k_ptrs.size()), page_size, num_tokens, dtype};
+    return {k_ptrs.data(), v_ptrs.data(), static_cast<int64_t>(k_ptrs.size()), page_size, num_tokens,
+            graph::KvFormat{dtype, dtype, false, false}};
   }
   // Rounds every page to bf16 (NaN padding stays NaN), as a bf16 cache stores what is written.
   void to_bf16() {
@@ -463,15 +464,15 @@ TEST(PagedAttention, Bf16PagesMatchReference) {
 }
 
 TEST(PagedAttention, RejectsUnsupportedKvDtype) {
-  Case c = make_case("f16", 4, 2, 8, 4, {{10, range_positions(5, 5)}});
-  c.seqs[0].kv.dtype = DType::kF16;
+  Case c = make_case("q4_k", 4, 2, 8, 4, {{10, range_positions(5, 5)}});
+  c.seqs[0].kv.format.v = DType::kQ4_K;
   std::vector<float> out(static_cast<size_t>(c.total_q * c.out_stride));
   ThreadPool pool(1);
   try {
     paged_attention(c.q.data(), c.q_stride, c.seqs.data(), 1, c.p, out.data(), c.out_stride, pool);
-    FAIL() << "an F16 cache was accepted";
+    FAIL() << "a Q4_K cache was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("KV dtype F16"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("KV types F32/Q4_K are not supported"), std::string::npos) << e.what();
   }
 }
 

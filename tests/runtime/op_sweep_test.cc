@@ -119,7 +119,8 @@ class PagedStore : public graph::KvStore {
   graph::KvPageTable pages(int layer, int seq) override {
     Seq& s = seqs_.at(static_cast<size_t>(seq));
     EXPECT_EQ(layer, 0);
-    return {s.k_ptrs.data(), s.v_ptrs.data(), static_cast<int64_t>(s.k_ptrs.size()), page_size_, dtype_};
+    return {s.k_ptrs.data(), s.v_ptrs.data(), static_cast<int64_t>(s.k_ptrs.size()), page_size_,
+            graph::KvFormat{dtype_, dtype_, false, false}};
   }
 
  private:

@@ -1,7 +1,8 @@
 // The KV memory of the paged cache: a fixed budget of pages, reserved once and
 // handed out as reference-counted blocks. A page holds page_size positions of
-// one layer's K and V (page_size × num_kv_heads × head_dim elements each, f32 or bf16; the layout inside a
-// page is the attention kernel's, see runtime/cpu/attention.h). A block is
+// one layer's K and V (page_size × num_kv_heads head vectors each, of the cache's K and V types:
+// f32, bf16, f16, or q8_0 / q4_0 blocks, so the page's bytes depend on the types; the layout
+// inside a page is the attention kernel's, see graph/kv_format.h and runtime/cpu/attention.h). A block is
 // one page for every layer of a layer group — the full-attention layers, or the
 // sliding-window layers of one window size — so for a model without sliding
 // layers a block is one page per layer. Pages are the unit of the budget: blocks
@@ -21,6 +22,7 @@
 
 #include "loom/core/dtype.h"
 #include "loom/core/status.h"
+#include "loom/graph/kv_format.h"
 
 namespace loom::batching {
 
@@ -31,10 +33,11 @@ struct KvPageShape {
   int64_t page_size = 0;
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
-  DType dtype = DType::kF32;  // of the K/V elements: F32 or BF16
+  graph::KvFormat format;  // K and V types (and rotation, which does not change the bytes)
   int64_t page_elements() const { return page_size * num_kv_heads * head_dim; }  // of K (or V)
-  size_t half_bytes() const { return static_cast<size_t>(page_elements()) * dtype_size(dtype); }  // K (or V)
-  size_t page_bytes() const { return 2 * half_bytes(); }                                          // K and V
+  size_t k_bytes() const { return graph::kv_page_bytes(format.k, page_size, num_kv_heads, head_dim); }
+  size_t v_bytes() const { return graph::kv_page_bytes(format.v, page_size, num_kv_heads, head_dim); }
+  size_t page_bytes() const { return k_bytes() + v_bytes(); }  // K and V
 };
 
 // Page memory reserved with mmap: the budget is address space up front and RAM
@@ -50,14 +53,14 @@ class PageStorage {
   PageStorage(const PageStorage&) = delete;
   PageStorage& operator=(const PageStorage&) = delete;
 
-  void* k(int64_t page) const { return base_ + static_cast<size_t>(2 * page) * half_bytes_; }
-  void* v(int64_t page) const { return base_ + static_cast<size_t>(2 * page + 1) * half_bytes_; }
+  void* k(int64_t page) const { return base_ + static_cast<size_t>(page) * (k_bytes_ + v_bytes_); }
+  void* v(int64_t page) const { return base_ + static_cast<size_t>(page) * (k_bytes_ + v_bytes_) + k_bytes_; }
   size_t bytes() const { return bytes_; }
   int64_t num_pages() const { return num_pages_; }
 
  private:
   std::byte* base_ = nullptr;
-  size_t half_bytes_ = 0;  // one page's K (or V)
+  size_t k_bytes_ = 0, v_bytes_ = 0;  // one page's K, V
   int64_t num_pages_ = 0;
   size_t bytes_ = 0;
 };

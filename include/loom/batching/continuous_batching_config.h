@@ -15,6 +15,7 @@
 
 #include "loom/core/dtype.h"
 #include "loom/core/status.h"
+#include "loom/graph/kv_format.h"
 
 namespace loom::batching {
 
@@ -65,12 +66,19 @@ struct ContinuousBatchingConfig {
   // loom only: back the host swap pool with a file instead of RAM — a file path,
   // or a directory to create an anonymous (already unlinked) file in. Unset: RAM.
   std::optional<std::string> cpu_offload_path;
-  // loom only: element type of the paged K/V cache, "float32" or "bfloat16". bf16 halves
-  // the KV memory (twice the blocks for the same budget) and what each decode step reads;
-  // K and V are rounded to bf16 once when written, as a bf16 model's cache holds them
-  // (Transformers and vLLM keep the cache in the model's dtype). Scores, softmax and the
-  // weighted sum stay f32.
+  // loom only: type of the paged K/V cache, for K and V both: "float32", "bfloat16",
+  // "float16", "q8_0" or "q4_0" (llama.cpp's f32/bf16/f16 names too). bf16/f16 halve the KV
+  // memory (twice the blocks for the same budget) and what each decode step reads; q8_0 (ggml's
+  // blocks of 32: f16 scale + 32 int8) takes 34/128 of f32, q4_0 18/128. K and V are rounded or
+  // quantized once, per head vector, when written. Scores, softmax and the weighted sum stay f32
+  // (a q8_0/q4_0 K scores with int8 dot products).
   std::string kv_cache_dtype = "float32";
+  // loom only: K's and V's own types (llama.cpp's --cache-type-k / -v); unset: kv_cache_dtype.
+  std::optional<std::string> cache_type_k;
+  std::optional<std::string> cache_type_v;
+  // loom only: Hadamard rotation of K and V per head before they are stored (graph/kv_format.h):
+  // "auto" (a q4_0 K or V is rotated), "on" (both, whatever their types), "off".
+  std::string kv_cache_rotation = "auto";
   // Most requests waiting for admission; 0: no limit. add_request fails (or waits,
   // with a queue timeout) when the queue is full.
   int64_t max_queue_size = 0;
@@ -100,13 +108,16 @@ struct ContinuousBatchingConfig {
   std::string cpu_no_op_warning() const;
   // page_size, or block_size when only the deprecated name was set.
   int64_t effective_page_size() const;
-  // kv_cache_dtype as a DType (F32 or BF16); call after validate().
+  // kv_cache_dtype as a DType; call after validate().
   DType kv_dtype() const;
+  // K and V types and rotation from kv_cache_dtype, cache_type_k/v and kv_cache_rotation;
+  // call after validate().
+  graph::KvFormat kv_format() const;
 };
 
-// A KV cache element type by its kv_cache_dtype name: "float32" → F32, "bfloat16" → BF16;
-// anything else is InvalidArgument naming the accepted values. Shared by the config, the
-// CLI flags and the benchmarks.
+// A KV cache type by its kv_cache_dtype name: "float32"/"f32" → F32, "bfloat16"/"bf16" → BF16,
+// "float16"/"f16" → F16, "q8_0", "q4_0"; anything else is InvalidArgument naming the accepted
+// values. Shared by the config, the CLI flags and the benchmarks.
 Result<DType> kv_cache_dtype_from_name(std::string_view name);
 
 // The numbers a manager runs with, once unset fields are inferred.

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/graph/kv_format.h"
 #include "loom/batching/model_runner.h"
 #include "loom/batching/text_stream.h"
 #include "loom/core/dtype.h"
@@ -27,7 +28,9 @@ struct GenerateOptions {
   // Log-probability of each token under the raw distribution (GenerateResult::logprobs,
   // TokenEvent::logprob): a pass over the vocabulary per token. Off: empty / 0.
   bool logprobs = true;
-  DType kv_cache_dtype = DType::kF32;  // F32 or BF16 (see ContinuousBatchingConfig::kv_cache_dtype)
+  DType kv_cache_dtype = DType::kF32;  // K and V type (see ContinuousBatchingConfig::kv_cache_dtype)
+  // K and V types and rotation each (graph/kv_format.h); when set, kv_cache_dtype is ignored.
+  std::optional<graph::KvFormat> kv_format;
   // Output constrained to a grammar (RequestOptions::constraint): masked logits,
   // EOS only where the output is complete, finish "stop" when nothing may follow.
   std::shared_ptr<structured::Constraint> constraint;

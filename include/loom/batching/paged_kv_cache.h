@@ -47,7 +47,9 @@ struct PagedKvCacheOptions {
   std::string swap_path;        // file (or directory) backing the swap pages; empty: RAM
   uint64_t salt = 0;            // prefix-key salt; 0: a random one
   int64_t max_step_tokens = 1;  // most positions one step adds to a request (bounds the sliding ring)
-  DType kv_dtype = DType::kF32;   // of the K/V elements: F32 or BF16 (half the bytes per page)
+  // K and V types and rotation (graph/kv_format.h): bf16/f16 halve the bytes per page, q8_0
+  // about a quarter of f32, q4_0 about a seventh.
+  graph::KvFormat kv_format;
 };
 
 // One request's K/V. Owned by the request, managed by the PagedKvCache.
@@ -78,7 +80,7 @@ class StepKvView : public graph::KvStore {
   int num_seqs_ = 0;
   int num_layers_ = 0;
   int64_t page_size_ = 0;
-  DType dtype_ = DType::kF32;
+  graph::KvFormat format_;
   graph::KvMemory memory_;
   std::vector<void*> k_, v_;
   std::vector<Entry> entries_;  // [seq * num_layers + layer]

@@ -28,7 +28,7 @@ struct StepBroadcast {
   uint64_t kv_id = 0;           // which of rank 0's KV memory blocks (its address)
   uint64_t kv_bytes = 0;
   int64_t page_size = 0;
-  DType kv_dtype = DType::kF32;
+  graph::KvFormat kv_format;
   std::vector<StepBroadcastSequence> sequences;
 };
 
@@ -53,7 +53,7 @@ class MirroredKvStore : public graph::KvStore {
   uint64_t id_ = 0;
   int num_layers_ = 0;
   int64_t page_size_ = 0;
-  DType dtype_ = DType::kF32;
+  graph::KvFormat format_;
   std::vector<std::vector<void*>> k_, v_;  // [seq * layers + layer][page]
 };
 

@@ -8,21 +8,22 @@
 #include <vector>
 
 #include "loom/core/dtype.h"
+#include "loom/graph/kv_format.h"
 
 namespace loom::graph {
 
 // K/V pages of one sequence in one layer. Logical page p holds positions
-// [p*page_size, (p+1)*page_size), num_kv_heads * head_dim values of `dtype` (F32 or BF16)
-// per position; a V page is [num_kv_heads, page_size, head_dim], a K page transposed
-// [num_kv_heads, head_dim, page_size] (cpu::k_page_index / v_page_index in
-// runtime/cpu/attention.h, in elements).
+// [p*page_size, (p+1)*page_size) of num_kv_heads head vectors, K and V each in the type and
+// layout `format` gives (graph/kv_format.h; for F32/BF16/F16 a V page is
+// [num_kv_heads, page_size, head_dim], a K page transposed [num_kv_heads, head_dim, page_size],
+// cpu::k_page_index / v_page_index in runtime/cpu/attention.h).
 // A null page is never read (outside a sliding window).
 struct KvPageTable {
   void* const* k_pages = nullptr;
   void* const* v_pages = nullptr;
   int64_t num_pages = 0;
   int64_t page_size = 0;
-  DType dtype = DType::kF32;
+  KvFormat format;
 };
 
 // The one block of memory all of a store's pages lie in. Tensor parallelism

@@ -8,6 +8,14 @@
 // reductions, for a decode row as for a prefill block.
 // Tiles are handed out longest-first through an atomic counter, so a causal prefill (whose last
 // blocks cost most) and a batch of decodes of different lengths both keep every thread busy.
+//
+// K and V have a type each (graph/kv_format.h). Element types (f32, bf16, f16) are read in
+// place, widened on load. Block types (q8_0, q4_0) are read by position: a q8_0 or q4_0 K
+// scores with integer dot products against the query rows quantized to int8 once per tile
+// (the qdot kernels of linear(), runtime-dispatched: AVX512-VNNI, AVX-VNNI, AVX2, scalar), and a
+// block V is dequantized chunk by chunk into f32 rows that the p·V loop reads like an f32 page.
+// A rotated cache (rotate_k / rotate_v) has the query rows rotated on entry and the output rows
+// on exit (kv_rotate).
 #include <algorithm>
 #include <tuple>
 #include <atomic>
@@ -16,8 +24,10 @@
 #include <limits>
 #include <vector>
 
+#include "loom/core/quantize.h"
 #include "loom/runtime/cpu/attention.h"
 #include "runtime/cpu/per_thread_scratch.h"
+#include "runtime/cpu/qdot_kernels.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "runtime/cpu/attention.cc"
@@ -77,12 +87,17 @@ struct Job {
   float* out;
   int64_t out_stride;
   const float* zero_row;  // head_dim zeros, for rows of pages not held
+  // The integer dot products of a block-type K (Q8_0, Q4_0) against int8 query rows.
+  detail::QdotFn qdot_q8_0 = nullptr, qdot_q4_0 = nullptr;
 };
 
 // Up to one vector of consecutive positions of a chunk that lie in one page: their K^T rows
 // start at kt (head dim k at kt + k * stride), their scores at column i of the score rows.
 struct Segment {
-  const void* kt;  // KvPages::dtype elements; null: page not held (before a sliding window), masked
+  // Element-type K: the K^T rows (head dim k at kt + k * stride elements). Block-type K: the
+  // first position's row (position j at kt + j * stride bytes). Null: page not held (before a
+  // sliding window), masked.
+  const void* kt;
   int64_t stride;
   int64_t i, n;
 };
@@ -94,6 +109,11 @@ struct Scratch {
   std::vector<int32_t> lo, hi;
   std::vector<const void*> vp;
   std::vector<Segment> seg, next_seg;
+  // Block types: the query rows as int8 blocks, a padded query row, V rows dequantized, and
+  // the V page rows they came from.
+  std::vector<ActBlockQ8x32> qa;
+  std::vector<float> qpad, vbuf;
+  std::vector<const void*> vsrc;
 
   // Room for tiles of up to `rows` query rows of head_dim `d`, chunks of `chunk` positions.
   void reserve(int64_t rows, int64_t d, int64_t chunk) {
@@ -109,23 +129,40 @@ struct Scratch {
     seg.reserve(n(chunk));
     next_seg.reserve(n(chunk));
   }
+  // Room for the block-type buffers as well (tiles over a block-type K or V).
+  void reserve_blocks(int64_t rows, int64_t d, int64_t chunk) {
+    const auto n = [](int64_t v) { return static_cast<size_t>(v); };
+    const int64_t dp = (d + 31) / 32 * 32;
+    qa.reserve(n(rows * dp / 32));
+    qpad.reserve(n(dp));
+    vbuf.reserve(n(chunk * dp));
+    vsrc.reserve(n(chunk));
+  }
 };
 
 inline const void* element_at(const void* page, int64_t i, DType dtype) {
   return static_cast<const char*>(page) + i * static_cast<int64_t>(dtype_size(dtype));
 }
 
-// Cuts chunk positions [c0, c0 + cn) of kv head kvh into segments of at most `lanes`.
+// Cuts chunk positions [c0, c0 + cn) of kv head kvh into segments of at most `lanes` (of any
+// length within a page for a block-type K).
 inline int64_t plan_segments(const KvPages& kv, int64_t kvh, int64_t head_dim, int64_t c0, int64_t cn, int64_t lanes,
                              Segment* out) {
+  const bool block = graph::kv_dtype_is_block(kv.format.k);
+  const int64_t row_bytes = static_cast<int64_t>(graph::kv_row_bytes(kv.format.k, head_dim));
   int64_t count = 0;
   for (int64_t i = 0; i < cn;) {
     const int64_t pos = c0 + i, page = pos / kv.page_size, off = pos % kv.page_size;
-    const int64_t n = std::min({lanes, kv.page_size - off, cn - i});
+    const int64_t n = std::min({block ? cn : lanes, kv.page_size - off, cn - i});
     const bool present = page < kv.num_pages && kv.k_pages[page] && kv.v_pages[page];
-    out[count++] = {present ? element_at(kv.k_pages[page], k_page_index(off, kvh, 0, kv.page_size, head_dim), kv.dtype)
-                            : nullptr,
-                    kv.page_size, i, n};
+    if (block) {
+      out[count++] = {present ? kv_block_row(kv.k_pages[page], off, kvh, kv.page_size, head_dim, kv.format.k) : nullptr,
+                      row_bytes, i, n};
+    } else {
+      out[count++] = {
+          present ? element_at(kv.k_pages[page], k_page_index(off, kvh, 0, kv.page_size, head_dim), kv.format.k) : nullptr,
+          kv.page_size, i, n};
+    }
     i += n;
   }
   return count;
@@ -137,14 +174,37 @@ inline int64_t plan_segments(const KvPages& kv, int64_t kvh, int64_t head_dim, i
 // query's window; they are masked, but must point at readable memory.
 inline void v_rows(const KvPages& kv, int64_t head_dim, int64_t kvh, int64_t c0, int64_t n, const void* zero_row,
                    const void** vp) {
+  const DType t = kv.format.v;
+  const bool block = graph::kv_dtype_is_block(t);
   int64_t page = c0 / kv.page_size, off = c0 % kv.page_size;
   for (int64_t i = 0; i < n; ++i) {
     const bool present = page < kv.num_pages && kv.k_pages[page] && kv.v_pages[page];
-    vp[i] = present ? element_at(kv.v_pages[page], v_page_index(off, kvh, 0, kv.page_size, head_dim), kv.dtype)
-                    : zero_row;
+    vp[i] = !present ? zero_row
+            : block  ? kv_block_row(kv.v_pages[page], off, kvh, kv.page_size, head_dim, t)
+                     : element_at(kv.v_pages[page], v_page_index(off, kvh, 0, kv.page_size, head_dim), t);
     if (++off == kv.page_size) {
       off = 0;
       ++page;
+    }
+  }
+}
+
+// A block-type V row (ceil(head_dim / 32) blocks) as f32 into dst (as many values).
+inline void dequantize_v_row(DType t, const void* src, float* dst, int64_t blocks) {
+  if (t == DType::kQ8_0) {
+    const BlockQ8_0* b = static_cast<const BlockQ8_0*>(src);
+    for (int64_t k = 0; k < blocks; ++k) {
+      const float d = f16_to_f32(b[k].d);
+      for (int j = 0; j < 32; ++j) dst[32 * k + j] = d * static_cast<float>(b[k].qs[j]);
+    }
+  } else {
+    const BlockQ4_0* b = static_cast<const BlockQ4_0*>(src);
+    for (int64_t k = 0; k < blocks; ++k) {
+      const float d = f16_to_f32(b[k].d);
+      for (int j = 0; j < 16; ++j) {
+        dst[32 * k + j] = d * static_cast<float>((b[k].qs[j] & 0x0F) - 8);
+        dst[32 * k + j + 16] = d * static_cast<float>((b[k].qs[j] >> 4) - 8);
+      }
     }
   }
 }
@@ -223,6 +283,15 @@ HWY_INLINE VF LoadKv(DF d, const hwy::bfloat16_t* p) {
 #else
   return hn::PromoteTo(d, hn::LoadU(DBF(), p));
 #endif
+}
+// f16 pages widen exactly too (F16C where the target has it).
+using DF16 = hn::Rebind<hwy::float16_t, DF>;
+HWY_INLINE VF LoadKv(DF d, const hwy::float16_t* p) { return hn::PromoteTo(d, hn::LoadU(DF16(), p)); }
+HWY_INLINE VF LoadKvLanes(DF d, hn::Mask<DF>, const hwy::float16_t* p, int64_t n) {
+  HWY_ALIGN hwy::float16_t buf[HWY_MAX_BYTES / sizeof(float)];
+  std::memset(buf, 0, sizeof(buf));
+  std::memcpy(buf, p, static_cast<size_t>(n) * sizeof(hwy::float16_t));
+  return hn::PromoteTo(d, hn::Load(DF16(), buf));
 }
 HWY_INLINE VF LoadKvLanes(DF d, hn::Mask<DF> m, const float* p, int64_t n) { return LoadLanes(d, m, p, n); }
 HWY_INLINE VF LoadKvLanes(DF d, hn::Mask<DF>, const hwy::bfloat16_t* p, int64_t n) {
@@ -361,6 +430,11 @@ HWY_INLINE float ToF32(hwy::bfloat16_t v) {
   std::memcpy(&bits, &v, sizeof(bits));
   return bf16_to_f32(bits);
 }
+HWY_INLINE float ToF32(hwy::float16_t v) {
+  uint16_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  return f16_to_f32(bits);
+}
 
 template <typename T, int NR>
 HWY_INLINE void AxpyRows(float* const* acc, const float* const* pr, const T* const* vp, int64_t cn, int64_t D,
@@ -379,8 +453,91 @@ HWY_INLINE void AxpyRows(float* const* acc, const float* const* pr, const T* con
     }
 }
 
-// T: the element type of the cache's pages (float or hwy::bfloat16_t).
+// The typed halves of a tile body, picked per K and V type at run time (an indirect call per
+// four rows and chunk): scores over an element-type K, p·V over an element-type V (a block
+// type's V rows are dequantized to f32 first).
+using ScoreFn = void (*)(const float* const*, const Segment*, int64_t, int64_t, float* const*, const Lookahead*);
+using AxpyFn = void (*)(float* const*, const float* const*, const void* const*, int64_t, int64_t, int64_t,
+                        const Lookahead*);
+template <typename T, int NR>
+void ScoreRowsOf(const float* const* qr, const Segment* seg, int64_t num_seg, int64_t D, float* const* sc,
+                 const Lookahead* la) {
+  ScoreRows<T, NR>(qr, seg, num_seg, D, sc, la);
+}
+template <typename T, int NR>
+void AxpyRowsOf(float* const* acc, const float* const* pr, const void* const* vp, int64_t cn, int64_t D,
+                int64_t D_vec, const Lookahead* la) {
+  AxpyRows<T, NR>(acc, pr, reinterpret_cast<const T* const*>(vp), cn, D, D_vec, la);
+}
+struct TypedOps {
+  ScoreFn score[4];  // [rows - 1]
+  AxpyFn axpy[4];
+};
 template <typename T>
+constexpr TypedOps kOps = {{ScoreRowsOf<T, 1>, ScoreRowsOf<T, 2>, ScoreRowsOf<T, 3>, ScoreRowsOf<T, 4>},
+                           {AxpyRowsOf<T, 1>, AxpyRowsOf<T, 2>, AxpyRowsOf<T, 3>, AxpyRowsOf<T, 4>}};
+inline const TypedOps& OpsFor(DType t) {
+  switch (t) {
+    case DType::kBF16: return kOps<hwy::bfloat16_t>;
+    case DType::kF16: return kOps<hwy::float16_t>;
+    default: return kOps<float>;  // F32, and block types once dequantized (V)
+  }
+}
+
+// Scores of rows [r, r + nr) against a block-type K: one qdot call per segment (its positions
+// are consecutive rows of one page), int8 query blocks × the K blocks, into the score rows.
+inline void ScoreBlockRows(const Job& job, DType k_type, const ActBlockQ8x32* qa, int64_t blocks, int nr, const Segment* seg,
+                           int64_t num_seg, float* sc, int64_t ldc) {
+  detail::QdotArgs a;
+  a.blocks = blocks;
+  a.act = reinterpret_cast<const uint8_t*>(qa);
+  a.act_row_bytes = static_cast<size_t>(blocks) * sizeof(ActBlockQ8x32);
+  a.m = nr;
+  a.ldy = ldc;
+  for (int64_t g = 0; g < num_seg; ++g) {
+    a.w = static_cast<const uint8_t*>(seg[g].kt);
+    a.w_row_bytes = static_cast<size_t>(seg[g].stride);
+    a.outputs = seg[g].n;
+    a.y = sc + seg[g].i;
+    (k_type == DType::kQ8_0 ? job.qdot_q8_0 : job.qdot_q4_0)(a);
+  }
+}
+
+// A block-type V row (`blocks` blocks of 32) as f32 into dst, in vectors: q8_0 widens int8 to
+// f32, q4_0 splits each byte's nibbles (element j low, j + 16 high) and takes 8 off; both times
+// the block's scale. Exactly the values of dequantize_row_ref (one rounding: d × q).
+HWY_INLINE void DequantizeVRow(DType t, const void* src, float* dst, int64_t blocks) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  if (N > 16 || 32 % N != 0) return attention_detail::dequantize_v_row(t, src, dst, blocks);
+  const hn::Rebind<int8_t, DF> d8;
+  const hn::Rebind<uint8_t, DF> du8;
+  if (t == DType::kQ8_0) {
+    const BlockQ8_0* b = static_cast<const BlockQ8_0*>(src);
+    for (int64_t k = 0; k < blocks; ++k) {
+      const VF scale = hn::Set(d, f16_to_f32(b[k].d));
+      for (int64_t j = 0; j < 32; j += N)
+        hn::StoreU(hn::Mul(scale, hn::ConvertTo(d, hn::PromoteTo(DI(), hn::LoadU(d8, b[k].qs + j)))), d,
+                   dst + 32 * k + j);
+    }
+    return;
+  }
+  const BlockQ4_0* b = static_cast<const BlockQ4_0*>(src);
+  const auto low = hn::Set(du8, uint8_t{0x0F});
+  const auto eight = hn::Set(DI(), 8);
+  for (int64_t k = 0; k < blocks; ++k) {
+    const VF scale = hn::Set(d, f16_to_f32(b[k].d));
+    for (int64_t j = 0; j < 16; j += N) {
+      const auto q = hn::LoadU(du8, b[k].qs + j);
+      const auto lo = hn::Sub(hn::PromoteTo(DI(), hn::And(q, low)), eight);
+      const auto hi = hn::Sub(hn::PromoteTo(DI(), hn::ShiftRight<4>(q)), eight);
+      hn::StoreU(hn::Mul(scale, hn::ConvertTo(d, lo)), d, dst + 32 * k + j);
+      hn::StoreU(hn::Mul(scale, hn::ConvertTo(d, hi)), d, dst + 32 * k + j + 16);
+    }
+  }
+}
+
+// Tiles of any K and V types (see TypedOps).
 void TileBody(const Job& job, const Tile& tile, const Tile* next_tile, Scratch& s) {
   const DF d;
   const DI di;
@@ -390,6 +547,11 @@ void TileBody(const Job& job, const Tile& tile, const Tile* next_tile, Scratch& 
   const int64_t D_vec = D / N * N;
   const AttentionSequence& seq = job.seqs[tile.seq];
   const KvPages& kv = seq.kv;
+  const graph::KvFormat& fmt = kv.format;
+  const bool k_block = graph::kv_dtype_is_block(fmt.k), v_block = graph::kv_dtype_is_block(fmt.v);
+  const int64_t blocks = (D + 31) / 32, Dp = blocks * 32;  // block types: head dims padded to whole blocks
+  const TypedOps& k_ops = OpsFor(fmt.k);
+  const TypedOps& v_ops = OpsFor(fmt.v);
   const int64_t ng = tile.g1 - tile.g0;
   const int64_t R = (tile.t1 - tile.t0) * ng;
   // Score rows are read in whole vectors: the chunk must be a multiple of the lane count.
@@ -405,12 +567,26 @@ void TileBody(const Job& job, const Tile& tile, const Tile* next_tile, Scratch& 
   s.seg.resize(static_cast<size_t>(C));
   s.next_seg.resize(static_cast<size_t>(C));
   s.vp.resize(static_cast<size_t>(C));
-  const T** vp = reinterpret_cast<const T**>(s.vp.data());
+  const void* const* vp = s.vp.data();
   Segment* seg = s.seg.data();
+  if (k_block) {
+    s.qa.resize(static_cast<size_t>(R * blocks));
+    s.qpad.assign(static_cast<size_t>(Dp), 0.0f);
+  }
+  if (v_block) {
+    s.vbuf.resize(static_cast<size_t>(C * Dp));
+    s.vsrc.resize(static_cast<size_t>(C));
+  }
   for (int64_t r = 0; r < R; ++r) {
     const int64_t t = tile.t0 + r / ng, h = tile.kv_head * group + tile.g0 + r % ng;
     const float* qr = job.q + (seq.q_begin + t) * job.q_stride + h * D;
-    for (int64_t k = 0; k < D; ++k) s.a[static_cast<size_t>(r * D + k)] = qr[k] * p.scale;
+    float* ar = s.a.data() + r * D;
+    for (int64_t k = 0; k < D; ++k) ar[k] = qr[k] * p.scale;
+    if (fmt.rotate_k) kv_rotate(ar, D);  // H q · H k = q · k
+    if (k_block) {
+      std::copy_n(ar, D, s.qpad.data());
+      quantize_activations_q8x32(s.qpad.data(), s.qa.data() + r * blocks, Dp);
+    }
     const int64_t pos = seq.positions[t];
     s.lo[static_cast<size_t>(r)] = static_cast<int32_t>(attention_detail::window_lo(pos, p.sliding_window));
     s.hi[static_cast<size_t>(r)] = static_cast<int32_t>(pos);
@@ -446,10 +622,11 @@ void TileBody(const Job& job, const Tile& tile, const Tile* next_tile, Scratch& 
   for (int64_t c0 = tile.span_lo - tile.span_lo % C; c0 <= tile.span_hi; c0 += C) {
     const int64_t cn = std::min(C, tile.span_hi - c0 + 1);
     const int64_t num_seg = attention_detail::plan_segments(kv, tile.kv_head, D, c0, cn, N, seg);
-    attention_detail::v_rows(kv, D, tile.kv_head, c0, cn, job.zero_row, s.vp.data());
+    const void** v_src = v_block ? s.vsrc.data() : s.vp.data();
+    attention_detail::v_rows(kv, D, tile.kv_head, c0, cn, job.zero_row, v_src);
     Lookahead la_v, la_k;
     if (lookahead) {
-      la_v = {s.vp.data(), cn, D * static_cast<int64_t>(sizeof(T))};
+      la_v = {v_src, cn, static_cast<int64_t>(graph::kv_row_bytes(fmt.v, D))};
       // The K^T run read after this chunk's V: the next chunk's, or after the last chunk the
       // first chunk of this thread's next tile.
       const bool last = c0 + C > tile.span_hi;
@@ -459,8 +636,13 @@ void TileBody(const Job& job, const Tile& tile, const Tile* next_tile, Scratch& 
         la_k.k_seg = s.next_seg.data();
         la_k.k_num_seg = attention_detail::plan_segments(tkv, t->kv_head, D, n0, std::min(C, t->span_hi - n0 + 1), N,
                                                          s.next_seg.data());
-        la_k.k_rows = D;
-        la_k.k_elem = static_cast<int64_t>(dtype_size(tkv.dtype));
+        if (graph::kv_dtype_is_block(tkv.format.k)) {
+          la_k.k_rows = C;  // the start of every row (segments' stride is the row's bytes)
+          la_k.k_elem = 1;
+        } else {
+          la_k.k_rows = D;
+          la_k.k_elem = static_cast<int64_t>(dtype_size(tkv.format.k));
+        }
       }
     }
 
@@ -474,18 +656,29 @@ void TileBody(const Job& job, const Tile& tile, const Tile* next_tile, Scratch& 
           std::fill_n(s.c.data() + r * C + seg[g].i, seg[g].n, 0.0f);
       }
     }
+    if (k_block && lookahead) PrefetchV(la_v, 0, cn);
     for (int64_t r = 0; r < R; r += 4) {
       const int64_t nr = std::min<int64_t>(4, R - r);
+      if (k_block) {
+        ScoreBlockRows(job, fmt.k, s.qa.data() + r * blocks, blocks, static_cast<int>(nr), seg, live, s.c.data() + r * C, C);
+        continue;
+      }
       for (int64_t j = 0; j < nr; ++j) {
         q_rows[j] = s.a.data() + (r + j) * D;
         sc_rows[j] = s.c.data() + (r + j) * C;
       }
-      const Lookahead* la = r == 0 ? &la_v : nullptr;
-      switch (nr) {
-        case 4: ScoreRows<T, 4>(q_rows, seg, live, D, sc_rows, la); break;
-        case 3: ScoreRows<T, 3>(q_rows, seg, live, D, sc_rows, la); break;
-        case 2: ScoreRows<T, 2>(q_rows, seg, live, D, sc_rows, la); break;
-        default: ScoreRows<T, 1>(q_rows, seg, live, D, sc_rows, la); break;
+      k_ops.score[nr - 1](q_rows, seg, live, D, sc_rows, r == 0 ? &la_v : nullptr);
+    }
+    // A block-type V: this chunk's rows as f32 (rows of pages not held stay the zero row).
+    if (v_block) {
+      for (int64_t i = 0; i < cn; ++i) {
+        if (v_src[i] == job.zero_row) {
+          s.vp[static_cast<size_t>(i)] = job.zero_row;
+          continue;
+        }
+        float* dst = s.vbuf.data() + i * Dp;
+        DequantizeVRow(fmt.v, v_src[i], dst, blocks);
+        s.vp[static_cast<size_t>(i)] = dst;
       }
     }
 
@@ -536,13 +729,7 @@ void TileBody(const Job& job, const Tile& tile, const Tile* next_tile, Scratch& 
         acc_rows[j] = s.b.data() + (r + j) * D;
         p_rows[j] = s.c.data() + (r + j) * C;
       }
-      const Lookahead* la = r == 0 ? &la_k : nullptr;
-      switch (nr) {
-        case 4: AxpyRows<T, 4>(acc_rows, p_rows, vp, cn, D, D_vec, la); break;
-        case 3: AxpyRows<T, 3>(acc_rows, p_rows, vp, cn, D, D_vec, la); break;
-        case 2: AxpyRows<T, 2>(acc_rows, p_rows, vp, cn, D, D_vec, la); break;
-        default: AxpyRows<T, 1>(acc_rows, p_rows, vp, cn, D, D_vec, la); break;
-      }
+      v_ops.axpy[nr - 1](acc_rows, p_rows, vp, cn, D, D_vec, r == 0 ? &la_k : nullptr);
     }
   }
 
@@ -558,6 +745,7 @@ void TileBody(const Job& job, const Tile& tile, const Tile* next_tile, Scratch& 
       inv_l = keep / (s.l[static_cast<size_t>(r)] * keep + std::exp(sink - top));
     }
     for (int64_t k = 0; k < D; ++k) o[k] = ar[k] * inv_l;
+    if (fmt.rotate_v) kv_rotate(o, D);  // Σ p H v = H Σ p v, and H H = I
   }
 }
 
@@ -587,13 +775,26 @@ void PagedAttention(const float* q, int64_t q_stride, const AttentionSequence* s
 
   thread_local std::vector<float> zeros;
   if (static_cast<int64_t>(zeros.size()) < p.head_dim) zeros.assign(static_cast<size_t>(p.head_dim), 0.0f);
-  const Job job{q, q_stride, seqs, p, out, out_stride, zeros.data()};
+  Job job{q, q_stride, seqs, p, out, out_stride, zeros.data()};
   const Tile* tile_list = tiles.data();
   const int64_t num_tiles = static_cast<int64_t>(tiles.size());
   int64_t max_rows = 0;
   for (const Tile& t : tiles) max_rows = std::max(max_rows, (t.t1 - t.t0) * (t.g1 - t.g0));
   std::vector<Scratch>& scratches = detail::per_thread_scratch<Scratch>(threads);
-  for (Scratch& s : scratches) s.reserve(max_rows, p.head_dim, std::max<int64_t>(attention_detail::kChunk, N));
+  bool any_block = false;
+  for (int64_t i = 0; i < num_seqs; ++i) {
+    const graph::KvFormat& f = seqs[i].kv.format;
+    any_block = any_block || graph::kv_dtype_is_block(f.k) || graph::kv_dtype_is_block(f.v);
+  }
+  if (any_block) {
+    const detail::QdotTable& t = detail::active_qdot_table();
+    job.qdot_q8_0 = t.q8_0;
+    job.qdot_q4_0 = t.q4_0;
+  }
+  for (Scratch& s : scratches) {
+    s.reserve(max_rows, p.head_dim, std::max<int64_t>(attention_detail::kChunk, N));
+    if (any_block) s.reserve_blocks(max_rows, p.head_dim, std::max<int64_t>(attention_detail::kChunk, N));
+  }
   std::atomic<int64_t> next{0};
   // Each thread claims its next tile before running the current one, so the current one's last
   // chunk can prefetch the next one's first.
@@ -603,11 +804,7 @@ void PagedAttention(const float* q, int64_t q_stride, const AttentionSequence* s
     while (i < num_tiles) {
       const int64_t j = next.fetch_add(1, std::memory_order_relaxed);
       const Tile* successor = j < num_tiles ? &tile_list[j] : nullptr;
-      if (seqs[tile_list[i].seq].kv.dtype == DType::kBF16) {
-        TileBody<hwy::bfloat16_t>(job, tile_list[i], successor, scratch);
-      } else {
-        TileBody<float>(job, tile_list[i], successor, scratch);
-      }
+      TileBody(job, tile_list[i], successor, scratch);
       i = j;
     }
   };

@@ -45,8 +45,10 @@ Status check_paged_attention_args(const float* q, int64_t q_stride, const Attent
       return invalid_argument(ws() + "num_tokens " + std::to_string(kv.num_tokens) + " exceeds num_pages * page_size = " +
                               std::to_string(kv.num_pages * kv.page_size));
     if (kv.k_pages == nullptr || kv.v_pages == nullptr) return invalid_argument(ws() + "k_pages or v_pages is null");
-    if (kv.dtype != DType::kF32 && kv.dtype != DType::kBF16)
-      return invalid_argument(ws() + "KV dtype " + std::string(dtype_name(kv.dtype)) + " is not supported (F32 or BF16)");
+    if (!graph::kv_dtype_supported(kv.format.k) || !graph::kv_dtype_supported(kv.format.v))
+      return invalid_argument(ws() + "KV types " + std::string(dtype_name(kv.format.k)) + "/" +
+                              std::string(dtype_name(kv.format.v)) +
+                              " are not supported (F32, BF16, F16, Q8_0 or Q4_0 for each of K and V)");
     int64_t min_pos = kv.num_tokens, max_pos = -1;
     for (int64_t t = 0; t < seq.q_len; ++t) {
       const int64_t pos = seq.positions[t];

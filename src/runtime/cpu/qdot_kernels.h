@@ -56,6 +56,9 @@ struct QdotTable {
   QdotFn (*levels)(DType);
 };
 
+// The table linear_quantized uses now (forced by force_quantized_kernels, else by path);
+// paged attention's block-type K scores through it as well.
+const QdotTable& active_qdot_table();
 const QdotTable& qdot_scalar();
 const QdotTable& qdot_avx2();
 const QdotTable& qdot_avxvnni();

@@ -192,6 +192,8 @@ const char* quantized_gemm_name() {
   return active_table().name;
 }
 
+const QdotTable& active_qdot_table() { return active_table(); }
+
 void force_quantized_kernels(const QdotTable* table) { g_forced_table.store(table, std::memory_order_relaxed); }
 
 
