@@ -162,6 +162,38 @@ void expect_load_error(const std::string& name, const std::function<void(nlohman
   EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status().to_string();
 }
 
+// The keys the released gpt-oss config.json spells out (explicit layer_types and
+// YaRN, experts_per_token beside num_experts_per_tok, swiglu_limit, the mxfp4
+// quantization_config with modules_to_not_convert, initial_context_length, …)
+// give the model the defaults give: the same logits.
+TEST(GptOss, ReleasedConfigKeysGiveTheSameModel) {
+  const std::string name = "gpt_oss_mxfp4-f32";
+  const fs::path d = edited_copy(name, [](nlohmann::json& c) {
+    c["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention", "full_attention"};
+    c["rope_scaling"] = {{"beta_fast", 32.0}, {"beta_slow", 1.0}, {"factor", 32.0},
+                         {"original_max_position_embeddings", 4096}, {"rope_type", "yarn"}, {"truncate", false}};
+    c["experts_per_token"] = 2;
+    c["swiglu_limit"] = 7.0;
+    c["initial_context_length"] = 4096;
+    c["router_aux_loss_coef"] = 0.9;
+    c["output_router_logits"] = false;
+    c["quantization_config"]["modules_to_not_convert"] = {"model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                         "model.embed_tokens", "lm_head"};
+  });
+  auto edited = models::Model::load(d.string());
+  fs::remove_all(d);
+  ASSERT_TRUE(edited.ok()) << edited.status().to_string();
+  auto plain = models::Model::load(fixture(name).string()).value();
+  const auto prompt = reference_of(name)["prompt_ids"].get<std::vector<int32_t>>();
+  std::vector<std::vector<float>> logits;
+  for (const auto& m : {plain, edited.value()}) {
+    auto runner = batching::ModelRunner::create(m, "reference").value();
+    runtime::ContiguousKvCache cache(runner->kv_layout(), 1, static_cast<int64_t>(prompt.size()));
+    logits.push_back(runner->step({{prompt.data(), static_cast<int64_t>(prompt.size()), 0}}, cache).value().to_f32_vector());
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+}
+
 TEST(GptOss, ConfigAndCheckpointErrorsNameTheCause) {
   expect_load_error("gpt_oss-f32", [](nlohmann::json& c) { c["num_experts_per_tok"] = 5; }, "num_experts_per_tok");
   expect_load_error("gpt_oss-f32", [](nlohmann::json& c) { c["swiglu_limit"] = -1.0; }, "swiglu_limit");
