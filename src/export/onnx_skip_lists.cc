@@ -14,7 +14,9 @@ const std::map<std::string, std::string>& onnx_export_skips() {
   // runs exports with both op sets. (Patterns an op set cannot take are handled
   // per node instead — e.g. --onnx-ops ort writes plain ops for NTK-dynamic rope,
   // see OnnxExportReport::contrib_fallbacks — so they need no entry here.)
-  static const std::map<std::string, std::string> list = {};
+  static const std::map<std::string, std::string> list = {
+      {"gpt_oss", "gpt-oss: no lowering of attention sinks or of the moe op's biases, routing and clamped SwiGLU"},
+  };
   return list;
 }
 

@@ -17,10 +17,12 @@ std::mutex& skip_lists_mu() {
   return m;
 }
 
-// model_type → reason. Empty: every architecture loom runs has portable
+// model_type → reason. Every other architecture loom runs has portable
 // kernels (mixtral and qwen2_moe left with the runtime's moe kernel).
 std::map<std::string, std::string>& list() {
-  static std::map<std::string, std::string> l = {};
+  static std::map<std::string, std::string> l = {
+      {"gpt_oss", "gpt-oss: the portable runtime has no kernel for attention sinks or the biased, clamped-SwiGLU moe"},
+  };
   return l;
 }
 

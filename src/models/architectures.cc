@@ -5,6 +5,7 @@
 #include "loom/models/architecture.h"
 #include "models/gemma2.h"
 #include "models/gpt2.h"
+#include "models/gpt_oss.h"
 #include "models/moe_architectures.h"
 
 namespace loom::models {
@@ -142,6 +143,7 @@ std::vector<Architecture> make_architectures() {
       mixtral_architecture(),
       qwen2_moe_architecture(),
       qwen3_moe_architecture(),
+      gpt_oss_architecture(),
   };
 }
 

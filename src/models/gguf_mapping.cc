@@ -61,6 +61,7 @@ struct Family {
   bool fused_qkv_gate_up;  // Phi-3: attn_qkv and ffn_up (gate ‖ up) stay fused in GGUF
   bool experts;            // stacked experts: ffn_{gate,up,down}_exps, router ffn_gate_inp
   bool gemma_norms = false;  // Gemma: four norms a layer, stored as 1 + w (llama.cpp multiplies by them)
+  bool gpt_oss = false;      // gpt-oss: sinks, biased router and experts, post_attention_norm (gpt_oss_names)
 };
 
 const std::vector<Family>& families() {
@@ -72,6 +73,7 @@ const std::vector<Family>& families() {
       {"gemma2", "gemma2", "Gemma2ForCausalLM", false, false, false, true},
       {"qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM", false, false, true},
       {"qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", false, false, true},
+      {"gpt-oss", "gpt_oss", "GptOssForCausalLM", false, false, true, false, true},
       // Mixtral is stored as llama with experts; listed after llama so reading picks llama first.
       {"llama", "mixtral", "MixtralForCausalLM", true, false, true},
   };
@@ -104,6 +106,22 @@ const std::vector<NamePair>& gemma_norm_names() {
   return names;
 }
 
+// llama.cpp's gpt-oss (LLM_ARCH_OPENAI_MOE): the MLP's norm is post_attention_norm,
+// the router is mlp.router (with a bias), the experts carry biases ([E, I] for
+// gate and up, which loom stacks as gate_up_proj_bias [E, 2I]; [E, H] for down),
+// and each layer has its sinks.
+const std::vector<NamePair>& gpt_oss_names() {
+  static const std::vector<NamePair> names = {
+      {"blk.*.post_attention_norm.weight", "model.layers.*.post_attention_layernorm.weight"},
+      {"blk.*.attn_sinks.weight", "model.layers.*.self_attn.sinks"},
+      {"blk.*.ffn_gate_inp.weight", "model.layers.*.mlp.router.weight"},
+      {"blk.*.ffn_gate_inp.bias", "model.layers.*.mlp.router.bias"},
+      {"blk.*.ffn_down_exps.weight", "model.layers.*.mlp.experts.down_proj"},
+      {"blk.*.ffn_down_exps.bias", "model.layers.*.mlp.experts.down_proj_bias"},
+  };
+  return names;
+}
+
 bool is_norm_weight(const std::string& gguf_name) {
   const std::string tail = "norm.weight";
   return gguf_name.size() >= tail.size() && gguf_name.compare(gguf_name.size() - tail.size(), tail.size(), tail) == 0;
@@ -115,6 +133,9 @@ int64_t gemma2_llama_cpp_query_scalar(int64_t layers, int64_t hidden, int64_t he
   return layers == 46 ? hidden / heads : head_dim;
 }
 constexpr const char* kGemma2QueryScalarKey = "loom.gemma2.query_pre_attn_scalar";
+// YaRN with Transformers' truncate false (gpt-oss): llama.cpp ignores the key and
+// rounds the correction range outwards; loom reads the checkpoint's choice back.
+constexpr const char* kYarnTruncateKey = "loom.rope.scaling.yarn_truncate";
 
 const Family* family_by_arch(const std::string& arch) {
   for (const auto& f : families())
@@ -146,8 +167,12 @@ std::vector<NamePair> plain_names(const Family& f) {
     if (f.fused_qkv_gate_up && (g == "blk.*.attn_q.weight" || g == "blk.*.attn_k.weight" || g == "blk.*.attn_v.weight" ||
                                 g == "blk.*.ffn_gate.weight" || g == "blk.*.ffn_up.weight"))
       continue;
-    if (f.gemma_norms && g == "blk.*.ffn_norm.weight") continue;
+    if ((f.gemma_norms || f.gpt_oss) && g == "blk.*.ffn_norm.weight") continue;
     out.push_back(n);
+  }
+  if (f.gpt_oss) {
+    for (const NamePair& n : gpt_oss_names()) out.push_back(n);
+    return out;
   }
   if (f.gemma_norms)
     for (const NamePair& n : gemma_norm_names()) out.push_back(n);
@@ -443,6 +468,12 @@ Result<nlohmann::json> config_json_from_gguf(const GgufFile& file) {
         LOOM_ASSIGN_OR_RETURN(int64_t orig, o->as_int(p + "rope.scaling.original_context_length"));
         rs["original_max_position_embeddings"] = orig;
       }
+      // ggml's YaRN always rounds its correction range outwards (Transformers'
+      // truncate true, ModelConfig's default); loom writes the exception.
+      if (const GgufValue* t = file.find_value(kYarnTruncateKey)) {
+        LOOM_ASSIGN_OR_RETURN(bool truncate, t->as_bool(kYarnTruncateKey));
+        rs["truncate"] = truncate;
+      }
       c["rope_scaling"] = rs;
     } else if (type != "none") {
       return unsupported(file.path() + ": " + p + "rope.scaling.type '" + type + "' (loom maps none, linear, yarn)");
@@ -489,6 +520,32 @@ Result<nlohmann::json> config_json_from_gguf(const GgufFile& file) {
           return parse_error(file.path() + ": qwen3moe layer " + std::to_string(i) +
                              " has no blk." + std::to_string(i) + ".ffn_gate_exps.weight (every qwen3moe layer is sparse)");
     }
+  }
+  if (fam->gpt_oss) {
+    // llama.cpp's gpt-oss: every layer sparse, experts of expert_feed_forward_length,
+    // even layers sliding, biases on q/k/v/o, SwiGLU limit 7 (its constant).
+    c.erase("num_experts");
+    LOOM_ASSIGN_OR_RETURN(int64_t experts, need_int(p + "expert_count"));
+    c["num_local_experts"] = experts;
+    int64_t moe_ffn = ffn;
+    if (file.find_value(p + "expert_feed_forward_length")) {
+      LOOM_ASSIGN_OR_RETURN(moe_ffn, need_int(p + "expert_feed_forward_length"));
+    }
+    c["intermediate_size"] = moe_ffn;
+    c["swiglu_limit"] = 7.0;
+    LOOM_ASSIGN_OR_RETURN(double window, opt_number(p + "attention.sliding_window", 128));
+    c["sliding_window"] = static_cast<int64_t>(window);
+    nlohmann::json types = nlohmann::json::array();  // llama.cpp's swa pattern 2: even layers slide
+    for (int64_t i = 0; i < layers; ++i) types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+    c["layer_types"] = types;
+    c["attention_bias"] = true;
+    // Without rope.scaling.* a gpt-oss GGUF runs unscaled, as in llama.cpp (not
+    // GptOssConfig's default YaRN).
+    if (!c.contains("rope_scaling")) c["rope_scaling"] = {{"rope_type", "default"}};
+    for (int64_t i = 0; i < layers; ++i)
+      if (!file.find("blk." + std::to_string(i) + ".ffn_gate_exps.weight"))
+        return parse_error(file.path() + ": gpt-oss layer " + std::to_string(i) + " has no blk." + std::to_string(i) +
+                           ".ffn_gate_exps.weight (every gpt-oss layer is sparse)");
   }
   if (std::string(fam->model_type) == "phi3") {
     c["original_max_position_embeddings"] = context;
@@ -547,6 +604,10 @@ Result<WeightRules> gguf_weight_rules(const ModelConfig& config) {
     rules.push_back(WeightConverter{{"blk.*.ffn_gate_exps.weight", "blk.*.ffn_up_exps.weight"},
                                     {"model.layers.*.mlp.experts.gate_up_proj"},
                                     {Concatenate(1)}, true, "GGUF blk.*.ffn_{gate,up}_exps (stacked experts)"});
+  if (fam->gpt_oss)
+    rules.push_back(WeightConverter{{"blk.*.ffn_gate_exps.bias", "blk.*.ffn_up_exps.bias"},
+                                    {"model.layers.*.mlp.experts.gate_up_proj_bias"},
+                                    {Concatenate(1)}, false, "GGUF blk.*.ffn_{gate,up}_exps.bias (expert biases)"});
   for (const NamePair& n : plain_names(*fam)) {
     const int64_t heads = fam->interleaved_rope ? rope_heads_of(n.rope, config) : 0;
     if (heads > 0) {
@@ -569,7 +630,7 @@ Result<std::string> gguf_architecture_for(const ModelConfig& config) {
   if (!fam)
     return unsupported(config.source + ": model_type '" + config.model_type +
                        "' has no GGUF mapping (supported: llama, mistral, mixtral, qwen2, qwen3, qwen2_moe, qwen3_moe, phi3, "
-                       "gemma2)");
+                       "gemma2, gpt_oss)");
   return std::string(fam->gguf_arch);
 }
 
@@ -620,6 +681,24 @@ Result<std::vector<std::pair<std::string, GgufValue>>> gguf_metadata_for(const M
       m.emplace_back(p + "expert_feed_forward_length", u32(moe_ffn));  // Qwen3MoeConfig's default
     }
   }
+  if (c.model_type == "gpt_oss") {
+    // llama.cpp's gpt-oss hard-codes the SwiGLU (alpha 1.702, limit 7), routes by a
+    // softmax over the top-k logits and slides exactly the even layers.
+    auto number = [&c](const char* key, double fallback) {
+      return c.raw.contains(key) && c.raw.at(key).is_number() ? c.raw.at(key).get<double>() : fallback;
+    };
+    if (number("swiglu_limit", 7.0) != 7.0 || number("swiglu_alpha", 1.702) != 1.702)
+      return unsupported(c.source + ": gpt-oss with swiglu_limit / swiglu_alpha other than 7 / 1.702 has no GGUF form "
+                                    "(llama.cpp's gpt-oss hard-codes them)");
+    for (size_t i = 0; i < c.layer_types.size(); ++i)
+      if ((c.layer_types[i] == "sliding_attention") != (i % 2 == 0))
+        return unsupported(c.source + ": gpt-oss layer " + std::to_string(i) + " is " + c.layer_types[i] +
+                           "; llama.cpp's gpt-oss slides exactly the even layers");
+    if (!c.sliding_window || *c.sliding_window <= 0)
+      return unsupported(c.source + ": gpt-oss without a sliding window has no GGUF form");
+    m.emplace_back(p + "expert_feed_forward_length", u32(c.intermediate_size));
+    m.emplace_back(p + "attention.sliding_window", u32(*c.sliding_window));
+  }
   if (c.eos_token_ids.size() > 1)
     m.emplace_back("tokenizer.ggml.eot_token_id", GgufValue::u32(static_cast<uint32_t>(c.eos_token_ids[1])));
   const RopeScaling& rs = c.rope_scaling;
@@ -628,6 +707,7 @@ Result<std::vector<std::pair<std::string, GgufValue>>> gguf_metadata_for(const M
     m.emplace_back(p + "rope.scaling.factor", GgufValue::f32(static_cast<float>(rs.factor)));
     if (rs.original_max_position_embeddings > 0)
       m.emplace_back(p + "rope.scaling.original_context_length", u32(rs.original_max_position_embeddings));
+    if (rs.rope_type == "yarn" && !rs.truncate) m.emplace_back(kYarnTruncateKey, GgufValue::boolean(false));
   } else if (rs.rope_type == "llama3") {
     // llama.cpp reads the rope_freqs.weight tensor (gguf_extra_tensors_for); the
     // parameters themselves, for loom, under keys llama.cpp ignores.
@@ -664,6 +744,7 @@ Result<std::vector<std::pair<std::string, GgufValue>>> gguf_metadata_for(const M
     m.emplace_back(kGemma2QueryScalarKey, GgufValue::f32(static_cast<float>(number("query_pre_attn_scalar", 256.0))));
     return m;
   }
+  if (c.model_type == "gpt_oss") return m;
   if (slides && c.model_type == "phi3")  // every Phi-3 layer slides when the window is set
     m.emplace_back(p + "attention.sliding_window", u32(*c.sliding_window));
   else if (slides)
@@ -695,6 +776,12 @@ Result<GgufTensorName> gguf_tensor_name_for(const ModelConfig& config, const std
     if (auto star = match_layer("model.layers.*.mlp.experts.gate_up_proj", parameter_name)) {
       GgufTensorName out;
       out.split_into = {with_layer("blk.*.ffn_gate_exps.weight", *star), with_layer("blk.*.ffn_up_exps.weight", *star)};
+      return out;
+    }
+  if (fam->gpt_oss)
+    if (auto star = match_layer("model.layers.*.mlp.experts.gate_up_proj_bias", parameter_name)) {
+      GgufTensorName out;
+      out.split_into = {with_layer("blk.*.ffn_gate_exps.bias", *star), with_layer("blk.*.ffn_up_exps.bias", *star)};
       return out;
     }
   for (const NamePair& n : plain_names(*fam)) {

@@ -328,6 +328,7 @@ SelfAttention::SelfAttention(const std::string& path, std::string class_name, co
   k_ = add_child<Linear>(join_path(path, "k_proj"), s.hidden, s.num_kv_heads * s.head_dim, s.qkv_bias);
   v_ = add_child<Linear>(join_path(path, "v_proj"), s.hidden, s.num_kv_heads * s.head_dim, s.qkv_bias);
   o_ = add_child<Linear>(join_path(path, "o_proj"), s.num_heads * s.head_dim, s.hidden, s.o_bias);
+  if (s.sinks) declare_parameter("sinks", {s.num_heads});
   if (s.qk_norm) {
     const std::string norm_class = class_name_prefix() + "RMSNorm";
     q_norm_ = add_child<RMSNorm>(join_path(path, "q_norm"), norm_class, s.head_dim, s.norm_eps);
@@ -360,6 +361,7 @@ Status SelfAttention::apply_tensor_parallel(const TensorParallel& tp) {
                                             : tp;
   for (Linear* l : {k_, v_}) LOOM_RETURN_IF_ERROR(l->parallelize(LinearParallel::kColumn, kv_tp));
   LOOM_RETURN_IF_ERROR(o_->parallelize(LinearParallel::kRow, tp));
+  if (s_.sinks) set_parameter_shard("sinks", {0, tp.rank, tp.size, false});  // this rank's query heads
   s_.num_heads /= tp.size;
   s_.num_kv_heads = replicate_kv ? 1 : s_.num_kv_heads / tp.size;
   return Status::Ok();
@@ -434,7 +436,9 @@ ValueId SelfAttention::forward(GraphBuilder& b, ValueId x, ValueId positions) co
       k = b.op("rope", {k, positions}, rope_attrs(s_.num_kv_heads));
     }
     const double scale = s_.scale > 0 ? s_.scale : 1.0 / std::sqrt(static_cast<double>(s_.head_dim));
-    attn = b.op("attention", {q, k, v},
+    std::vector<ValueId> attn_in = {q, k, v};
+    if (s_.sinks) attn_in.push_back(b.param(param_name("sinks")));
+    attn = b.op("attention", std::move(attn_in),
                 {{"layer", static_cast<int64_t>(s_.layer)},
                  {"num_q_heads", s_.num_heads},
                  {"num_kv_heads", s_.num_kv_heads},

@@ -185,12 +185,16 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     return plan.status().with_context(ckpt.source() + ": " + what + " with this config.json" +
                                       (with_kernels ? " and kernel config" : ""));
   m->plan_ = std::make_unique<ConversionPlan>(std::move(plan).value());
-  for (const ConversionGroup& g : m->plan_->groups())
+  for (const ConversionGroup& g : m->plan_->groups()) {
+    // U8 is a weight only as gpt-oss's MXFP4 blocks and scales, which the group packs.
+    const bool packs_mxfp4 = !g.ops.empty() && g.ops.front().kind == ConversionOpKind::kMxfp4FromBlocks;
     for (const auto& slot : g.sources)
       for (const PlanTensor& t : slot)
-        if (!dtype_is_float(t.dtype) && !dtype_is_quantized(t.dtype))
+        if (!dtype_is_float(t.dtype) && !dtype_is_quantized(t.dtype) && !(packs_mxfp4 && t.dtype == DType::kU8))
           return unsupported(ckpt.source() + ": tensor '" + t.name + "' has dtype " + std::string(dtype_name(t.dtype)) +
-                             "; loom loads F32, BF16 and F16 weights and GGUF's Q8_0, Q4_0, Q4_K, Q5_K, Q6_K");
+                             "; loom loads F32, BF16 and F16 weights, GGUF's quantized types and MXFP4 "
+                             "*_blocks / *_scales (gpt-oss)");
+  }
   // E.g. a tied checkpoint may still carry lm_head.weight: unused, not worth a warning.
   std::vector<std::string> unused;
   for (const auto& name : m->plan_->unused_sources())

@@ -1,19 +1,25 @@
 #include "loom/models/moe.h"
 
+#include <map>
+
 namespace loom::models {
 
 MoeExperts::MoeExperts(const std::string& path, std::string class_name, int64_t num_experts, int64_t hidden,
-                       int64_t inter)
-    : Module(path, std::move(class_name), "Experts") {
+                       int64_t inter, bool bias)
+    : Module(path, std::move(class_name), "Experts"), bias_(bias) {
   declare_parameter("gate_up_proj", {num_experts, 2 * inter, hidden});
   declare_parameter("down_proj", {num_experts, hidden, inter});
+  if (bias) {
+    declare_parameter("gate_up_proj_bias", {num_experts, 2 * inter});
+    declare_parameter("down_proj_bias", {num_experts, hidden});
+  }
 }
 
 SparseMoeBlock::SparseMoeBlock(const std::string& path, const MoeSettings& s, int64_t hidden, std::string activation)
     : UnaryModule(path, s.block_class, "SparseMoeBlock"), s_(s), activation_(std::move(activation)) {
-  gate_ = add_child<Linear>(join_path(path, "gate"), hidden, s.num_experts, false);
+  gate_ = add_child<Linear>(join_path(path, s.router_name), hidden, s.num_experts, s.router_bias);
   experts_ = add_child<MoeExperts>(join_path(path, "experts"), s.experts_class, s.num_experts, hidden,
-                                   s.intermediate_size);
+                                   s.intermediate_size, s.expert_bias);
   if (s.shared_intermediate_size > 0) {
     shared_expert_ = add_child<GatedMLP>(join_path(path, "shared_expert"), s.shared_class, hidden,
                                          s.shared_intermediate_size, false, activation_);
@@ -36,10 +42,22 @@ ValueId SparseMoeBlock::forward(GraphBuilder& b, ValueId x) const {
     in.push_back(shared);
     in.push_back(b.param(shared_expert_gate_->path() + ".weight"));
   }
-  ValueId y = b.op("moe", std::move(in),
-                   {{"top_k", s_.top_k},
-                    {"norm_topk_prob", static_cast<int64_t>(s_.norm_topk_prob)},
-                    {"activation", activation_}});
+  std::map<std::string, graph::AttrValue> attrs = {{"top_k", s_.top_k},
+                                                    {"norm_topk_prob", static_cast<int64_t>(s_.norm_topk_prob)},
+                                                    {"activation", activation_}};
+  if (s_.router_bias || experts_->has_bias()) {
+    // Inputs 6..8: router_bias, gate_up_bias, down_bias (4 and 5 are the shared expert's).
+    in.resize(6, graph::kNoValue);
+    in.push_back(s_.router_bias ? b.param(gate_->path() + ".bias") : graph::kNoValue);
+    in.push_back(experts_->has_bias() ? b.param(experts_->gate_up_bias_name()) : graph::kNoValue);
+    in.push_back(experts_->has_bias() ? b.param(experts_->down_bias_name()) : graph::kNoValue);
+  }
+  if (s_.routing != "softmax_topk") attrs["routing"] = s_.routing;
+  if (s_.swiglu_limit > 0) {
+    attrs["swiglu_limit"] = s_.swiglu_limit;
+    attrs["swiglu_alpha"] = s_.swiglu_alpha;
+  }
+  ValueId y = b.op("moe", std::move(in), std::move(attrs));
   // Every term (the routed experts' and the gated shared expert's) is a partial
   // sum over this rank's intermediate features: one all_reduce adds them up.
   return parts_ > 1 ? b.op("all_reduce", {y}, {{"parts", parts_}}) : y;
@@ -67,6 +85,11 @@ void MoeExperts::split(const TensorParallel& tp) {
   // gate_up_proj [E, 2I, H] is gate and up stacked: this rank's rows of each.
   set_parameter_shard("gate_up_proj", {1, tp.rank, tp.size, false, 2});
   set_parameter_shard("down_proj", {2, tp.rank, tp.size, false});
+  if (bias_) {
+    set_parameter_shard("gate_up_proj_bias", {1, tp.rank, tp.size, false, 2});
+    // Every rank's partial sums are added by the all_reduce: the bias once.
+    set_parameter_shard("down_proj_bias", {-1, tp.rank, tp.size, true});
+  }
 }
 
 }  // namespace loom::models

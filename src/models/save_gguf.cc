@@ -24,7 +24,9 @@ Status save_gguf(const Model& model, const std::string& path, const GgufSaveOpti
     if (name == "lm_head.weight" && c.tie_word_embeddings) continue;
     LOOM_ASSIGN_OR_RETURN(GgufTensorName g, gguf_tensor_name_for(c, name));
     Tensor out = t;
-    if (out.rank() == 1) {
+    // Vectors, and gpt-oss's stacked expert biases ([E, 2I], [E, H]), stay f32 as llama.cpp keeps biases.
+    const bool bias_like = out.rank() == 1 || (name.size() > 5 && name.compare(name.size() - 5, 5, "_bias") == 0);
+    if (bias_like) {
       if (out.dtype() != DType::kF32) out = out.to(DType::kF32);
     } else if (options.tensor_type) {
       LOOM_ASSIGN_OR_RETURN(std::optional<DType> want, options.tensor_type(name, t));

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "loom/core/file_pages.h"
+#include "loom/weights/mxfp4_blocks.h"
 #include "loom/weights/tensor_moves.h"
 
 namespace loom {
@@ -72,6 +73,7 @@ ConversionOp ConversionOp::reverse() const {
     case ConversionOpKind::kTranspose: break;  // swapping the same two dims undoes itself
     case ConversionOpKind::kPermuteForRope: r.inverse = !inverse; break;
     case ConversionOpKind::kAddScalar: r.scalar = -scalar; break;
+    case ConversionOpKind::kMxfp4FromBlocks: r.inverse = !inverse; break;
   }
   return r;
 }
@@ -97,6 +99,8 @@ std::string ConversionOp::describe() const {
       v << scalar;
       return "AddScalar(" + v.str() + slots_suffix(slots) + ")";
     }
+    case ConversionOpKind::kMxfp4FromBlocks:
+      return inverse ? "Mxfp4ToBlocks()" : "Mxfp4FromBlocks()";
   }
   return "?";
 }
@@ -130,6 +134,8 @@ ConversionOp PermuteForRope(int64_t n_heads, int64_t head_dim) {
   op.head_dim = head_dim;
   return op;
 }
+
+ConversionOp Mxfp4FromBlocks() { return make(ConversionOpKind::kMxfp4FromBlocks, 0); }
 
 ConversionOp AddScalar(double value) {
   ConversionOp op = make(ConversionOpKind::kAddScalar, 0);
@@ -222,6 +228,30 @@ Result<ShapeBundle> infer_shapes(const ConversionOp& op, const ShapeBundle& in) 
       }
       return out;
     }
+    case ConversionOpKind::kMxfp4FromBlocks: {
+      LOOM_RETURN_IF_ERROR(single_items("Mxfp4FromBlocks"));
+      if (!op.inverse) {
+        if (in.size() != 2) return bad(op, "expects two slots (blocks, scales), got " + bundle_string(in));
+        const Shape& b = in[0].items[0];
+        const Shape& sc = in[1].items[0];
+        if (in[0].dtype != DType::kU8 || in[1].dtype != DType::kU8 || b.size() < 2 || b.back() != 16 ||
+            Shape(b.begin(), b.end() - 1) != sc)
+          return bad(op, "needs U8 blocks [..., G, 16] and U8 scales [..., G], got " + bundle_string(in));
+        Shape r(sc.begin(), sc.end() - 1);
+        r.push_back(sc.back() * 32);
+        out.push_back({{r}, DType::kMXFP4});
+        return out;
+      }
+      if (in.size() != 1 || in[0].dtype != DType::kMXFP4 || in[0].items[0].empty() || in[0].items[0].back() % 32 != 0)
+        return bad(op, "needs one MXFP4 tensor, got " + bundle_string(in));
+      Shape sc = in[0].items[0];
+      sc.back() /= 32;
+      Shape b = sc;
+      b.push_back(16);
+      out.push_back({{b}, DType::kU8});
+      out.push_back({{sc}, DType::kU8});
+      return out;
+    }
     case ConversionOpKind::kAddScalar: {
       for (int i : op.slots)
         if (i < 0 || i >= static_cast<int>(in.size())) return bad(op, "slot " + std::to_string(i) + " not in " + bundle_string(in));
@@ -308,6 +338,19 @@ TensorBundle apply_op(const ConversionOp& op, const TensorBundle& in, uint64_t* 
           count(t, {});
           copied_from(source);
         }
+      }
+      break;
+    case ConversionOpKind::kMxfp4FromBlocks:
+      if (!op.inverse) {
+        out.push_back({mxfp4_from_blocks(in.at(0).at(0), in.at(1).at(0))});
+        count(out[0][0], {});
+        copied_from(in[0][0]);
+      } else {
+        auto [blocks, scales] = mxfp4_to_blocks(in.at(0).at(0));
+        count(blocks, {});
+        count(scales, {});
+        out.push_back({std::move(blocks)});
+        out.push_back({std::move(scales)});
       }
       break;
     case ConversionOpKind::kAddScalar:

@@ -372,6 +372,10 @@ Result<ConversionPlan> ConversionPlan::compile(const WeightRules& rules, const S
                                     squote(first_source) + " it is " + shape_to_string(shapes[j].items[k]) +
                                     " but the model expects " + shape_to_string(target_shapes[j].items[k]));
           g.targets[j][k].dtype = shapes[j].dtype;
+          // A model that does not pin the dtype stores what the chain makes (MXFP4 from
+          // U8 blocks), not the sources' dtype.
+          if (auto e = expected.find(g.targets[j][k].name); e != expected.end() && !e->second.dtype)
+            g.target_model_dtypes[j][k] = shapes[j].dtype;
         }
       }
       g.ops = std::move(resolved);

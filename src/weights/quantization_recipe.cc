@@ -59,7 +59,11 @@ std::optional<DType> QuantizationRecipe::type_for(const std::string& name, const
   if (shape.size() != 2 && !experts) return std::nullopt;
   // MoE routers stay as they are, as llama.cpp keeps ffn_gate_inp: a few rows that
   // pick the experts, where quantization error would change the choice.
-  if (name.ends_with(".mlp.gate.weight") || name.ends_with(".mlp.shared_expert_gate.weight")) return std::nullopt;
+  if (name.ends_with(".mlp.gate.weight") || name.ends_with(".mlp.shared_expert_gate.weight") ||
+      name.ends_with(".mlp.router.weight"))  // gpt-oss's router
+    return std::nullopt;
+  // gpt-oss's stacked expert biases ([E, 2I], [E, H]) are biases, kept as they are.
+  if (name.ends_with("_bias")) return std::nullopt;
   const int64_t cols = shape.back();
   if (cols % 32 != 0) return std::nullopt;
   const bool output = name == "lm_head.weight" || (tied_embeddings && name == "model.embed_tokens.weight");

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -78,7 +79,61 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GgufRoundTrip,
                                            "llama_kv1_headdim-f32", "llama_rope_linear-f32", "llama_rope_llama3-f32", "qwen2-f32", "qwen2-bf16",
                                            "qwen3-f32", "qwen3-bf16", "phi3-f32", "phi3_sliding-f32", "phi3_longrope-f32",
                                            "mixtral-f32", "mixtral-bf16", "qwen2_moe-f32", "qwen3_moe-f32", "qwen3_moe-bf16",
-                                           "gemma2-f32", "gemma2-bf16"));
+                                           "gemma2-f32", "gemma2-bf16", "gpt_oss-f32", "gpt_oss-bf16",
+                                           "gpt_oss_mxfp4-f32"));
+
+// llama.cpp's gpt-oss: attn_sinks, post_attention_norm, the biased router and
+// experts (the gate_up bias split into ffn_gate_exps.bias / ffn_up_exps.bias),
+// MXFP4 experts kept as the checkpoint's blocks, the window and expert width as
+// keys; a file without loom's truncate key reads as llama.cpp runs YaRN.
+TEST(GgufModel, GptOssFollowsLlamaCppsGptOss) {
+  auto st = models::Model::load(existing_fixture("gpt_oss_mxfp4-f32").string()).value();
+  const fs::path path = temp_gguf("gpt_oss_layout");
+  ASSERT_TRUE(models::save_gguf(*st, path.string()).ok());
+  auto file = io::GgufFile::open(path.string()).value();
+  EXPECT_EQ(file->architecture().value(), "gpt-oss");
+  EXPECT_EQ(file->find_value("gpt-oss.expert_count")->as_int("n").value(), 4);
+  EXPECT_EQ(file->find_value("gpt-oss.expert_used_count")->as_int("n").value(), 2);
+  EXPECT_EQ(file->find_value("gpt-oss.expert_feed_forward_length")->as_int("n").value(), 96);
+  EXPECT_EQ(file->find_value("gpt-oss.attention.sliding_window")->as_int("n").value(), 16);
+  EXPECT_EQ(file->find_value("gpt-oss.rope.scaling.type")->as_string("t").value(), "yarn");
+  EXPECT_FALSE(file->find_value("loom.rope.scaling.yarn_truncate")->as_bool("t").value());
+  for (const char* name : {"blk.1.attn_sinks.weight", "blk.1.post_attention_norm.weight", "blk.1.ffn_gate_inp.weight",
+                           "blk.1.ffn_gate_inp.bias", "blk.1.ffn_gate_exps.bias", "blk.1.ffn_up_exps.bias",
+                           "blk.1.ffn_down_exps.bias", "blk.1.attn_q.bias", "blk.1.attn_output.bias"})
+    EXPECT_NE(file->find(name), nullptr) << name;
+  EXPECT_EQ(file->find("blk.1.ffn_norm.weight"), nullptr);
+  const Tensor up = file->get("blk.1.ffn_up_exps.weight").value();
+  EXPECT_EQ(up.dtype(), DType::kMXFP4);
+  EXPECT_EQ(up.shape(), (Shape{4, 96, 64}));
+  // Expert 3's up rows are rows [96, 192) of loom's gate_up_proj, the same MXFP4 bytes.
+  const Tensor gu = st->parameters().at("model.layers.1.mlp.experts.gate_up_proj");
+  const Tensor mine = gu.slice_rows(3, 4).reshape({192, 64}).slice_rows(96, 192);
+  const Tensor theirs = up.slice_rows(3, 4).reshape({96, 64});
+  ASSERT_EQ(mine.nbytes(), theirs.nbytes());
+  EXPECT_EQ(0, std::memcmp(mine.data(), theirs.data(), mine.nbytes()));
+  EXPECT_EQ(file->get("blk.1.ffn_up_exps.bias").value().shape(), (Shape{4, 96}));
+  EXPECT_EQ(file->get("blk.1.ffn_down_exps.bias").value().dtype(), DType::kF32);
+
+  const nlohmann::json c = models::config_json_from_gguf(*file).value();
+  EXPECT_EQ(c.at("model_type"), "gpt_oss");
+  EXPECT_EQ(c.at("num_local_experts"), 4);
+  EXPECT_EQ(c.at("intermediate_size"), 96);
+  EXPECT_EQ(c.at("layer_types"), nlohmann::json({"sliding_attention", "full_attention", "sliding_attention",
+                                                  "full_attention"}));
+  EXPECT_EQ(c.at("rope_scaling").at("truncate"), false);
+  fs::remove(path);
+
+  // Only llama.cpp's SwiGLU constants and window pattern have a GGUF form.
+  ModelConfig limit = st->config();
+  limit.raw["swiglu_limit"] = 6.0;
+  const auto refused = models::gguf_metadata_for(limit);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("swiglu_limit"), std::string::npos) << refused.status().to_string();
+  ModelConfig all_full = st->config();
+  all_full.layer_types.assign(4, "full_attention");
+  EXPECT_FALSE(models::gguf_metadata_for(all_full).ok());
+}
 
 // llama.cpp's qwen3moe: the expert width under expert_feed_forward_length, the
 // router and stacked experts under llama.cpp's names; it makes every layer sparse

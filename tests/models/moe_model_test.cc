@@ -1,4 +1,4 @@
-// Mixtral, Qwen2-MoE and Qwen3-MoE beyond the parity fixtures: the module tree the configs
+// Mixtral, Qwen2-MoE, Qwen3-MoE (and gpt-oss's batching; gpt_oss_test.cc for the rest) beyond the parity fixtures: the module tree the configs
 // imply, continuous batching giving each request its single-request tokens
 // (the grouped MoE kernel mixes the requests' tokens per expert), and config
 // and checkpoint errors naming their cause.
@@ -134,6 +134,9 @@ TEST(MoeModels, BatchedGenerationEqualsEachRequestAlone) {
   check_batched_equals_alone("qwen2_moe-bf16");
   check_batched_equals_alone("qwen3_moe-f32");
   check_batched_equals_alone("qwen3_moe_dense_layers-bf16");
+  // gpt-oss: sinks, alternating windows (16) crossed by the longer requests, biased experts.
+  check_batched_equals_alone("gpt_oss-f32");
+  check_batched_equals_alone("gpt_oss_mxfp4-bf16");
 }
 
 // A copy of a fixture with config.json edited by `edit`, for error checks.

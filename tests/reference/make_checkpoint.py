@@ -51,6 +51,7 @@ DEFAULT_SPEC = dict(
     moe=None,  # mixtral / qwen2_moe / qwen3_moe: their MoE config fields, written to config.json as given
     router_scale=4.0,  # MoE router weights times this: decisive expert choices, far from ties
     expert_scale=1.0,  # gpt_oss: expert gate_up weights times this (4: the SwiGLU clamp at 7 binds)
+    mxfp4_experts=False,  # gpt_oss: experts stored as the released checkpoints do (*_blocks / *_scales)
 )
 
 
@@ -323,6 +324,17 @@ def fuse_phi3(cfg, tensors):
     return tensors
 
 
+def quantize_gpt_oss_experts(cfg, tensors):
+    """gpt-oss as OpenAI ships it: every expert matrix as MXFP4 blocks and scales (reference_moe.py),
+    biases, router and attention unquantized, and the config's quantization_config saying so."""
+    for name in [n for n in tensors if n.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+        blocks, scales = reference_moe.quantize_mxfp4(tensors.pop(name))
+        tensors[name + "_blocks"], tensors[name + "_scales"] = blocks, scales
+    cfg["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    return tensors
+
+
 def make_checkpoint(out_dir, **overrides):
     """Writes the checkpoint for DEFAULT_SPEC updated with `overrides`; returns the config dict."""
     unknown = set(overrides) - set(DEFAULT_SPEC)
@@ -350,6 +362,10 @@ def make_checkpoint(out_dir, **overrides):
         tensors = {name: init_tensor(name, shape, gen, spec).to(dtype) for name, shape in specs}
     if spec["arch"] == "phi3":
         tensors = fuse_phi3(cfg, tensors)
+    if spec["mxfp4_experts"]:
+        if spec["arch"] != "gpt_oss":
+            raise ValueError("mxfp4_experts is a gpt_oss knob")
+        tensors = quantize_gpt_oss_experts(cfg, tensors)
     safetensors_io.save_file(tensors, os.path.join(out_dir, "model.safetensors"), {"format": "pt"})
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)

@@ -121,6 +121,8 @@ class Config:
         self.gpt2 = model_type == "gpt2"
         self.gemma2 = model_type == "gemma2"
         self.gpt_oss = model_type == "gpt_oss"  # attention sinks, GptOssRMSNorm, GptOssMLP
+        # gpt-oss as released: experts stored as MXFP4 blocks and scales (quantization_config).
+        self.mxfp4 = self.gpt_oss and (raw.get("quantization_config") or {}).get("quant_method") == "mxfp4"
         # Gemma2 only: attention scores and final logits become cap * tanh(x / cap) (None = off).
         self.attn_softcap = self.final_softcap = None
         self.moe = None  # Mixtral, Qwen2-MoE: which layers are sparse and how they route (set below)
@@ -549,12 +551,26 @@ class Model:
         expected = self.expected_shapes()
         # The original OpenAI GPT-2 conversion stores h.N.* / wte / wpe / ln_f without "transformer.".
         legacy = {k[len("transformer."):]: k for k in expected if k.startswith("transformer.")} if self.cfg.gpt2 else {}
-        w = {}
+        # gpt-oss with quantization_config mxfp4: each expert matrix is stored as *_blocks and
+        # *_scales, dequantized as Transformers' convert_moe_packed_tensors does (reference_moe.py).
+        packed = {n + suffix: n for n in expected if self.cfg.mxfp4 and n.endswith(("experts.gate_up_proj",
+                                                                                      "experts.down_proj"))
+                  for suffix in ("_blocks", "_scales")}
+        w, parts = {}, {}
         for path in self._checkpoint_files():
-            for name, t in safetensors_io.load_file(path, names=set(expected) | set(legacy)).items():
+            for name, t in safetensors_io.load_file(path, names=set(expected) | set(legacy) | set(packed)).items():
+                if name in packed:
+                    parts[name] = t
+                    continue
                 name = legacy.get(name, name)
                 if list(t.shape) != expected[name]:
                     raise ValueError(f"{path}: tensor {name} has shape {list(t.shape)}, expected {expected[name]}")
+                w[name] = t.to(self.dtype)
+        for name in sorted(set(packed.values())):
+            if name + "_blocks" in parts and name + "_scales" in parts:
+                t = reference_moe.dequantize_mxfp4(parts[name + "_blocks"], parts[name + "_scales"])
+                if list(t.shape) != expected[name]:
+                    raise ValueError(f"{name}_blocks/_scales dequantize to {list(t.shape)}, expected {expected[name]}")
                 w[name] = t.to(self.dtype)
         missing = sorted(set(expected) - set(w))
         if missing:

@@ -146,6 +146,49 @@ def gpt_oss_block(moe, w, layer, x):
     return out
 
 
+# MXFP4 as the released gpt-oss checkpoints store experts (Transformers' integrations/mxfp4.py,
+# convert_moe_packed_tensors): a weight W [E, R, K] (R output rows, K = the contracted inputs, a
+# multiple of 32) is `*_blocks` uint8 [E, R, K/32, 16] and `*_scales` uint8 [E, R, K/32]. Block g of
+# row r holds inputs 32g..32g+31: byte i's low nibble is input 2i, its high nibble input 2i+1, each an
+# index into FP4_VALUES (E2M1), times 2^(scale - 127). The parameter GptOssExperts uses is the
+# transpose, [E, K, R] (gate_up_proj [E, H, 2I], down_proj [E, I, H]).
+FP4_VALUES = [+0.0, +0.5, +1.0, +1.5, +2.0, +3.0, +4.0, +6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def dequantize_mxfp4(blocks, scales):
+    """convert_moe_packed_tensors in f32: blocks [E, R, G, 16], scales [E, R, G] -> [E, G*32, R]."""
+    if blocks.dtype != torch.uint8 or scales.dtype != torch.uint8 or blocks.shape[:-1] != scales.shape:
+        raise ValueError(f"mxfp4: blocks {list(blocks.shape)} / scales {list(scales.shape)} do not fit")
+    lut = torch.tensor(FP4_VALUES, dtype=torch.float32)
+    *prefix, g, b = blocks.shape
+    lo, hi = (blocks & 0x0F).long(), (blocks >> 4).long()
+    out = torch.empty(*prefix, g, 2 * b, dtype=torch.float32)
+    out[..., 0::2] = lut[lo]
+    out[..., 1::2] = lut[hi]
+    out = torch.ldexp(out, (scales.to(torch.int32) - 127).unsqueeze(-1).float())
+    return out.reshape(*prefix, g * 2 * b).transpose(1, 2).contiguous()
+
+
+def quantize_mxfp4(w):
+    """The inverse layout of dequantize_mxfp4 for a parameter w [E, K, R]: (blocks, scales) with a
+    shared exponent per 32 inputs (the largest |value| of the block maps to at most 6) and each value
+    rounded to the nearest E2M1 value (ties to the lower index). Any such blocks serve: loom and the
+    reference both compute with exactly what dequantize_mxfp4 gives back."""
+    rows = w.float().transpose(1, 2)  # [E, R, K]
+    e, r, k = rows.shape
+    if k % 32:
+        raise ValueError(f"mxfp4: {k} inputs are not a multiple of 32")
+    grouped = rows.reshape(e, r, k // 32, 32)
+    amax = grouped.abs().amax(dim=-1).clamp(min=2.0 ** -120)
+    exp = torch.ceil(torch.log2(amax / 6.0)).clamp(-127, 127)
+    scales = (exp + 127).to(torch.uint8)
+    scaled = grouped / torch.ldexp(torch.ones_like(exp), exp.int()).unsqueeze(-1)
+    lut = torch.tensor(FP4_VALUES, dtype=torch.float32)
+    idx = (scaled.unsqueeze(-1) - lut).abs().argmin(dim=-1).to(torch.uint8)  # [E, R, G, 32]
+    blocks = idx[..., 0::2] | (idx[..., 1::2] << 4)
+    return blocks.contiguous(), scales.contiguous()
+
+
 def router_logits(moe, w, layer, x):
     b = f"model.layers.{layer}.{moe.prefix}."
     if moe.gpt_oss:

@@ -26,6 +26,7 @@ import torch
 #          rank in the safetensors Dtype enum: BOOL < U8 < I8 < F8_* < I16 < U16 < F16
 #          < BF16 < I32 < U32 < F32 < F64 < I64 < U64; only relative order matters)
 _DTYPES = {
+    "U8": (torch.uint8, np.uint8, 1, 1),  # gpt-oss's MXFP4 expert blocks and scales
     "F16": (torch.float16, np.float16, 2, 11),
     "BF16": (torch.bfloat16, np.int16, 2, 12),
     "I32": (torch.int32, np.int32, 4, 13),

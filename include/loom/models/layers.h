@@ -181,6 +181,7 @@ struct AttentionSettings {
   double scale = 0.0;          // 0: head_dim^-0.5
   double softcap = 0.0;
   bool use_rope = true;        // false: positions come from a learned table instead (GPT-2)
+  bool sinks = false;          // gpt-oss: self_attn.sinks [num_heads], a logit per head in each softmax's denominator
   RopeSettings rope;
 };
 

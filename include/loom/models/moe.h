@@ -23,16 +23,33 @@ struct MoeSettings {
   std::string block_class;               // "MixtralSparseMoeBlock"
   std::string experts_class;             // "MixtralExperts"
   std::string shared_class;              // "Qwen2MoeMLP"
+  // gpt-oss (GptOssMLP): the router is `mlp.router` with a bias, the experts
+  // carry gate_up_proj_bias [E, 2I] and down_proj_bias [E, H], the routing is a
+  // softmax over the top-k logits ("topk_softmax") and the activation the
+  // clamped SwiGLU (swiglu_limit > 0; see the moe op).
+  std::string router_name = "gate";
+  bool router_bias = false;
+  bool expert_bias = false;
+  std::string routing = "softmax_topk";
+  double swiglu_limit = 0.0;
+  double swiglu_alpha = 1.702;
 };
 
 // The stacked expert weights; recorded by its parent block.
 class MoeExperts : public Module {
  public:
-  MoeExperts(const std::string& path, std::string class_name, int64_t num_experts, int64_t hidden, int64_t inter);
+  MoeExperts(const std::string& path, std::string class_name, int64_t num_experts, int64_t hidden, int64_t inter,
+             bool bias = false);
   std::string gate_up_name() const { return param_name("gate_up_proj"); }
   std::string down_name() const { return param_name("down_proj"); }
+  bool has_bias() const { return bias_; }
+  std::string gate_up_bias_name() const { return param_name("gate_up_proj_bias"); }
+  std::string down_bias_name() const { return param_name("down_proj_bias"); }
   // This rank's slice of every expert's intermediate features.
   void split(const TensorParallel& tp);
+
+ private:
+  bool bias_ = false;
 };
 
 class SparseMoeBlock : public UnaryModule {

@@ -20,6 +20,10 @@
 //   AddScalar(value)      every (float) tensor + value, computed in f32 and
 //                         stored in the tensor's dtype (llama.cpp stores Gemma's
 //                         norm weights as 1 + w)
+//   Mxfp4FromBlocks()     2 slots (U8 blocks [..., G, 16], U8 scales [..., G], as
+//                         gpt-oss checkpoints store MXFP4) → 1 slot MXFP4 [..., 32 G]
+//                         (nibbles reordered, no float; weights/mxfp4_blocks.h);
+//                         its reverse splits them back
 // Per-tensor ops (Transpose, PermuteForRope, AddScalar) can be limited to some slots with
 // on_slots({...}), e.g. PermuteForRope(32, 128).on_slots({0}) after a Chunk to
 // permute only q.
@@ -46,7 +50,8 @@ enum class ConversionOpKind {
   kSplitModulelist,
   kTranspose,
   kPermuteForRope,
-  kAddScalar
+  kAddScalar,
+  kMxfp4FromBlocks
 };
 
 struct ConversionOp {
@@ -57,7 +62,7 @@ struct ConversionOp {
   std::vector<int64_t> sizes;  // Chunk: split sizes; Concatenate: input sizes (reverse)
   int64_t n_heads = 0;         // PermuteForRope
   int64_t head_dim = 0;        // PermuteForRope
-  bool inverse = false;        // PermuteForRope: half-split → interleaved
+  bool inverse = false;        // PermuteForRope: half-split → interleaved; Mxfp4FromBlocks: MXFP4 → blocks
   double scalar = 0;           // AddScalar
   std::vector<int> slots;      // Transpose/PermuteForRope/AddScalar: slots it applies to (empty: all)
 
@@ -76,6 +81,7 @@ ConversionOp SplitModulelist(int dim = 0);
 ConversionOp Transpose(int dim0 = 0, int dim1 = 1, bool check_dims = false);
 ConversionOp PermuteForRope(int64_t n_heads, int64_t head_dim);
 ConversionOp AddScalar(double value);
+ConversionOp Mxfp4FromBlocks();
 
 // The reversed chain of reverses.
 std::vector<ConversionOp> reverse_chain(const std::vector<ConversionOp>& ops);
