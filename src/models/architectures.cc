@@ -4,11 +4,14 @@
 
 #include "loom/models/architecture.h"
 #include "models/gemma2.h"
+#include "models/gemma3.h"
+#include "models/rope_config.h"
+#include "models/olmo2.h"
+#include "models/smollm3.h"
 #include "models/gpt2.h"
 #include "models/moe_architectures.h"
 
 namespace loom::models {
-namespace {
 
 RopeSettings rope_from_config(const ModelConfig& c) {
   RopeSettings r;
@@ -37,6 +40,8 @@ RopeSettings rope_from_config(const ModelConfig& c) {
   r.rotary_dim = rotary - rotary % 2;
   return r;
 }
+
+namespace {
 
 // What each Transformers class hard-codes instead of reading from config.json.
 struct FamilyTraits {
@@ -139,6 +144,11 @@ std::vector<Architecture> make_architectures() {
                    .expected_unused = tied_lm_head_unused},
       gpt2_architecture(),
       gemma2_architecture(),
+      gemma3_text_architecture(),
+      gemma3_architecture(),
+      smollm3_architecture(),
+      olmo2_architecture(),
+      granite_architecture(),
       mixtral_architecture(),
       qwen2_moe_architecture(),
       qwen3_moe_architecture(),
