@@ -190,10 +190,32 @@ void PagedKvCache::drop_out_of_window(SequenceKv& s, int64_t next_position) {
   }
 }
 
-int64_t PagedKvCache::sliding_ring_pages(int64_t window) const {
+int64_t sliding_ring_pages(int64_t window, int64_t page_size, int64_t max_step_tokens) {
   // Live between steps: pages from the one holding next_position - window + 1 up
   // to the one holding next_position - 1; a step then adds up to max_step_tokens.
-  return (window - 1 + max_step_tokens_ + page_size_ - 1) / page_size_ + 1;
+  return (window - 1 + std::max<int64_t>(1, max_step_tokens) + page_size - 1) / page_size + 1;
+}
+
+int64_t PagedKvCache::sliding_ring_pages(int64_t window) const {
+  return batching::sliding_ring_pages(window, page_size_, max_step_tokens_);
+}
+
+KvFootprint kv_footprint(const KvCacheLayout& layout, int64_t length, int64_t page_size, int64_t max_step_tokens,
+                         DType dtype) {
+  if (page_size <= 0) throw Error(invalid_argument("kv_footprint: page_size must be positive"));
+  const Grouping g = group_layers(layout);
+  const int64_t logical = (std::max<int64_t>(0, length) + page_size - 1) / page_size;
+  KvFootprint f;
+  for (size_t gi = 0; gi < g.windows.size(); ++gi) {
+    const int64_t w = g.windows[gi];
+    const int64_t held = w == 0 ? logical : std::min(logical, sliding_ring_pages(w, page_size, max_step_tokens));
+    f.paged_pages += held * static_cast<int64_t>(g.layers[gi].size());
+  }
+  f.full_pages = logical * layout.num_layers;
+  const int64_t page_bytes = static_cast<int64_t>(KvPageShape{page_size, layout.num_kv_heads, layout.head_dim, dtype}.page_bytes());
+  f.paged_bytes = f.paged_pages * page_bytes;
+  f.full_bytes = f.full_pages * page_bytes;
+  return f;
 }
 
 int64_t PagedKvCache::pages_for_length(int64_t length) const {

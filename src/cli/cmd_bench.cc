@@ -16,6 +16,7 @@
 #include "cli/kv_cache_flags.h"
 #include "loom/batching/continuous_batching_config.h"
 #include "loom/batching/model_runner.h"
+#include "loom/batching/paged_kv_cache.h"
 #include "loom/generation/sampling.h"
 #include "loom/graph/step_cost.h"
 #include "loom/core/cpu_features.h"
@@ -44,7 +45,28 @@ struct BenchFlags {
   std::string quant_layout = "auto";
   std::string quant_gemm = "amx";
   bool keep_mapped_pages = false;
+  int64_t kv_context = 0;  // tokens of the KV-per-sequence line; 0: prompt + decode tokens
 };
+
+// What one sequence's K/V takes in the serving cache (paged, ContinuousBatchingConfig's
+// default pages and step budget: sliding layers keep a ring over their window) against
+// a cache keeping every position of every layer, computed from the page layout.
+void print_kv_per_sequence(const BenchFlags& f, const models::Model& model) {
+  const batching::ContinuousBatchingConfig defaults;
+  const int64_t tokens = f.kv_context > 0 ? f.kv_context : f.prompt_tokens + f.decode_tokens;
+  const int64_t page = defaults.page_size;
+  const int64_t step = 256;  // the step budget when max_batch_tokens is unset
+  const batching::KvFootprint kv =
+      batching::kv_footprint(batching::KvCacheLayout::from_model(model), tokens, page, step,
+                             batching::kv_cache_dtype_from_name(f.kv_cache_dtype).value());
+  std::printf("\n| KV cache per sequence | tokens | paged (%lld-token pages, sliding layers keep their window) | "
+              "full length | paged / full |\n|---|---|---|---|---|\n",
+              static_cast<long long>(page));
+  std::printf("| %s | %lld | %.1f MiB | %.1f MiB | %.3f |\n", f.kv_cache_dtype.c_str(), static_cast<long long>(tokens),
+              static_cast<double>(kv.paged_bytes) / (1 << 20), static_cast<double>(kv.full_bytes) / (1 << 20),
+              kv.full_bytes > 0 ? static_cast<double>(kv.paged_bytes) / static_cast<double>(kv.full_bytes) : 0.0);
+  std::fflush(stdout);
+}
 
 // The read bandwidth around one decode run: its weights read with a plain loop just before
 // and just after it. These VMs' memory changes speed within seconds (17 to 57 GB/s on the
@@ -295,6 +317,7 @@ void run_bench(const BenchFlags& f) {
               kv_format_label(kv_format).c_str(), kv_bytes_per_token, best_prefill, best_decode, load_s,
               weight_bytes / 1e9, peak_rss_gb);
   std::fflush(stdout);
+  print_kv_per_sequence(f, *model);
   if (group) {
     print_collectives(prefill_comm, decode_comm);
     check_ok(runner->end_steps());
@@ -339,6 +362,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--keep-mapped-pages", f->keep_mapped_pages,
                 "Keep the file pages under weights that were copied at load (interleaved, packed) instead of handing "
                 "them back, to measure what handing them back saves");
+  cmd->add_option("--kv-context", f->kv_context,
+                  "Context length of the printed KV-cache-per-sequence figure (paged, sliding layers holding their "
+                  "window, against a full-length cache); default: prompt + decode tokens")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--profile", f->profile,
                 "Also print where prefill and decode time goes, per op and scope (times the last run's every node)");
   cmd->callback([f] { run_bench(*f); });

@@ -4,12 +4,15 @@
 
 #include "loom/models/architecture.h"
 #include "models/gemma2.h"
+#include "models/gemma3.h"
+#include "models/rope_config.h"
+#include "models/olmo2.h"
+#include "models/smollm3.h"
 #include "models/gpt2.h"
 #include "models/gpt_oss.h"
 #include "models/moe_architectures.h"
 
 namespace loom::models {
-namespace {
 
 RopeSettings rope_from_config(const ModelConfig& c) {
   RopeSettings r;
@@ -38,6 +41,8 @@ RopeSettings rope_from_config(const ModelConfig& c) {
   r.rotary_dim = rotary - rotary % 2;
   return r;
 }
+
+namespace {
 
 // What each Transformers class hard-codes instead of reading from config.json.
 struct FamilyTraits {
@@ -140,6 +145,11 @@ std::vector<Architecture> make_architectures() {
                    .expected_unused = tied_lm_head_unused},
       gpt2_architecture(),
       gemma2_architecture(),
+      gemma3_text_architecture(),
+      gemma3_architecture(),
+      smollm3_architecture(),
+      olmo2_architecture(),
+      granite_architecture(),
       mixtral_architecture(),
       qwen2_moe_architecture(),
       qwen3_moe_architecture(),

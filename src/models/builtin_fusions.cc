@@ -3,6 +3,7 @@
 #include <map>
 
 #include "loom/kernels/module_view.h"
+#include "loom/models/decoder.h"
 #include "loom/models/layers.h"
 
 namespace loom::models {
@@ -44,14 +45,18 @@ kernels::KernelConfig builtin_fusion_config(const Module& root, const BuiltinFus
     }
     if (m->layer_name() == "DecoderLayer") layers.push_back(m->path());
   }
-  bool add_norm_fits = !layers.empty();
+  // Granite scales each sublayer's output before its residual add: the add then reads
+  // a scale op, not the attention, so the add + norm is no chain to fuse.
+  const auto* lm = dynamic_cast<const CausalLM*>(&root);
+  bool add_norm_fits = !layers.empty() && !(lm && lm->settings().residual_multiplier != 1.0);
   for (const std::string& l : layers) {
     const auto attn = by_path.find(l + ".self_attn");
     const auto norm = by_path.find(l + ".post_attention_layernorm");
     add_norm_fits &= attn != by_path.end() && dynamic_cast<const SelfAttention*>(attn->second) &&
                      norm != by_path.end() && dynamic_cast<const RMSNorm*>(norm->second) &&
-                     // Gemma-2's sandwich: the norm reads the attention directly, the add comes after it.
-                     !by_path.count(l + ".pre_feedforward_layernorm");
+                     // Gemma-2's sandwich: the norm reads the attention directly, the add comes after it;
+                     // Olmo2's post-norms (no input_layernorm) likewise.
+                     !by_path.count(l + ".pre_feedforward_layernorm") && by_path.count(l + ".input_layernorm");
   }
 
   kernels::KernelConfig c;

@@ -11,13 +11,13 @@ UnaryModule* DecoderPart::make_norm(const std::string& path, const DecoderSettin
 
 DecoderLayer::DecoderLayer(const std::string& path, const DecoderSettings& s, const AttentionSettings& attn)
     : DecoderPart(path, s.class_prefix + "DecoderLayer", "DecoderLayer") {
-  input_layernorm_ = make_norm(join_path(path, "input_layernorm"), s);
+  input_layernorm_ = s.post_norms_only ? nullptr : make_norm(join_path(path, "input_layernorm"), s);
   self_attn_ = add_child<SelfAttention>(join_path(path, "self_attn"), s.class_prefix + "Attention", attn);
   post_attention_layernorm_ = make_norm(join_path(path, "post_attention_layernorm"), s);
-  if (s.sandwich_norms) {
-    pre_feedforward_layernorm_ = make_norm(join_path(path, "pre_feedforward_layernorm"), s);
+  if (s.sandwich_norms) pre_feedforward_layernorm_ = make_norm(join_path(path, "pre_feedforward_layernorm"), s);
+  if (s.sandwich_norms || s.post_norms_only)
     post_feedforward_layernorm_ = make_norm(join_path(path, "post_feedforward_layernorm"), s);
-  }
+  residual_multiplier_ = s.residual_multiplier;
   const auto li = static_cast<size_t>(attn.layer);
   if (li < s.moe_layers.size() && s.moe_layers[li].num_experts > 0)
     mlp_ = add_child<SparseMoeBlock>(join_path(path, "mlp"), s.moe_layers[li], s.hidden_size, s.hidden_act);
@@ -33,7 +33,24 @@ DecoderLayer::DecoderLayer(const std::string& path, const DecoderSettings& s, co
   declare_patch_point(*self_attn_);
 }
 
+ValueId DecoderLayer::scaled(GraphBuilder& b, ValueId h) const {
+  if (residual_multiplier_ == 1.0) return h;
+  GraphBuilder::Scope scope(b, path());
+  return b.op("scale", {h}, {{"factor", residual_multiplier_}});
+}
+
 ValueId DecoderLayer::forward(GraphBuilder& b, ValueId x, ValueId positions) const {
+  if (!input_layernorm_) {  // post_norms_only (Olmo2)
+    ValueId h = call_forward(*post_attention_layernorm_, b, call_forward(*self_attn_, b, x, positions));
+    ValueId mid;
+    {
+      GraphBuilder::Scope scope(b, path());
+      mid = b.op("add", {x, h});
+    }
+    ValueId m = call_forward(*post_feedforward_layernorm_, b, call_forward(*mlp_, b, mid));
+    GraphBuilder::Scope scope(b, path());
+    return b.op("add", {mid, m});
+  }
   ValueId h = call_forward(*self_attn_, b, call_forward(*input_layernorm_, b, x), positions);
   if (pre_feedforward_layernorm_) {
     h = call_forward(*post_attention_layernorm_, b, h);
@@ -43,8 +60,8 @@ ValueId DecoderLayer::forward(GraphBuilder& b, ValueId x, ValueId positions) con
     GraphBuilder::Scope scope(b, path());
     return b.op("add", {residual, m});
   }
-  const auto [residual, normed] = residual_add_then_norm(b, path(), *post_attention_layernorm_, x, h);
-  ValueId m = call_forward(*mlp_, b, normed);
+  const auto [residual, normed] = residual_add_then_norm(b, path(), *post_attention_layernorm_, x, scaled(b, h));
+  ValueId m = scaled(b, call_forward(*mlp_, b, normed));
   GraphBuilder::Scope scope(b, path());
   return b.op("add", {residual, m});
 }
@@ -113,6 +130,10 @@ graph::Graph CausalLM::build_graph(const graph::GraphBuilder::ParameterSource& p
   if (s_.final_logit_softcap > 0) {
     GraphBuilder::Scope scope(b, "");
     logits = b.op("softcap", {logits}, {{"cap", s_.final_logit_softcap}});
+  }
+  if (s_.logits_scaling != 1.0) {  // Granite: logits / logits_scaling
+    GraphBuilder::Scope scope(b, "");
+    logits = b.op("scale", {logits}, {{"factor", 1.0 / s_.logits_scaling}});
   }
   g.mark_output(step_io::kLogits, logits);
   return g;

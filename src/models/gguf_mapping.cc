@@ -71,6 +71,7 @@ const std::vector<Family>& families() {
       {"qwen3", "qwen3", "Qwen3ForCausalLM", false, false, false},
       {"phi3", "phi3", "Phi3ForCausalLM", false, true, false},
       {"gemma2", "gemma2", "Gemma2ForCausalLM", false, false, false, true},
+      {"gemma3", "gemma3_text", "Gemma3ForCausalLM", false, false, false, true},
       {"qwen2moe", "qwen2_moe", "Qwen2MoeForCausalLM", false, false, true},
       {"qwen3moe", "qwen3_moe", "Qwen3MoeForCausalLM", false, false, true},
       {"gpt-oss", "gpt_oss", "GptOssForCausalLM", false, false, true, false, true},
@@ -137,6 +138,17 @@ constexpr const char* kGemma2QueryScalarKey = "loom.gemma2.query_pre_attn_scalar
 // rounds the correction range outwards; loom reads the checkpoint's choice back.
 constexpr const char* kYarnTruncateKey = "loom.rope.scaling.yarn_truncate";
 
+// llama.cpp's gemma3 (llama-model.cpp): with a window, set_swa_pattern(6) — every
+// sixth layer full — and the sliding layers' RoPE base fixed at 10k, unscaled;
+// the attention scale from head_dim, or hidden / heads for the 27B model (62
+// layers), where Transformers reads query_pre_attn_scalar.
+constexpr int64_t kGemma3LlamaCppPattern = 6;
+constexpr double kGemma3LlamaCppLocalBase = 10000.0;
+int64_t gemma3_llama_cpp_query_scalar(int64_t layers, int64_t hidden, int64_t heads, int64_t head_dim) {
+  return layers == 62 ? hidden / heads : head_dim;
+}
+constexpr const char* kGemma3QueryScalarKey = "loom.gemma3.query_pre_attn_scalar";
+
 const Family* family_by_arch(const std::string& arch) {
   for (const auto& f : families())
     if (arch == f.gguf_arch) return &f;
@@ -148,6 +160,8 @@ const Family* family_by_type(const std::string& model_type) {
     if (model_type == f.model_type) return &f;
   // Mistral is a Llama without biases; llama.cpp stores it as llama.
   if (model_type == "mistral") return &families()[0];
+  // Gemma3ForConditionalGeneration's language model is a gemma3 text model.
+  if (model_type == "gemma3") return family_by_type("gemma3_text");
   return nullptr;
 }
 
@@ -560,7 +574,27 @@ Result<nlohmann::json> config_json_from_gguf(const GgufFile& file) {
       if (w > 0) c["sliding_window"] = w;
     }
   }
-  if (fam->gemma_norms) {
+  if (fam->gemma_norms && arch == "gemma3") {
+    c.erase("hidden_act");
+    c["hidden_activation"] = "gelu_pytorch_tanh";
+    c["attn_logit_softcapping"] = nullptr;
+    c["final_logit_softcapping"] = nullptr;
+    if (file.find_value(p + "final_logit_softcapping")) {
+      LOOM_ASSIGN_OR_RETURN(double cap, opt_number(p + "final_logit_softcapping", 0.0));
+      if (cap > 0) c["final_logit_softcapping"] = cap;
+    }
+    LOOM_ASSIGN_OR_RETURN(double window, opt_number(p + "attention.sliding_window", 0.0));
+    LOOM_ASSIGN_OR_RETURN(double local_base, opt_number(p + "rope.freq_base_swa", kGemma3LlamaCppLocalBase));
+    c["rope_local_base_freq"] = local_base;
+    nlohmann::json types = nlohmann::json::array();
+    for (int64_t i = 0; i < layers; ++i)
+      types.push_back(window > 0 && (i + 1) % kGemma3LlamaCppPattern != 0 ? "sliding_attention" : "full_attention");
+    c["layer_types"] = types;
+    c["sliding_window"] = window > 0 ? nlohmann::json(static_cast<int64_t>(window)) : nlohmann::json(nullptr);
+    LOOM_ASSIGN_OR_RETURN(double scalar, opt_number(kGemma3QueryScalarKey, static_cast<double>(gemma3_llama_cpp_query_scalar(
+                                                                                layers, hidden, heads, head_dim))));
+    c["query_pre_attn_scalar"] = scalar;
+  } else if (fam->gemma_norms) {
     c.erase("hidden_act");
     c["hidden_activation"] = "gelu_pytorch_tanh";
     LOOM_ASSIGN_OR_RETURN(double attn_cap, opt_number(p + "attn_logit_softcapping", 50.0));
@@ -630,7 +664,7 @@ Result<std::string> gguf_architecture_for(const ModelConfig& config) {
   if (!fam)
     return unsupported(config.source + ": model_type '" + config.model_type +
                        "' has no GGUF mapping (supported: llama, mistral, mixtral, qwen2, qwen3, qwen2_moe, qwen3_moe, phi3, "
-                       "gemma2, gpt_oss)");
+                       "gemma2, gemma3_text, gemma3, gpt_oss)");
   return std::string(fam->gguf_arch);
 }
 
@@ -745,6 +779,34 @@ Result<std::vector<std::pair<std::string, GgufValue>>> gguf_metadata_for(const M
     return m;
   }
   if (c.model_type == "gpt_oss") return m;
+  if (arch == "gemma3") {
+    auto number = [&c](const char* key, double fallback) {
+      return c.raw.contains(key) && c.raw.at(key).is_number() ? c.raw.at(key).get<double>() : fallback;
+    };
+    if (slides) {
+      for (size_t i = 0; i < c.layer_types.size(); ++i)
+        if ((c.layer_types[i] == "sliding_attention") != ((i + 1) % kGemma3LlamaCppPattern != 0))
+          return unsupported(c.source + ": Gemma3 layer " + std::to_string(i) + " is " + c.layer_types[i] +
+                             "; llama.cpp's gemma3 makes every sixth layer full and the others sliding");
+      m.emplace_back(p + "attention.sliding_window", u32(*c.sliding_window));
+      const double local = number("rope_local_base_freq", kGemma3LlamaCppLocalBase);
+      if (local != kGemma3LlamaCppLocalBase)
+        return unsupported(c.source + ": Gemma3 with rope_local_base_freq " + std::to_string(local) +
+                           " has no GGUF form (llama.cpp's gemma3 fixes the sliding layers' base at 10000)");
+      m.emplace_back(p + "rope.freq_base_swa", GgufValue::f32(static_cast<float>(local)));
+    } else if (std::find(c.layer_types.begin(), c.layer_types.end(), "sliding_attention") != c.layer_types.end()) {
+      return unsupported(c.source + ": Gemma3 sliding layers without a sliding_window have no GGUF form");
+    }
+    // Gemma3ForCausalLM's final soft-cap (llama.cpp applies the key when present);
+    // Gemma3ForConditionalGeneration never applies one.
+    if (c.model_type == "gemma3_text" && c.raw.contains("final_logit_softcapping") &&
+        c.raw.at("final_logit_softcapping").is_number())
+      m.emplace_back(p + "final_logit_softcapping",
+                     GgufValue::f32(static_cast<float>(c.raw.at("final_logit_softcapping").get<double>())));
+    // llama.cpp derives the attention scale from the shape; loom reads this key back.
+    m.emplace_back(kGemma3QueryScalarKey, GgufValue::f32(static_cast<float>(number("query_pre_attn_scalar", 256.0))));
+    return m;
+  }
   if (slides && c.model_type == "phi3")  // every Phi-3 layer slides when the window is set
     m.emplace_back(p + "attention.sliding_window", u32(*c.sliding_window));
   else if (slides)

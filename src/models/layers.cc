@@ -331,8 +331,10 @@ SelfAttention::SelfAttention(const std::string& path, std::string class_name, co
   if (s.sinks) declare_parameter("sinks", {s.num_heads});
   if (s.qk_norm) {
     const std::string norm_class = class_name_prefix() + "RMSNorm";
-    q_norm_ = add_child<RMSNorm>(join_path(path, "q_norm"), norm_class, s.head_dim, s.norm_eps);
-    k_norm_ = add_child<RMSNorm>(join_path(path, "k_norm"), norm_class, s.head_dim, s.norm_eps);
+    const int64_t q_size = s.qk_norm_whole ? s.num_heads * s.head_dim : s.head_dim;
+    const int64_t k_size = s.qk_norm_whole ? s.num_kv_heads * s.head_dim : s.head_dim;
+    q_norm_ = add_child<RMSNorm>(join_path(path, "q_norm"), norm_class, q_size, s.norm_eps, s.qk_norm_weight_offset);
+    k_norm_ = add_child<RMSNorm>(join_path(path, "k_norm"), norm_class, k_size, s.norm_eps, s.qk_norm_weight_offset);
   }
 }
 
@@ -344,6 +346,9 @@ std::string SelfAttention::class_name_prefix() const {
 
 Status SelfAttention::apply_tensor_parallel(const TensorParallel& tp) {
   if (!tp.active()) return Status::Ok();
+  if (s_.qk_norm && s_.qk_norm_whole)
+    return unsupported("tensor parallelism: " + path() +
+                       " normalizes q and k over all heads at once (Olmo2), which a split over ranks cannot compute");
   if (s_.num_heads % tp.size != 0)
     return invalid_argument("tensor parallelism: " + path() + " has num_attention_heads = " +
                             std::to_string(s_.num_heads) + ", not divisible by --tensor-parallel " +

@@ -279,6 +279,21 @@ TEST(Determinism, Gemma2SoftCappedAlternatingWindowsMatchRunningAlone) {
   run_condition(runner, w, expected, {"gemma2 page4 prefill_first", 4, 600, 16, false, 0.0, "prefill_first", false}, false);
 }
 
+TEST(Determinism, Gemma3FiveToOneSlidingPatternMatchesRunningAlone) {
+  // gemma3: layers 0-4 slide over 16 tokens (local RoPE base), layer 5 is full
+  // (global base, linear scaling). Two KV groups: one full, one ring. Prefix
+  // caching is asked for (and stays off with sliding layers); preemption by
+  // recompute and by swap must not change a token of the full-length run alone.
+  auto model = load_fixture("gemma3-f32");
+  auto runner = make_runner(model);
+  const Workload w = make_workload(12, 90, 16, model->vocab_size(), 48);
+  const auto expected = run_alone(*runner, w);
+  run_condition(runner, w, expected, {"gemma3 page8 mbt32 sharing", 8, 300, 32, true, 0.0, "fifo", true}, false);
+  run_condition(runner, w, expected, {"gemma3 page4 prefill_first", 4, 600, 16, false, 0.0, "prefill_first", false}, false);
+  run_condition(runner, w, expected, {"gemma3 tiny recompute", 4, 14, 16, true, 0.0, "prefill_first", true, 0.0}, true);
+  run_condition(runner, w, expected, {"gemma3 tiny swap", 4, 14, 16, true, 1.0 / 64, "prefill_first", true, 0.0}, true);
+}
+
 // The optimized backend's attention tiles a step per sequence, so decode steps
 // (one token per sequence) are row-invariant: requests with one-token prompts
 // batched 20 at a time, over small pages and swap preemption, must match.

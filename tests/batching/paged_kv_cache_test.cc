@@ -269,5 +269,33 @@ TEST(PagedKvCache, PagesForLengthBoundsTheRing) {
   EXPECT_EQ(sliding.pages_for_length(5), 2 * 2);
 }
 
+// Gemma 3 4B's KV shape (34 layers, every sixth full, the others a 1024-token
+// window; 4 KV heads of 256): at 32k tokens the paged cache holds the full layers'
+// 128 pages and a ring of 6 per sliding layer, under a fifth of a full-length
+// cache; the same ring PagedKvCache itself keeps.
+TEST(PagedKvCache, Gemma3PatternKeepsOnlyTheWindowOfItsSlidingLayers) {
+  KvCacheLayout l;
+  l.num_layers = 34;
+  l.num_kv_heads = 4;
+  l.head_dim = 256;
+  for (int i = 0; i < l.num_layers; ++i) l.sliding_window.push_back((i + 1) % 6 != 0 ? 1024 : 0);
+  const KvFootprint f = kv_footprint(l, 32768, 256, 256, DType::kBF16);
+  EXPECT_EQ(sliding_ring_pages(1024, 256, 256), 6);
+  EXPECT_EQ(f.full_pages, 34 * 128);
+  EXPECT_EQ(f.paged_pages, 5 * 128 + 29 * 6);
+  const int64_t page_bytes = 2 * 256 * 4 * 256 * 2;  // K and V, bf16
+  EXPECT_EQ(f.full_bytes, f.full_pages * page_bytes);
+  EXPECT_EQ(f.full_bytes, int64_t{32768} * 34 * 4 * 256 * 2 * 2);
+  EXPECT_EQ(f.paged_bytes, f.paged_pages * page_bytes);
+  EXPECT_LE(4 * f.paged_bytes, f.full_bytes);
+  PagedKvCacheOptions o = options(256, 64, true);
+  o.max_step_tokens = 256;
+  PagedKvCache kv(l, o);
+  EXPECT_EQ(kv.pages_for_length(32768), f.paged_pages);
+  EXPECT_FALSE(kv.block_sharing()) << "prefix caching is off while sliding layers drop their early pages";
+  // Short requests hold every page, as a full cache would.
+  EXPECT_EQ(kv_footprint(l, 300, 256, 256, DType::kBF16).paged_pages, 34 * 2);
+}
+
 }  // namespace
 }  // namespace loom::batching

@@ -79,8 +79,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GgufRoundTrip,
                                            "llama_kv1_headdim-f32", "llama_rope_linear-f32", "llama_rope_llama3-f32", "qwen2-f32", "qwen2-bf16",
                                            "qwen3-f32", "qwen3-bf16", "phi3-f32", "phi3_sliding-f32", "phi3_longrope-f32",
                                            "mixtral-f32", "mixtral-bf16", "qwen2_moe-f32", "qwen3_moe-f32", "qwen3_moe-bf16",
-                                           "gemma2-f32", "gemma2-bf16", "gpt_oss-f32", "gpt_oss-bf16",
-                                           "gpt_oss_mxfp4-f32"));
+                                           "gemma2-f32", "gemma2-bf16", "gemma3-f32", "gemma3-bf16", "gpt_oss-f32",
+                                           "gpt_oss-bf16", "gpt_oss_mxfp4-f32"));
 
 // llama.cpp's gpt-oss: attn_sinks, post_attention_norm, the biased router and
 // experts (the gate_up bias split into ffn_gate_exps.bias / ffn_up_exps.bias),
@@ -209,6 +209,52 @@ TEST(GgufModel, Gemma2NormsAreStoredPlusOneAndTheQueryScalarSurvives) {
   EXPECT_EQ(without.at("layer_types").at(1), "full_attention");
   fs::remove(path);
   fs::remove(plain);
+}
+
+// llama.cpp's gemma3: every norm stored as 1 + w (the per-head q/k norms too),
+// the window under attention.sliding_window, the global RoPE base and its linear
+// scaling as for any model, the sliding layers' base beside them; its fixed 5:1
+// pattern and 10k local base mean other Gemma3s have no GGUF form, refused by name.
+TEST(GgufModel, Gemma3FollowsLlamaCppsGemma3) {
+  auto st = models::Model::load(existing_fixture("gemma3-f32").string()).value();
+  const fs::path path = temp_gguf("gemma3_layout");
+  ASSERT_TRUE(models::save_gguf(*st, path.string()).ok());
+  auto file = io::GgufFile::open(path.string()).value();
+  EXPECT_EQ(file->architecture().value(), "gemma3");
+  for (const auto& [param, gguf] : std::map<std::string, std::string>{
+           {"model.layers.2.self_attn.q_norm.weight", "blk.2.attn_q_norm.weight"},
+           {"model.layers.2.self_attn.k_norm.weight", "blk.2.attn_k_norm.weight"},
+           {"model.layers.2.pre_feedforward_layernorm.weight", "blk.2.ffn_norm.weight"},
+           {"model.layers.2.post_feedforward_layernorm.weight", "blk.2.post_ffw_norm.weight"}}) {
+    const std::vector<float> w = st->parameters().at(param).to_f32_vector();
+    const std::vector<float> stored = file->get(gguf).value().to_f32_vector();
+    ASSERT_EQ(stored.size(), w.size()) << gguf;
+    for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(stored[i], w[i] + 1.0f) << gguf << " " << i;
+  }
+  EXPECT_EQ(file->find_value("gemma3.attention.sliding_window")->as_int("w").value(), 16);
+  EXPECT_EQ(file->find_value("gemma3.rope.freq_base")->as_double("b").value(), 1e6);
+  EXPECT_EQ(file->find_value("gemma3.rope.freq_base_swa")->as_double("b").value(), 1e4);
+  EXPECT_EQ(file->find_value("gemma3.rope.scaling.type")->as_string("t").value(), "linear");
+  EXPECT_EQ(file->find_value("gemma3.rope.scaling.factor")->as_double("f").value(), 2.0);
+  EXPECT_EQ(file->find_value("gemma3.final_logit_softcapping"), nullptr);
+  const nlohmann::json c = models::config_json_from_gguf(*file).value();
+  EXPECT_EQ(c.at("model_type"), "gemma3_text");
+  EXPECT_EQ(c.at("query_pre_attn_scalar").get<double>(), 32.0);
+  EXPECT_EQ(c.at("rope_local_base_freq").get<double>(), 1e4);
+  EXPECT_EQ(c.at("layer_types").at(4), "sliding_attention");
+  EXPECT_EQ(c.at("layer_types").at(5), "full_attention");
+  fs::remove(path);
+
+  // gemma3_mm: layer 1 full, layer 5 absent; llama.cpp would slide layer 1.
+  auto mm = models::Model::load(existing_fixture("gemma3_mm-f32").string()).value();
+  const Status pattern = models::save_gguf(*mm, temp_gguf("gemma3_mm").string());
+  ASSERT_FALSE(pattern.ok());
+  EXPECT_NE(pattern.message().find("every sixth layer"), std::string::npos) << pattern.to_string();
+  ModelConfig local = st->config();
+  local.raw["rope_local_base_freq"] = 100.0;
+  const auto refused = models::gguf_metadata_for(local);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("rope_local_base_freq"), std::string::npos) << refused.status().to_string();
 }
 
 // llama.cpp's rows differ from Transformers' for q/k only in the Llama family:

@@ -212,6 +212,13 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, BuiltinFusionsParity,
                                            BuiltinCase{"phi3-f32", true, true, true},
                                            // gelu MLPs and sandwich norms: only q/k/v merge
                                            BuiltinCase{"gemma2-f32", true, false, false},
+                                           // and with Gemma 3's per-head q/k norms after the split
+                                           BuiltinCase{"gemma3-f32", true, false, false},
+                                           // Olmo2's norms read the sublayer outputs: no add + norm
+                                           BuiltinCase{"olmo2-f32", true, true, false},
+                                           // Granite's residual multiplier sits between the attention and the add
+                                           BuiltinCase{"granite-f32", true, true, false},
+                                           BuiltinCase{"smollm3-f32", true, true, true},
                                            // LayerNorm and an ungated MLP
                                            BuiltinCase{"gpt2-f32", true, false, false},
                                            // MoE blocks are no MLP layer; the add + norm still fuses

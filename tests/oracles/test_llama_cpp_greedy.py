@@ -5,7 +5,7 @@ engines decode the same prompt ids greedily: llama.cpp through node-llama-cpp's
 prebuilt CPU build (tests/oracles/llama_cpp_greedy.mjs), loom through `loom generate`.
 The tokens must be equal: the oracle shares no code with loom's reader, kernels or
 writer. The same holds for the parity fixtures of architectures the bundled model does
-not cover (Qwen3-MoE: llama.cpp's qwen3moe; gpt-oss: llama.cpp's gpt-oss). Environment: LOOM_BIN (the loom CLI),
+not cover (Qwen3-MoE: llama.cpp's qwen3moe; gpt-oss: llama.cpp's gpt-oss; Gemma 3: llama.cpp's gemma3). Environment: LOOM_BIN (the loom CLI),
 LOOM_SOURCE_DIR, LOOM_FIXTURES_DIR (the parity fixtures, scripts/make-fixtures).
 """
 import json
@@ -104,16 +104,9 @@ def with_byte_level_vocabulary(fixture, out):
             json.dump(c, f)
 
 
-class LlamaCppGreedyQwen3Moe(unittest.TestCase):
-    """qwen3moe: q/k norms, every layer sparse, top-k renormalised, experts quantized like the rest.
-    The prompt is the fixture's own, picked by make_fixtures for clear f32 greedy margins. Random
-    weights still leave near ties: each engine rounds activations its own way for quantized
-    matmuls, which moves this fixture's logits by up to ~0.7 (loom's exact reference backend
-    against its kernels, q4_k_m) where some greedy margins are below 0.1, so quantized files are
-    compared over their first QUANTIZED_TOKENS tokens (q4_k_m first parts at token 22); a wrong
-    expert, row or scale parts at the first."""
-    FIXTURE = "qwen3_moe-f32"
-    QUANTIZED_TOKENS = 16
+class FixtureGreedy:
+    """A parity fixture with a byte-level vocabulary, converted by loom, decoded by both engines
+    from the fixture's own prompt (FIXTURE, QUANTIZED_TOKENS set by the test class)."""
 
     @classmethod
     def setUpClass(cls):
@@ -138,6 +131,18 @@ class LlamaCppGreedyQwen3Moe(unittest.TestCase):
         ours = json.loads(out.strip().splitlines()[-1])["generated_ids"]
         self.assertEqual(len(theirs), n)
         self.assertEqual(ours, theirs, f"{self.FIXTURE} {quantize or 'unquantized'}")
+
+
+class LlamaCppGreedyQwen3Moe(FixtureGreedy, unittest.TestCase):
+    """qwen3moe: q/k norms, every layer sparse, top-k renormalised, experts quantized like the rest.
+    The prompt is the fixture's own, picked by make_fixtures for clear f32 greedy margins. Random
+    weights still leave near ties: each engine rounds activations its own way for quantized
+    matmuls, which moves this fixture's logits by up to ~0.7 (loom's exact reference backend
+    against its kernels, q4_k_m) where some greedy margins are below 0.1, so quantized files are
+    compared over their first QUANTIZED_TOKENS tokens (q4_k_m first parts at token 22); a wrong
+    expert, row or scale parts at the first."""
+    FIXTURE = "qwen3_moe-f32"
+    QUANTIZED_TOKENS = 16
 
     def test_unquantized(self):
         self.check(None)
@@ -210,6 +215,24 @@ class LlamaCppGreedyGptOss(unittest.TestCase):
 
     def test_mxfp4_experts_as_shipped(self):
         self.check("gpt_oss_mxfp4-f32", None, self.QUANTIZED_TOKENS)
+
+
+class LlamaCppGreedyGemma3(FixtureGreedy, unittest.TestCase):
+    """gemma3: (1 + w) norms stored plus one (the q/k norms too), five sliding layers over a 16-token
+    window then a full one (llama.cpp's fixed pattern), the sliding layers rotating with base 10k
+    and the full one with base 1e6 and linear scaling, GeGLU, sqrt(hidden) embeddings. The 64-token
+    prompt is longer than the window, so the sliding layers' masks and RoPE base decide the tokens.
+    The f32 reference's top-1/top-2 margin falls to 0.05 at token 8 and 0.03 at token 9: q8_0's
+    rounding of weights and activations (each engine its own way) may pick either there, so the
+    q8_0 file is compared over the 8 tokens before that near tie."""
+    FIXTURE = "gemma3-f32"
+    QUANTIZED_TOKENS = 8
+
+    def test_unquantized(self):
+        self.check(None)
+
+    def test_q8_0(self):
+        self.check("q8_0")
 
 
 class LoomWrittenTypes(unittest.TestCase):

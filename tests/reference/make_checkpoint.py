@@ -31,7 +31,9 @@ import safetensors_io  # noqa: E402
 
 ARCHS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
          "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM",
-         "gpt2": "GPT2LMHeadModel", "gemma2": "Gemma2ForCausalLM",
+         "gpt2": "GPT2LMHeadModel", "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
+         "gemma3": "Gemma3ForConditionalGeneration", "smollm3": "SmolLM3ForCausalLM",
+         "olmo2": "Olmo2ForCausalLM", "granite": "GraniteForCausalLM",
          "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
          "qwen3_moe": "Qwen3MoeForCausalLM", "gpt_oss": "GptOssForCausalLM"}
 DTYPES = {"f32": (torch.float32, "float32"), "bf16": (torch.bfloat16, "bfloat16"),
@@ -47,7 +49,13 @@ DEFAULT_SPEC = dict(
     sliding_window=None, use_sliding_window=False, max_window_layers=None, layer_types=None,
     rms_norm_eps=1e-6, embed_std=0.2, logit_scale=3.0, qk_scale=4.0,
     partial_rotary_factor=None, legacy_names=False,
-    query_pre_attn_scalar=None, attn_logit_softcapping=None, final_logit_softcapping=None,  # gemma2
+    query_pre_attn_scalar=None, attn_logit_softcapping=None, final_logit_softcapping=None,  # gemma2, gemma3
+    # gemma3 / gemma3_text: the sliding layers' RoPE base and the 4.x pattern (None: not written);
+    # gemma3 (Gemma3ForConditionalGeneration) also: its weight layout, "legacy" (language_model.model.*,
+    # as Transformers 4.50 saved it) or "v5" (model.language_model.*), plus small vision-tower tensors.
+    rope_local_base_freq=None, sliding_window_pattern=None, mm_layout="legacy",
+    no_rope_layers=None, no_rope_layer_interval=None,  # smollm3 (None: not written)
+    granite=None,  # granite: its multipliers (embedding/attention/residual_multiplier, logits_scaling) as given
     moe=None,  # mixtral / qwen2_moe / qwen3_moe: their MoE config fields, written to config.json as given
     router_scale=4.0,  # MoE router weights times this: decisive expert choices, far from ties
     expert_scale=1.0,  # gpt_oss: expert gate_up weights times this (4: the SwiGLU clamp at 7 binds)
@@ -141,11 +149,42 @@ def build_gemma2_fields(s, cfg):
     cfg["pad_token_id"] = 0
 
 
+def build_gemma3_fields(s, cfg):
+    """Gemma3TextConfig's fields: Gemma2's, plus rope_local_base_freq and (4.x configs)
+    sliding_window_pattern; with rope_format "rope_parameters", Transformers 5.x's per-layer-type
+    rope_parameters ({"full_attention": {...}, "sliding_attention": {...}}) instead."""
+    build_gemma2_fields(s, cfg)
+    if s["sliding_window_pattern"] is not None:
+        cfg["sliding_window_pattern"] = s["sliding_window_pattern"]
+    local = s["rope_local_base_freq"] if s["rope_local_base_freq"] is not None else 10000.0
+    if s["rope_format"] == "rope_parameters":
+        full = {"rope_type": "default"}
+        full.update(s["rope"] or {})
+        full["rope_theta"] = s["rope_theta"]
+        cfg["rope_parameters"] = {"full_attention": full,
+                                  "sliding_attention": {"rope_type": "default", "rope_theta": local}}
+    else:
+        cfg["rope_theta"] = s["rope_theta"]
+        cfg["rope_scaling"] = dict(s["rope"]) if s["rope"] else None
+        cfg["rope_local_base_freq"] = local
+
+
 def build_config(spec):
     """config.json contents as Transformers would save them for this architecture."""
     s = spec
     if s["arch"] == "gpt2":
         return build_gpt2_config(s)
+    if s["arch"] == "gemma3":  # Gemma3Config: the text model's config under text_config
+        text = build_config(dict(s, arch="gemma3_text"))
+        top = {"architectures": [ARCHS["gemma3"]], "model_type": "gemma3",
+               "torch_dtype": text.pop("torch_dtype"), "text_config": text,
+               "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 16, "image_size": 32,
+                                 "patch_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+                                 "intermediate_size": 32},
+               "mm_tokens_per_image": 4, "boi_token_index": 255999, "eoi_token_index": 256000,
+               "image_token_index": 262144}
+        text.pop("architectures")
+        return top
     heads = s["num_attention_heads"]
     kv = s["num_key_value_heads"] if s["num_key_value_heads"] is not None else heads
     cfg = {
@@ -175,9 +214,11 @@ def build_config(spec):
         cfg["head_dim"] = head_dim
     if s["arch"] == "gemma2":
         build_gemma2_fields(s, cfg)
+    elif s["arch"] == "gemma3_text":
+        build_gemma3_fields(s, cfg)
     elif any(s[k] is not None for k in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping")):
         raise ValueError(f"{s['arch']}: query_pre_attn_scalar and the soft-caps are gemma2 knobs")
-    if s["arch"] in ("llama", "qwen3", "qwen3_moe", "gemma2"):
+    if s["arch"] in ("llama", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "smollm3", "olmo2", "granite"):
         cfg["attention_bias"] = s["attention_bias"]
     elif s["arch"] == "gpt_oss":  # GptOssConfig: biases by default, and a window on its sliding layers
         cfg["attention_bias"] = True
@@ -190,7 +231,17 @@ def build_config(spec):
             raise ValueError("phi3: attention_bias is fixed by the architecture")
     elif s["attention_bias"]:
         raise ValueError(f"{s['arch']}: attention_bias is fixed by the architecture")
-    if s["arch"] == "llama":
+    if s["arch"] == "smollm3":  # SmolLM3Config: NoPE layers, and windows only on them
+        cfg["use_sliding_window"] = s["use_sliding_window"]
+        cfg["sliding_window"] = s["sliding_window"]
+        for key in ("no_rope_layers", "no_rope_layer_interval", "layer_types"):
+            if s[key] is not None:
+                cfg[key] = s[key]
+    if s["arch"] == "granite":
+        cfg.update(s["granite"] or {})
+    elif s["granite"]:
+        raise ValueError("granite is a granite knob")
+    if s["arch"] in ("llama", "granite"):
         cfg["mlp_bias"] = s["mlp_bias"]
     elif s["mlp_bias"]:
         raise ValueError(f"{s['arch']}: mlp_bias is only a llama knob")
@@ -222,8 +273,10 @@ def build_config(spec):
         cfg["sliding_window"] = s["sliding_window"]
         if s["layer_types"] is not None or s["max_window_layers"] is not None:
             raise ValueError("qwen3_moe has no layer_types or max_window_layers")
-    elif s["arch"] == "llama" and s["sliding_window"] is not None:
+    elif s["arch"] in ("llama",) and s["sliding_window"] is not None:
         raise ValueError("llama has no sliding window")
+    if s["arch"] == "gemma3_text":
+        return cfg  # RoPE written by build_gemma3_fields
     rope = dict(s["rope"]) if s["rope"] else None
     if rope and s["arch"] == "phi3":
         rope.pop("original_max_position_embeddings", None)
@@ -241,13 +294,17 @@ def build_config(spec):
 def tensor_specs(cfg):
     """[(name, shape)] of every tensor the checkpoint stores."""
     arch = cfg["model_type"]
+    if arch == "gemma3":
+        return gemma3_mm_tensor_specs(cfg)
     h, heads = cfg["hidden_size"], cfg["num_attention_heads"]
     kv, inter = cfg["num_key_value_heads"], cfg["intermediate_size"]
     hd = cfg.get("head_dim") or h // heads
     qkv_bias = (arch == "qwen2" or (arch == "qwen2_moe" and cfg.get("qkv_bias", True))
-                or (arch in ("llama", "qwen3", "qwen3_moe", "gemma2", "gpt_oss") and cfg.get("attention_bias")))
-    o_bias = arch in ("llama", "qwen3", "qwen3_moe", "gemma2", "gpt_oss") and cfg.get("attention_bias")
-    mlp_bias = arch == "llama" and cfg.get("mlp_bias")
+                or (arch in ("llama", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "gpt_oss", "smollm3", "olmo2",
+                             "granite") and cfg.get("attention_bias")))
+    o_bias = arch in ("llama", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "gpt_oss", "smollm3", "olmo2",
+                      "granite") and cfg.get("attention_bias")
+    mlp_bias = arch in ("llama", "granite") and cfg.get("mlp_bias")
     moe = None
     if arch in ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss"):  # per-expert tensors, as the Hub's checkpoints
         defaults = {"mixtral": reference_moe.MIXTRAL_DEFAULTS, "qwen2_moe": reference_moe.QWEN2_MOE_DEFAULTS,
@@ -259,8 +316,12 @@ def tensor_specs(cfg):
         out.append(("lm_head.weight", [cfg["vocab_size"], h]))
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        out += [(p + "input_layernorm.weight", [h]), (p + "post_attention_layernorm.weight", [h])]
-        if arch == "gemma2":
+        out += [(p + "post_attention_layernorm.weight", [h])]
+        if arch != "olmo2":  # Olmo2 has no input norm, and a norm after the MLP instead
+            out.append((p + "input_layernorm.weight", [h]))
+        else:
+            out.append((p + "post_feedforward_layernorm.weight", [h]))
+        if arch in ("gemma2", "gemma3_text"):
             out += [(p + "pre_feedforward_layernorm.weight", [h]), (p + "post_feedforward_layernorm.weight", [h])]
         for name, rows in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
             out.append((p + f"self_attn.{name}.weight", [rows, h]))
@@ -269,8 +330,10 @@ def tensor_specs(cfg):
         out.append((p + "self_attn.o_proj.weight", [h, heads * hd]))
         if o_bias:
             out.append((p + "self_attn.o_proj.bias", [h]))
-        if arch in ("qwen3", "qwen3_moe"):
+        if arch in ("qwen3", "qwen3_moe", "gemma3_text"):
             out += [(p + "self_attn.q_norm.weight", [hd]), (p + "self_attn.k_norm.weight", [hd])]
+        if arch == "olmo2":  # over the whole projections
+            out += [(p + "self_attn.q_norm.weight", [heads * hd]), (p + "self_attn.k_norm.weight", [kv * hd])]
         if arch == "gpt_oss":
             out.append((p + "self_attn.sinks", [heads]))
         if moe:
@@ -283,9 +346,33 @@ def tensor_specs(cfg):
     return out
 
 
+def gemma3_mm_tensor_specs(cfg):
+    """Gemma3ForConditionalGeneration's tensors: the text model's under language_model.model.*
+    ("legacy") or model.language_model.* ("v5", lm_head at the top), plus a few vision-tower and
+    projector tensors (random; no text forward reads them)."""
+    text = tensor_specs(cfg["text_config"])
+    layout = cfg.get("_mm_layout", "legacy")
+    out = []
+    for name, shape in text:
+        if layout == "legacy":
+            out.append(("language_model." + name, shape))
+        else:
+            out.append((("model.language_model." + name[len("model."):]) if name.startswith("model.") else name, shape))
+    vis = cfg["vision_config"]["hidden_size"]
+    pre = "" if layout == "legacy" else "model."
+    out += [(pre + "vision_tower.vision_model.embeddings.patch_embedding.weight", [vis, 3, 8, 8]),
+            (pre + "vision_tower.vision_model.post_layernorm.weight", [vis]),
+            (pre + "multi_modal_projector.mm_input_projection_weight", [vis, cfg["text_config"]["hidden_size"]]),
+            (pre + "multi_modal_projector.mm_soft_emb_norm.weight", [vis])]
+    return out
+
+
 def init_tensor(name, shape, gen, spec):
     """One tensor's random values (f32), scaled as described in the module docstring."""
     x = torch.randn(shape, generator=gen, dtype=torch.float32)
+    if name.endswith(("q_norm.weight", "k_norm.weight")) and spec["arch"] in ("gemma3", "gemma3_text"):
+        # Gemma3's q/k norms scale by (1 + w): the same effective scale as Qwen3's below.
+        return math.sqrt(spec["qk_scale"]) * (1.0 + 0.1 * x) - 1.0
     if name.endswith(("q_norm.weight", "k_norm.weight")):
         # Qwen3's q/k RMSNorm undoes the q/k weight scale; its weight sets the sharpness instead.
         return math.sqrt(spec["qk_scale"]) * (1.0 + 0.1 * x)
@@ -299,9 +386,9 @@ def init_tensor(name, shape, gen, spec):
         return spec["expert_scale"] / math.sqrt(shape[1]) * x
     if name.endswith("experts.down_proj"):
         return x / math.sqrt(shape[1])
-    if name == "model.embed_tokens.weight":
+    if name.endswith("embed_tokens.weight"):
         return spec["embed_std"] * x
-    if name == "lm_head.weight":
+    if name.endswith("lm_head.weight"):
         return spec["logit_scale"] / math.sqrt(shape[1]) * x
     scale = 1.0 / math.sqrt(shape[1])
     if name.endswith(("q_proj.weight", "k_proj.weight")):
@@ -346,6 +433,8 @@ def make_checkpoint(out_dir, **overrides):
     if spec["dtype"] not in DTYPES:
         raise ValueError(f"unknown dtype {spec['dtype']!r}; choose from {sorted(DTYPES)}")
     cfg = build_config(spec)
+    if spec["arch"] == "gemma3":
+        cfg["_mm_layout"] = spec["mm_layout"]  # read by gemma3_mm_tensor_specs, not written
     os.makedirs(out_dir, exist_ok=True)
     gen = torch.Generator().manual_seed(int(spec["seed"]))
     dtype = DTYPES[spec["dtype"]][0]
@@ -366,6 +455,7 @@ def make_checkpoint(out_dir, **overrides):
         if spec["arch"] != "gpt_oss":
             raise ValueError("mxfp4_experts is a gpt_oss knob")
         tensors = quantize_gpt_oss_experts(cfg, tensors)
+    cfg.pop("_mm_layout", None)
     safetensors_io.save_file(tensors, os.path.join(out_dir, "model.safetensors"), {"format": "pt"})
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)

@@ -111,6 +111,56 @@ VARIANTS = {
                     num_key_value_heads=2, head_dim=32, vocab_size=320, num_hidden_layers=4, sliding_window=16,
                     query_pre_attn_scalar=24, attn_logit_softcapping=5.0, final_logit_softcapping=10.0,
                     embed_std=0.1, qk_scale=1.0, tie_word_embeddings=True, seed=20), "softcap"),
+    # Gemma3ForCausalLM: Gemma2's layer with (1 + w) q/k norms, six layers in the default 5:1 pattern
+    # (sliding_window_pattern absent: layer 5 full), window 16 < the 64-token prompt, local RoPE base
+    # 10k on the sliding layers and the global base 1e6 with linear scaling (factor 2) on the full one,
+    # no soft-caps, tied lm_head; query_pre_attn_scalar = head_dim, as llama.cpp's gemma3 assumes
+    # (so the GGUF oracle runs the same model).
+    "gemma3": (dict(arch="gemma3_text", hidden_size=64, intermediate_size=160, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=32, vocab_size=320, num_hidden_layers=6, sliding_window=16,
+                    query_pre_attn_scalar=32, rope_theta=1000000.0, rope={"rope_type": "linear", "factor": 2.0},
+                    embed_std=0.1, qk_scale=2.0, tie_word_embeddings=True, seed=26), "window"),
+    # Gemma3ForConditionalGeneration (text_config, language_model.model.* names, vision-tower tensors
+    # that loom skips): explicit layer_types with two full layers, sliding_window_pattern 3 in the
+    # file (ignored when layer_types is given), query_pre_attn_scalar 24 != head_dim, local base 100.
+    "gemma3_mm": (dict(arch="gemma3", hidden_size=64, intermediate_size=160, num_attention_heads=4,
+                       num_key_value_heads=1, head_dim=16, vocab_size=288, num_hidden_layers=5, sliding_window=8,
+                       layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention",
+                                    "full_attention"], sliding_window_pattern=3,
+                       query_pre_attn_scalar=24, rope_theta=1000000.0, rope_local_base_freq=100.0,
+                       embed_std=0.1, qk_scale=2.0, tie_word_embeddings=True, seed=27), "local_rope"),
+    # The same in Transformers 5.x's layout: model.language_model.* names, per-layer-type
+    # rope_parameters (linear factor 4 on the full layers), final soft-cap in the file (not applied by
+    # Gemma3ForConditionalGeneration).
+    "gemma3_mm_v5": (dict(arch="gemma3", hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                          num_key_value_heads=2, head_dim=16, vocab_size=288, num_hidden_layers=4, sliding_window=12,
+                          sliding_window_pattern=2, query_pre_attn_scalar=16, rope_theta=50000.0,
+                          rope={"rope_type": "linear", "factor": 4.0}, rope_format="rope_parameters",
+                          final_logit_softcapping=1.0, mm_layout="v5",
+                          embed_std=0.1, qk_scale=2.0, tie_word_embeddings=True, seed=28), "rope"),
+    # SmolLM3: Llama's layer with a NoPE layer every 4th (default no_rope_layer_interval: layers 3, 7
+    # skip RoPE), q/k/v/o biases, tied lm_head, theta 2e6; use_sliding_window with window 16 slides
+    # exactly the NoPE layers.
+    "smollm3": (dict(arch="smollm3", hidden_size=64, intermediate_size=160, num_attention_heads=4,
+                     num_key_value_heads=2, vocab_size=288, num_hidden_layers=8, attention_bias=True,
+                     rope_theta=2000000.0, use_sliding_window=True, sliding_window=16,
+                     tie_word_embeddings=True, seed=29), "nope"),
+    # Phi-4-mini: Phi-3's fused layout with 3/4 of each head rotated, tied embeddings (no lm_head in
+    # the file), GQA 3:1, and a window far past the context on every layer (as Phi-4-mini's config).
+    "phi4_mini": (dict(arch="phi3", hidden_size=96, intermediate_size=224, num_attention_heads=6,
+                       num_key_value_heads=2, vocab_size=352, partial_rotary_factor=0.75, rms_norm_eps=1e-5,
+                       tie_word_embeddings=True, sliding_window=262144, seed=30), "partial_rope"),
+    # Olmo2: no input norm, RMSNorms on the attention and MLP outputs before each residual add, q/k
+    # RMSNorms over the whole projections (q 64 wide, k 32), GQA, untied; eps 1e-5.
+    "olmo2": (dict(arch="olmo2", hidden_size=64, intermediate_size=160, num_attention_heads=4,
+                   num_key_value_heads=2, vocab_size=288, num_hidden_layers=3, rms_norm_eps=1e-5,
+                   seed=31), "qk_norm"),
+    # Granite: μP multipliers far from 1 (embeddings ×4, attention scale 1/8 instead of 1/4, residual
+    # branches ×0.5, logits / 2), attention and MLP biases, untied lm_head.
+    "granite": (dict(arch="granite", hidden_size=64, intermediate_size=160, num_attention_heads=4,
+                     num_key_value_heads=2, vocab_size=288, attention_bias=True, mlp_bias=True, logit_scale=6.0,
+                     granite={"embedding_multiplier": 4.0, "attention_multiplier": 0.125,
+                              "residual_multiplier": 0.5, "logits_scaling": 2.0}, seed=32), "multipliers"),
     # Sparse MoE: 4 experts, top-2 renormalised, per-expert w1/w3/w2 tensors stacked by loom's load plan.
     "mixtral": (dict(arch="mixtral", hidden_size=64, intermediate_size=96, num_attention_heads=4,
                      num_key_value_heads=2, vocab_size=256, rope_theta=1000000.0, rms_norm_eps=1e-5,
@@ -223,6 +273,13 @@ def feature_effect(model, feature, prompt, logits):
         elif feature == "shared_expert":  # Qwen2-MoE's shared expert contributes nothing
             for k in [k for k in w if ".shared_expert.down_proj." in k]:
                 w[k] = torch.zeros_like(w[k])
+        elif feature == "local_rope":  # Gemma3's sliding layers rotate with the global RoPE instead
+            cfg.layer_rope = ["global"] * cfg.num_hidden_layers
+        elif feature == "nope":  # SmolLM3's NoPE layers rotate like the others
+            cfg.layer_use_rope = None
+        elif feature == "multipliers":  # Granite's μP multipliers all 1 (Llama's attention scale)
+            cfg.embedding_multiplier = cfg.residual_multiplier = cfg.logits_scaling = 1.0
+            cfg.attn_scale = cfg.head_dim ** -0.5
         elif feature == "window":
             cfg.layer_windows = [None] * cfg.num_hidden_layers
         elif feature == "bias":
@@ -268,7 +325,7 @@ def generate(name, spec, feature, out_dir, digest):
     shutil.rmtree(tmp, ignore_errors=True)
     cfg = make_checkpoint.make_checkpoint(tmp, **spec)
     model = reference_model.Model(tmp, torch.float32)
-    (ok, min_margin), seed, prompt, ids, margins, cached, cached_margins = choose_prompt(model, spec, cfg["vocab_size"])
+    (ok, min_margin), seed, prompt, ids, margins, cached, cached_margins = choose_prompt(model, spec, model.cfg.vocab_size)
     if not ok:
         raise RuntimeError(f"{name}: no prompt seed gave a non-degenerate greedy run; tune the spec")
     logits = model.forward(prompt)

@@ -5,7 +5,10 @@ Covers LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM 
 Phi3ForCausalLM (fused qkv_proj / gate_up_proj, split on the activations as modeling_phi3.py does) and
 GPT2LMHeadModel (Conv1D weights [in, out], fused c_attn, LayerNorm, learned positions, gelu_new) and
 Gemma2ForCausalLM (scaled embeddings, (1 + w) RMSNorms around attention and MLP, GeGLU, attention and
-final logit soft-capping, query_pre_attn_scalar, alternating sliding layers), MixtralForCausalLM,
+final logit soft-capping, query_pre_attn_scalar, alternating sliding layers), Gemma3ForCausalLM and the
+text model of Gemma3ForConditionalGeneration (Gemma2's layer plus (1 + w) q/k norms per head, a local
+RoPE base on sliding layers and the global one, with its scaling, on full layers, a 5:1 sliding
+pattern, no soft-caps by default), MixtralForCausalLM,
 Qwen2MoeForCausalLM and Qwen3MoeForCausalLM (sparse MoE MLPs, see reference_moe.py) and
 GptOssForCausalLM (attention sinks, biased MoE with a clamped SwiGLU, unquantized experts) with the
 semantics of Transformers' modeling code (eager attention path), written from scratch so that
@@ -72,6 +75,36 @@ _DEFAULTS = {
                    rope_theta=10000.0, attention_bias=False, query_pre_attn_scalar=256, sliding_window=4096,
                    layer_types=None, final_logit_softcapping=30.0, attn_logit_softcapping=50.0,
                    use_bidirectional_attention=None),
+    # configuration_gemma3.py (Gemma3TextConfig): Gemma2's fields with no soft-caps by default, a
+    # global rope_theta of 1e6 (with rope_scaling) and rope_local_base_freq for the sliding layers;
+    # layer_types defaults from sliding_window_pattern (6: every sixth layer full).
+    "gemma3_text": dict(vocab_size=262208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                        num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+                        hidden_activation="gelu_pytorch_tanh", max_position_embeddings=131072, rms_norm_eps=1e-6,
+                        tie_word_embeddings=True, rope_theta=1000000.0, attention_bias=False,
+                        query_pre_attn_scalar=256, sliding_window=4096, layer_types=None,
+                        final_logit_softcapping=None, attn_logit_softcapping=None,
+                        use_bidirectional_attention=False, rope_local_base_freq=10000.0, sliding_window_pattern=6),
+    # configuration_smollm3.py: Llama's layer; no_rope_layers (1 = RoPE, 0 = NoPE) defaults to a NoPE
+    # layer every no_rope_layer_interval (4) layers; with use_sliding_window only NoPE layers slide;
+    # tie_word_embeddings is PretrainedConfig's default (true).
+    "smollm3": dict(vocab_size=128256, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                    num_attention_heads=16, num_key_value_heads=4, head_dim=None, hidden_act="silu",
+                    max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                    rope_theta=2000000.0, attention_bias=False, mlp_bias=False, use_sliding_window=False,
+                    sliding_window=None, no_rope_layers=None, no_rope_layer_interval=4, layer_types=None),
+    # configuration_olmo2.py (OlmoConfig's fields): no input norm, norms after attention and MLP, q/k
+    # norms over the whole projections, attention_bias on q/k/v/o.
+    "olmo2": dict(vocab_size=50304, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                  num_attention_heads=32, num_key_value_heads=None, head_dim=None, hidden_act="silu",
+                  max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                  rope_theta=10000.0, attention_bias=False),
+    # configuration_granite.py: Llama's fields plus the μP multipliers.
+    "granite": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                    num_attention_heads=32, num_key_value_heads=None, head_dim=None, hidden_act="silu",
+                    max_position_embeddings=2048, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                    rope_theta=10000.0, attention_bias=False, mlp_bias=False, embedding_multiplier=1.0,
+                    logits_scaling=1.0, residual_multiplier=1.0, attention_multiplier=1.0),
     # configuration_mixtral.py: every layer sparse; sliding_window (None) on every layer, like Mistral.
     "mixtral": dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                     num_attention_heads=32, num_key_value_heads=8, head_dim=None, hidden_act="silu",
@@ -111,6 +144,12 @@ class Config:
 
     def __init__(self, raw):
         model_type = raw.get("model_type")
+        # Gemma3ForConditionalGeneration: the language model's config is text_config (a
+        # Gemma3TextConfig); the vision tower is not part of the text forward.
+        self.conditional_generation = model_type == "gemma3"
+        if self.conditional_generation:
+            raw = dict(raw.get("text_config") or {}, model_type="gemma3_text")
+            model_type = "gemma3_text"
         if model_type not in _DEFAULTS:
             raise ValueError(f"config.json: unsupported model_type {model_type!r}; supported: {sorted(_DEFAULTS)}")
         c = dict(_DEFAULTS[model_type])
@@ -119,13 +158,19 @@ class Config:
                                                                      "original_max_position_embeddings")})
         self.model_type = model_type
         self.gpt2 = model_type == "gpt2"
-        self.gemma2 = model_type == "gemma2"
+        self.gemma3 = model_type == "gemma3_text"
+        # Gemma2 and Gemma3 share the scaled embeddings, the (1 + w) norms, the four norms a layer,
+        # GeGLU and query_pre_attn_scalar; `gemma2` below means either.
+        self.gemma2 = model_type == "gemma2" or self.gemma3
         self.gpt_oss = model_type == "gpt_oss"  # attention sinks, GptOssRMSNorm, GptOssMLP
         # gpt-oss as released: experts stored as MXFP4 blocks and scales (quantization_config).
         self.mxfp4 = self.gpt_oss and (raw.get("quantization_config") or {}).get("quant_method") == "mxfp4"
+        self.olmo2 = model_type == "olmo2"  # post-norms, q/k norms over the whole projections
+        self.granite = model_type == "granite"  # embedding / attention / residual multipliers, logits scaling
         # Gemma2 only: attention scores and final logits become cap * tanh(x / cap) (None = off).
         self.attn_softcap = self.final_softcap = None
         self.moe = None  # Mixtral, Qwen2-MoE: which layers are sparse and how they route (set below)
+        self.layer_use_rope = None  # SmolLM3: per layer, whether it rotates q and k (None: all do)
         if self.gpt2:
             self._init_gpt2(c)
             return
@@ -147,9 +192,17 @@ class Config:
             if c["use_bidirectional_attention"]:
                 raise ValueError("config.json: use_bidirectional_attention is not supported")
             self.attn_scale = float(c["query_pre_attn_scalar"]) ** -0.5
-            self.attn_softcap = c["attn_logit_softcapping"]
-            self.final_softcap = c["final_logit_softcapping"]
-        elif c["hidden_act"] != "silu":
+            # Gemma3Attention keeps attn_logit_softcapping but never hands it to the attention
+            # function, and Gemma3ForConditionalGeneration's head never applies
+            # final_logit_softcapping (Gemma3ForCausalLM's does).
+            self.attn_softcap = None if self.gemma3 else c["attn_logit_softcapping"]
+            self.final_softcap = None if self.conditional_generation else c["final_logit_softcapping"]
+        elif self.granite:
+            self.attn_scale = float(c["attention_multiplier"])
+            self.embedding_multiplier = float(c["embedding_multiplier"])
+            self.residual_multiplier = float(c["residual_multiplier"])
+            self.logits_scaling = float(c["logits_scaling"])
+        if not self.gemma2 and c["hidden_act"] != "silu":
             raise ValueError(f"config.json: hidden_act {c['hidden_act']!r} not supported (only silu)")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("config.json: num_attention_heads must be a multiple of num_key_value_heads")
@@ -161,17 +214,17 @@ class Config:
             self.qkv_bias, self.o_bias, self.mlp_bias = False, False, False
         elif model_type == "qwen2_moe":
             self.qkv_bias, self.o_bias, self.mlp_bias = bool(c["qkv_bias"]), False, False
-        elif model_type in ("qwen3", "qwen3_moe", "gemma2", "gpt_oss"):
+        elif model_type in ("qwen3", "qwen3_moe", "gemma2", "gemma3_text", "gpt_oss", "olmo2"):
             ab = bool(c["attention_bias"])
             self.qkv_bias, self.o_bias, self.mlp_bias = ab, ab, False
         elif model_type == "phi3":  # nn.Linear(..., bias=False) everywhere in modeling_phi3.py
             if c["attention_bias"]:
                 raise ValueError("config.json: Phi3 has no attention biases")
             self.qkv_bias, self.o_bias, self.mlp_bias = False, False, False
-        else:  # llama
+        else:  # llama, smollm3 (LlamaAttention, LlamaMLP)
             ab = bool(c["attention_bias"])
             self.qkv_bias, self.o_bias, self.mlp_bias = ab, ab, bool(c["mlp_bias"])
-        self.qk_norm = model_type in ("qwen3", "qwen3_moe")
+        self.qk_norm = model_type in ("qwen3", "qwen3_moe", "gemma3_text", "olmo2")  # Gemma3: (1 + w) norms
         self.fused = model_type == "phi3"  # qkv_proj and gate_up_proj stored (and applied) fused
         if model_type in ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss"):
             self.moe = reference_moe.MoeConfig(model_type, c, self.num_hidden_layers, self.intermediate_size)
@@ -192,10 +245,23 @@ class Config:
             if len(types) != self.num_hidden_layers:
                 raise ValueError("config.json: layer_types must have num_hidden_layers entries")
             self.layer_windows = [int(sw) if t == "sliding_attention" and sw is not None else None for t in types]
-        elif self.gemma2 or self.gpt_oss:  # both: layer i slides iff i is even, unless layer_types says
-            sw, types = c["sliding_window"], c["layer_types"]
+        elif model_type == "smollm3":
+            sw, types = c["sliding_window"] if c["use_sliding_window"] else None, c["layer_types"]
+            nope = c["no_rope_layers"]
+            if nope is None:
+                nope = [int((i + 1) % int(c["no_rope_layer_interval"]) != 0) for i in range(self.num_hidden_layers)]
+            if len(nope) < self.num_hidden_layers:
+                raise ValueError("config.json: no_rope_layers must have an entry per layer")
+            self.layer_use_rope = [bool(x) for x in nope[:self.num_hidden_layers]]
             if types is None:
-                types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(self.num_hidden_layers)]
+                types = ["sliding_attention" if sw is not None and not r else "full_attention"
+                         for r in self.layer_use_rope]
+            self.layer_windows = [int(sw) if t == "sliding_attention" and sw is not None else None for t in types]
+        elif self.gemma2 or self.gpt_oss:  # layer i slides iff i is even (Gemma3: iff (i + 1) % pattern), unless layer_types says
+            sw, types = c["sliding_window"], c["layer_types"]
+            pattern = int(c["sliding_window_pattern"]) if self.gemma3 else 2
+            if types is None:
+                types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(self.num_hidden_layers)]
             if len(types) != self.num_hidden_layers:
                 raise ValueError("config.json: layer_types must have num_hidden_layers entries")
             self.layer_windows = [int(sw) if t == "sliding_attention" and sw is not None else None for t in types]
@@ -205,6 +271,17 @@ class Config:
         # RoPE: Transformers 4.x writes {"rope_theta": x, "rope_scaling": {...}}; 5.x writes
         # {"rope_parameters": {"rope_type", "rope_theta", ...}}. Both are accepted.
         rope = dict(c.get("rope_parameters") or c.get("rope_scaling") or {})
+        local_rope = None
+        if self.gemma3:
+            # Gemma3TextModel's rotary_emb_local: the config with rope_theta = rope_local_base_freq and
+            # rope_scaling default. Transformers 5.x writes both as rope_parameters per layer type.
+            local_rope = {"rope_type": "default", "rope_theta": float(c["rope_local_base_freq"])}
+            if rope and all(isinstance(v, dict) for v in rope.values()):
+                local_rope = dict(rope.get("sliding_attention") or local_rope)
+                rope = dict(rope.get("full_attention") or {})
+                if local_rope.get("rope_type", local_rope.get("type", "default")) != "default":
+                    raise ValueError("config.json: only default RoPE is supported on Gemma3's sliding layers")
+                local_rope = {"rope_type": "default", "rope_theta": float(local_rope["rope_theta"])}
         if self.gpt_oss and not rope.get("rope_type", rope.get("type")):  # GptOssConfig's default: YaRN
             rope.update(rope_type="yarn", factor=32.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
                         original_max_position_embeddings=4096)
@@ -222,6 +299,15 @@ class Config:
             rope.setdefault("original_max_position_embeddings",
                             c.get("original_max_position_embeddings") or self.max_position_embeddings)
         self.rope = rope
+        # Which RoPE each layer uses: "global" (self.rope) everywhere but Gemma3's sliding layers.
+        self.local_rope = None
+        self.layer_rope = ["global"] * self.num_hidden_layers
+        if local_rope is not None:
+            self.local_rope = dict(local_rope, partial_rotary_factor=1.0)
+            self.layer_rope = ["local" if w is not None else "global" for w in self.layer_windows]
+
+    def rope_of(self, kind):
+        return self.local_rope if kind == "local" else self.rope
 
     def _init_gpt2(self, c):
         """GPT2Config: n_embd/n_layer/n_head/n_positions/n_inner; no RoPE, no GQA, no windows."""
@@ -242,6 +328,8 @@ class Config:
         self.qk_norm = self.fused = False
         self.layer_windows = [None] * self.num_hidden_layers
         self.rope = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}
+        self.local_rope = None
+        self.layer_rope = ["global"] * self.num_hidden_layers
 
     @property
     def rotary_dim(self):
@@ -257,14 +345,16 @@ def _default_inv_freq(base, dim):
     return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
 
 
-def rope_parameters(cfg, seq_len=None):
-    """inv_freq and attention scaling for a sequence of `seq_len` positions.
+def rope_parameters(cfg, seq_len=None, rope=None):
+    """inv_freq and attention scaling for a sequence of `seq_len` positions, for cfg.rope (or
+    `rope`, e.g. Gemma3's local one).
 
     seq_len only matters for "dynamic": Transformers recomputes inv_freq from the current
     length whenever it exceeds max_position_embeddings (dynamic_rope_update).
     """
-    r = cfg.rope
-    rope_type, base, dim = r["rope_type"], float(r["rope_theta"]), cfg.rotary_dim
+    r = rope if rope is not None else cfg.rope
+    rope_type, base = r["rope_type"], float(r["rope_theta"])
+    dim = int(cfg.head_dim * r["partial_rotary_factor"])
     if rope_type == "default":
         return _default_inv_freq(base, dim), 1.0
     if rope_type == "linear":
@@ -370,25 +460,26 @@ class RotaryState:
     max_position_embeddings after having grown (reset). Only the cached decode path needs this;
     the no-cache forward computes inv_freq for its own length directly."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, rope=None):
         self.cfg = cfg
-        self.inv_freq, self.scaling = rope_parameters(cfg)
+        self.r = rope if rope is not None else cfg.rope
+        self.inv_freq, self.scaling = rope_parameters(cfg, rope=self.r)
         self.original_inv_freq = self.inv_freq
         self.max_seq_len_cached = cfg.max_position_embeddings
 
     def cos_sin(self, positions, dtype):
-        if self.cfg.rope["rope_type"] == "dynamic":
+        if self.r["rope_type"] == "dynamic":
             seq_len = int(positions.max()) + 1
             if seq_len > self.max_seq_len_cached:
-                self.inv_freq, self.scaling = rope_parameters(self.cfg, seq_len)
+                self.inv_freq, self.scaling = rope_parameters(self.cfg, seq_len, rope=self.r)
                 self.max_seq_len_cached = seq_len
             orig = self.cfg.max_position_embeddings
             if seq_len < orig and self.max_seq_len_cached > orig:
                 self.inv_freq, self.max_seq_len_cached = self.original_inv_freq, orig
-        elif self.cfg.rope["rope_type"] == "longrope":  # _longrope_frequency_update
-            orig = self.cfg.rope["original_max_position_embeddings"]
+        elif self.r["rope_type"] == "longrope":  # _longrope_frequency_update
+            orig = self.r["original_max_position_embeddings"]
             if int(positions.max()) + 1 > orig:
-                self.inv_freq, _ = rope_parameters(self.cfg, orig + 1)
+                self.inv_freq, _ = rope_parameters(self.cfg, orig + 1, rope=self.r)
             else:
                 self.inv_freq = self.original_inv_freq
         return rope_cos_sin(self.inv_freq, self.scaling, positions, dtype)
@@ -509,6 +600,9 @@ class Model:
             if c.gemma2:
                 shapes[p + "pre_feedforward_layernorm.weight"] = [h]
                 shapes[p + "post_feedforward_layernorm.weight"] = [h]
+            if c.olmo2:  # Olmo2DecoderLayer deletes input_layernorm and adds a post-MLP norm
+                del shapes[p + "input_layernorm.weight"]
+                shapes[p + "post_feedforward_layernorm.weight"] = [h]
             if c.fused:
                 shapes[p + "self_attn.qkv_proj.weight"] = [(nh + 2 * nkv) * hd, h]
                 shapes[p + "self_attn.o_proj.weight"] = [h, nh * hd]
@@ -525,8 +619,8 @@ class Model:
             if c.gpt_oss:
                 shapes[p + "self_attn.sinks"] = [nh]
             if c.qk_norm:
-                shapes[p + "self_attn.q_norm.weight"] = [hd]
-                shapes[p + "self_attn.k_norm.weight"] = [hd]
+                shapes[p + "self_attn.q_norm.weight"] = [nh * hd if c.olmo2 else hd]
+                shapes[p + "self_attn.k_norm.weight"] = [nkv * hd if c.olmo2 else hd]
             if c.moe:
                 shapes.update(reference_moe.mlp_shapes(c.moe, i, h, c.intermediate_size))
                 continue
@@ -551,6 +645,32 @@ class Model:
         expected = self.expected_shapes()
         # The original OpenAI GPT-2 conversion stores h.N.* / wte / wpe / ln_f without "transformer.".
         legacy = {k[len("transformer."):]: k for k in expected if k.startswith("transformer.")} if self.cfg.gpt2 else {}
+        if self.cfg.conditional_generation:
+            # Gemma3ForConditionalGeneration's language model: language_model.model.* and
+            # language_model.lm_head (as saved by Transformers 4.50) or model.language_model.* and
+            # lm_head (_checkpoint_conversion_mapping's targets); vision_tower.* and
+            # multi_modal_projector.* are not read.
+            legacy = {}
+            for k in expected:
+                if k.startswith("model."):
+                    legacy["language_model." + k] = k
+                    legacy["model.language_model." + k[len("model."):]] = k
+                else:
+                    legacy["language_model." + k] = k
+            expected_names = set(legacy) | {k for k in expected if not k.startswith("model.")}
+            w = {}
+            for path in self._checkpoint_files():
+                for name, t in safetensors_io.load_file(path, names=expected_names).items():
+                    name = legacy.get(name, name)
+                    if list(t.shape) != expected[name]:
+                        raise ValueError(f"{path}: tensor {name} has shape {list(t.shape)}, expected {expected[name]}")
+                    w[name] = t.to(self.dtype)
+            missing = sorted(set(expected) - set(w))
+            if missing:
+                raise ValueError(f"{self.dir}: missing tensors {missing[:5]}")
+            if self.cfg.tie_word_embeddings:
+                w["lm_head.weight"] = w["model.embed_tokens.weight"]
+            return w
         # gpt-oss with quantization_config mxfp4: each expert matrix is stored as *_blocks and
         # *_scales, dequantized as Transformers' convert_moe_packed_tensors does (reference_moe.py).
         packed = {n + suffix: n for n in expected if self.cfg.mxfp4 and n.endswith(("experts.gate_up_proj",
@@ -597,14 +717,25 @@ class Model:
             q = qkv[:, :nq].reshape(t, -1, c.head_dim)
             k = qkv[:, nq:nq + nkv].reshape(t, -1, c.head_dim)
             v = qkv[:, nq + nkv:].reshape(t, -1, c.head_dim)
+        elif c.olmo2:  # Olmo2Attention: q_norm / k_norm over the whole projections, then the heads
+            q = linear(x, self.w[p + "q_proj.weight"], self._b(p + "q_proj.bias"))
+            k = linear(x, self.w[p + "k_proj.weight"], self._b(p + "k_proj.bias"))
+            if c.qk_norm:  # (switched off only by the fixtures' ablation)
+                q = rms_norm(q, self.w[p + "q_norm.weight"], c.rms_norm_eps)
+                k = rms_norm(k, self.w[p + "k_norm.weight"], c.rms_norm_eps)
+            q, k = q.view(t, -1, c.head_dim), k.view(t, -1, c.head_dim)
+            v = linear(x, self.w[p + "v_proj.weight"], self._b(p + "v_proj.bias")).view(t, -1, c.head_dim)
         else:
             q = linear(x, self.w[p + "q_proj.weight"], self._b(p + "q_proj.bias")).view(t, -1, c.head_dim)
             k = linear(x, self.w[p + "k_proj.weight"], self._b(p + "k_proj.bias")).view(t, -1, c.head_dim)
             v = linear(x, self.w[p + "v_proj.weight"], self._b(p + "v_proj.bias")).view(t, -1, c.head_dim)
-        if c.qk_norm:  # Qwen3: RMSNorm over head_dim of each head, before RoPE
-            q = rms_norm(q, self.w[p + "q_norm.weight"], c.rms_norm_eps)
-            k = rms_norm(k, self.w[p + "k_norm.weight"], c.rms_norm_eps)
+        if c.qk_norm and not c.olmo2:  # Qwen3, Gemma3 ((1 + w)): RMSNorm over head_dim of each head, before RoPE
+            norm = gemma_rms_norm if c.gemma3 else rms_norm
+            q = norm(q, self.w[p + "q_norm.weight"], c.rms_norm_eps)
+            k = norm(k, self.w[p + "k_norm.weight"], c.rms_norm_eps)
         q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
+        if c.layer_use_rope is not None and not c.layer_use_rope[i]:  # SmolLM3's NoPE layers
+            return q, k, v
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def _attend(self, i, q, k, v, mask):
@@ -612,7 +743,7 @@ class Model:
         c, p = self.cfg, f"model.layers.{i}.self_attn."
         n_rep = c.num_attention_heads // c.num_key_value_heads
         k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
-        scale = c.attn_scale if c.gpt2 or c.gemma2 else c.head_dim ** -0.5
+        scale = c.attn_scale if c.gpt2 or c.gemma2 or c.granite else c.head_dim ** -0.5
         scores = softcap(torch.matmul(q, k.transpose(1, 2)) * scale, c.attn_softcap) + mask
         if c.gpt_oss:
             # GptOss's eager attention: each head's sink logit joins the softmax's denominator as an
@@ -664,6 +795,8 @@ class Model:
         e = F.embedding(ids, self.w["model.embed_tokens.weight"])
         if self.cfg.gemma2:  # scaled by sqrt(hidden_size), the normalizer cast to the hidden dtype first
             e = e * torch.tensor(self.cfg.hidden_size ** 0.5, dtype=e.dtype)
+        if self.cfg.granite:  # GraniteModel: inputs_embeds * embedding_multiplier
+            e = e * self.cfg.embedding_multiplier
         return e
 
     def _layer(self, i, h, attention):
@@ -677,9 +810,15 @@ class Model:
             mlp_out = self._mlp(i, self._norm(p + "pre_feedforward_layernorm", h))
             return h + self._norm(p + "post_feedforward_layernorm", mlp_out)
         p, eps = f"model.layers.{i}.", self.cfg.rms_norm_eps
+        if self.cfg.olmo2:  # Olmo2DecoderLayer: each sublayer's output normalized before its residual add
+            h = h + rms_norm(attention(i, h), self.w[p + "post_attention_layernorm.weight"], eps)
+            return h + rms_norm(self._mlp(i, h), self.w[p + "post_feedforward_layernorm.weight"], eps)
         norm = gpt_oss_rms_norm if self.cfg.gpt_oss else rms_norm
-        h = h + attention(i, norm(h, self.w[p + "input_layernorm.weight"], eps))
-        return h + self._mlp(i, norm(h, self.w[p + "post_attention_layernorm.weight"], eps))
+        m = self.cfg.residual_multiplier if self.cfg.granite else None  # GraniteDecoderLayer
+        a = attention(i, norm(h, self.w[p + "input_layernorm.weight"], eps))
+        h = h + (a * m if m is not None else a)
+        f = self._mlp(i, norm(h, self.w[p + "post_attention_layernorm.weight"], eps))
+        return h + (f * m if m is not None else f)
 
     def _check_ids(self, ids):
         ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1)
@@ -691,7 +830,10 @@ class Model:
 
     def _logits(self, h):
         h = self._norm("transformer.ln_f" if self.cfg.gpt2 else "model.norm", h)
-        return softcap(linear(h, self.w["lm_head.weight"], None), self.cfg.final_softcap)
+        logits = softcap(linear(h, self.w["lm_head.weight"], None), self.cfg.final_softcap)
+        if self.cfg.granite:  # GraniteForCausalLM: logits / logits_scaling
+            logits = logits / self.cfg.logits_scaling
+        return logits
 
     # -- public API ------------------------------------------------------------------------
     @torch.no_grad()
@@ -700,13 +842,13 @@ class Model:
         ids = self._check_ids(input_ids)
         t = ids.numel()
         positions = torch.arange(t)
-        inv_freq, scaling = rope_parameters(self.cfg, seq_len=t)
-        cos, sin = rope_cos_sin(inv_freq, scaling, positions, self.dtype)
+        tables = {kind: rope_cos_sin(*rope_parameters(self.cfg, seq_len=t, rope=self.cfg.rope_of(kind)), positions,
+                                     self.dtype) for kind in set(self.cfg.layer_rope)}
         masks = {wnd: causal_mask(positions, positions, wnd, self.dtype) for wnd in set(self.cfg.layer_windows)}
         h = self._embed(ids, positions)
 
         def attention(i, x):
-            q, k, v = self._qkv(i, x, cos, sin)
+            q, k, v = self._qkv(i, x, *tables[self.cfg.layer_rope[i]])
             return self._attend(i, q, k, v, masks[self.cfg.layer_windows[i]])
 
         for i in range(self.cfg.num_hidden_layers):
@@ -740,13 +882,13 @@ class Model:
         if start + t > cache.max_len:
             raise ValueError(f"cache holds {cache.max_len} positions, asked for {start + t}")
         positions = torch.arange(start, start + t)
-        cos, sin = cache.rotary.cos_sin(positions, self.dtype)
+        tables = {kind: r.cos_sin(positions, self.dtype) for kind, r in cache.rotary.items()}
         kv_positions = torch.arange(start + t)
         masks = {wnd: causal_mask(positions, kv_positions, wnd, self.dtype) for wnd in set(self.cfg.layer_windows)}
         h = self._embed(ids, positions)
 
         def attention(i, x):
-            q, k, v = self._qkv(i, x, cos, sin)
+            q, k, v = self._qkv(i, x, *tables[self.cfg.layer_rope[i]])
             cache.k[i][:, start:start + t] = k
             cache.v[i][:, start:start + t] = v
             return self._attend(i, q, cache.k[i][:, :start + t], cache.v[i][:, :start + t],
@@ -786,7 +928,7 @@ class KVCache:
         self.k = [torch.zeros(shape, dtype=model.dtype) for _ in range(c.num_hidden_layers)]
         self.v = [torch.zeros(shape, dtype=model.dtype) for _ in range(c.num_hidden_layers)]
         self.length, self.max_len = 0, max_len
-        self.rotary = RotaryState(c)
+        self.rotary = {kind: RotaryState(c, c.rope_of(kind)) for kind in set(c.layer_rope)}
 
 
 def main(argv=None):

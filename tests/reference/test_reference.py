@@ -473,5 +473,64 @@ class Gemma2Test(unittest.TestCase):
         self.assertEqual(m.greedy_cached(x, 6)[0], m.greedy(x, 6)[0])
 
 
+
+class Gemma3Test(unittest.TestCase):
+    def test_defaults(self):
+        g = rm.Config({"model_type": "gemma3_text", "num_hidden_layers": 7})
+        self.assertEqual(g.layer_windows, [4096] * 5 + [None, 4096])  # every sixth layer full
+        self.assertEqual(g.layer_rope, ["local"] * 5 + ["global", "local"])
+        self.assertEqual((g.rope["rope_theta"], g.local_rope["rope_theta"]), (1e6, 1e4))
+        self.assertEqual((g.attn_softcap, g.final_softcap, g.qk_norm), (None, None, True))
+        mm = rm.Config({"model_type": "gemma3", "text_config": {"num_hidden_layers": 2, "final_logit_softcapping": 5.0,
+                                                                "sliding_window_pattern": 2}})
+        self.assertEqual((mm.layer_windows, mm.final_softcap), ([4096, None], None))
+
+    def test_matches_per_query_loop(self):
+        """Gemma3 written one query at a time ((1 + w) q/k norms per head, local base on sliding layers,
+        global base with linear scaling on the full one) equals the reference."""
+        with tempfile.TemporaryDirectory() as tmp:
+            d = tiny(tmp, "g3", arch="gemma3_text", hidden_size=32, intermediate_size=48, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=16, vocab_size=40, num_hidden_layers=3, sliding_window=3,
+                     sliding_window_pattern=3, query_pre_attn_scalar=12, rope_theta=1000.0,
+                     rope={"rope_type": "linear", "factor": 2.0}, rope_local_base_freq=50.0,
+                     tie_word_embeddings=True, seed=6)
+            m = rm.Model(d)
+        w, c = m.w, m.cfg
+        x = ids(9, c.vocab_size)
+
+        def norm(v, name):
+            return v / torch.sqrt((v * v).mean(-1, keepdim=True) + c.rms_norm_eps) * (1 + w[name + ".weight"])
+
+        hs = w["model.embed_tokens.weight"][torch.tensor(x)] * math.sqrt(c.hidden_size)
+        for i in range(c.num_hidden_layers):
+            p = f"model.layers.{i}."
+            full = i == 2  # (i + 1) % 3 == 0
+            inv_freq = 1.0 / ((1000.0 if full else 50.0) ** (torch.arange(0, 16, 2).float() / 16)) / (2.0 if full else 1.0)
+            a = norm(hs, p + "input_layernorm")
+            q, k, v = (F.linear(a, w[p + f"self_attn.{n}_proj.weight"]).view(len(x), -1, 16) for n in "qkv")
+            q, k = norm(q, p + "self_attn.q_norm"), norm(k, p + "self_attn.k_norm")
+            ang = torch.arange(len(x)).float()[:, None] * inv_freq[None]
+            cos, sin = torch.cat([ang.cos()] * 2, -1)[:, None], torch.cat([ang.sin()] * 2, -1)[:, None]
+            q, k = (t * cos + torch.cat([-t[..., 8:], t[..., :8]], -1) * sin for t in (q, k))
+            out = torch.zeros(len(x), 4, 16)
+            window = len(x) if full else 3
+            for t in range(len(x)):
+                lo = max(0, t - window + 1)
+                for h in range(4):
+                    sc = k[lo:t + 1, h // 2] @ q[t, h] / math.sqrt(12)
+                    out[t, h] = torch.softmax(sc, 0) @ v[lo:t + 1, h // 2]
+            o = F.linear(out.reshape(len(x), -1), w[p + "self_attn.o_proj.weight"])
+            hs = hs + norm(o, p + "post_attention_layernorm")
+            f = norm(hs, p + "pre_feedforward_layernorm")
+            gate, up = F.linear(f, w[p + "mlp.gate_proj.weight"]), F.linear(f, w[p + "mlp.up_proj.weight"])
+            y = F.linear(0.5 * gate * (1 + torch.tanh(math.sqrt(2 / math.pi) * (gate + 0.044715 * gate ** 3))) * up,
+                         w[p + "mlp.down_proj.weight"])
+            hs = hs + norm(y, p + "post_feedforward_layernorm")
+        want = norm(hs, "model.norm") @ w["model.embed_tokens.weight"].t()
+        got = m.forward(x)
+        torch.testing.assert_close(got, want, rtol=0, atol=2e-5)
+        self.assertEqual(m.greedy_cached(x, 6)[0], m.greedy(x, 6)[0])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -69,6 +69,7 @@ std::string why_not_splittable(const std::string& fixture, int n) {
   const nlohmann::json c = nlohmann::json::parse(in);
   const int64_t heads = c.value("num_attention_heads", c.value("n_head", int64_t{0}));
   const int64_t kv = c.value("num_key_value_heads", heads);
+  if (c.value("model_type", "") == "olmo2") return "normalizes q and k over all heads at once";
   if (heads % n) return "num_attention_heads";
   if (kv % n && n % kv) return "num_key_value_heads";  // more ranks than KV heads replicate them
   for (const char* key : {"intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"})

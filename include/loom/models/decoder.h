@@ -36,6 +36,14 @@ struct DecoderSettings {
   // around the MLP (instead of post_attention_layernorm feeding the MLP).
   bool sandwich_norms = false;
   double final_logit_softcap = 0.0;  // > 0: logits = cap * tanh(logits / cap)
+  // Olmo2 (modeling_olmo2.py): no input_layernorm; post_attention_layernorm on the
+  // attention output and post_feedforward_layernorm on the MLP output, each before
+  // its residual add.
+  bool post_norms_only = false;
+  // Granite (modeling_granite.py): each sublayer's output times residual_multiplier
+  // before its residual add; the logits divided by logits_scaling.
+  double residual_multiplier = 1.0;
+  double logits_scaling = 1.0;
   std::vector<AttentionSettings> layers;  // one per decoder layer
   // Empty, or one per decoder layer: a sparse MoE block where num_experts > 0,
   // the dense MLP above elsewhere (Mixtral, Qwen2-MoE).
@@ -61,7 +69,9 @@ class DecoderLayer : public DecoderPart {
   UnaryModule* post_attention_layernorm_;
   UnaryModule* mlp_;
   UnaryModule* pre_feedforward_layernorm_ = nullptr;   // sandwich_norms only
-  UnaryModule* post_feedforward_layernorm_ = nullptr;
+  UnaryModule* post_feedforward_layernorm_ = nullptr;  // sandwich_norms, post_norms_only
+  double residual_multiplier_ = 1.0;
+  ValueId scaled(GraphBuilder& b, ValueId h) const;    // h × residual_multiplier (no op at 1)
 };
 
 class DecoderModel : public DecoderPart {

@@ -176,6 +176,8 @@ struct AttentionSettings {
   bool qkv_bias = false;
   bool o_bias = false;
   bool qk_norm = false;        // Qwen3: RMSNorm over each head of q and k before RoPE
+  double qk_norm_weight_offset = 0.0;  // Gemma3: 1, the q/k norms scale by (1 + weight)
+  bool qk_norm_whole = false;  // Olmo2: q_norm / k_norm over the whole projection (heads × head_dim), not per head
   double norm_eps = 1e-6;
   int64_t sliding_window = 0;  // 0: full attention
   double scale = 0.0;          // 0: head_dim^-0.5
