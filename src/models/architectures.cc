@@ -11,6 +11,7 @@
 #include "models/gpt2.h"
 #include "models/gpt_oss.h"
 #include "models/moe_architectures.h"
+#include "models/decoder_config.h"
 
 namespace loom::models {
 
@@ -120,9 +121,6 @@ WeightRules phi3_rules(const ModelConfig&) {
   };
 }
 
-bool tied_lm_head_unused(const std::string& name, const ModelConfig& c) {
-  return c.tie_word_embeddings && name == "lm_head.weight";
-}
 
 std::vector<Architecture> make_architectures() {
   auto family = [](const char* type, const char* cls, FamilyTraits t) {

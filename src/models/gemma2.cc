@@ -8,6 +8,7 @@
 // loom's module paths, so there are no weight rules.
 #include "models/gemma2.h"
 #include "models/config_json.h"
+#include "models/decoder_config.h"
 
 #include <cmath>
 
@@ -106,14 +107,7 @@ Result<std::unique_ptr<CausalLM>> build_gemma2(const ModelConfig& c) {
     if (type != "sliding_attention" && type != "full_attention")
       return invalid_argument(c.source + ": layer_types entry " + std::to_string(i) + " is '" + type +
                               "' (expected full_attention or sliding_attention)");
-    AttentionSettings a;
-    a.layer = static_cast<int>(i);
-    a.hidden = c.hidden_size;
-    a.num_heads = c.num_attention_heads;
-    a.num_kv_heads = c.num_key_value_heads;
-    a.head_dim = c.head_dim;
-    a.qkv_bias = a.o_bias = c.attention_bias;
-    a.norm_eps = c.rms_norm_eps;
+    AttentionSettings a = attention_from_config(c, i);
     a.scale = 1.0 / std::sqrt(*scalar);
     a.softcap = attn_cap.value_or(0.0);
     if (type == "sliding_attention") {

@@ -21,6 +21,7 @@
 #include "loom/core/logging.h"
 #include "models/config_json.h"
 #include "models/rope_config.h"
+#include "models/decoder_config.h"
 
 namespace loom::models {
 namespace {
@@ -192,16 +193,9 @@ Result<std::unique_ptr<CausalLM>> build_gemma3(const ModelConfig& c, bool condit
     if (type != "sliding_attention" && type != "full_attention")
       return invalid_argument(c.source + ": layer_types entry " + std::to_string(i) + " is '" + type +
                               "' (expected full_attention or sliding_attention)");
-    AttentionSettings a;
-    a.layer = static_cast<int>(i);
-    a.hidden = c.hidden_size;
-    a.num_heads = c.num_attention_heads;
-    a.num_kv_heads = c.num_key_value_heads;
-    a.head_dim = c.head_dim;
-    a.qkv_bias = a.o_bias = c.attention_bias;
+    AttentionSettings a = attention_from_config(c, i);
     a.qk_norm = true;
     a.qk_norm_weight_offset = 1.0;
-    a.norm_eps = c.rms_norm_eps;
     a.scale = 1.0 / std::sqrt(*scalar);
     if (type == "sliding_attention") {
       if (!c.sliding_window) return invalid_argument(c.source + ": layer " + std::to_string(i) +
@@ -247,9 +241,7 @@ Architecture gemma3_text_architecture() {
                       .resolve_config = {},
                       .build = [](const ModelConfig& c) { return build_gemma3(c, false); },
                       .weight_rules = [](const ModelConfig&) { return WeightRules{}; },
-                      .expected_unused = [](const std::string& name, const ModelConfig& c) {
-                        return c.tie_word_embeddings && name == "lm_head.weight";
-                      }};
+                      .expected_unused = tied_lm_head_unused};
 }
 
 Architecture gemma3_architecture() {

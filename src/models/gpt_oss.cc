@@ -17,6 +17,7 @@
 // rows; down [E, H, I]) and save_pretrained turns them back.
 #include "models/gpt_oss.h"
 #include "models/config_json.h"
+#include "models/decoder_config.h"
 
 #include <cmath>
 #include <string>
@@ -226,9 +227,7 @@ Architecture gpt_oss_architecture() {
                       .resolve_config = resolve_gpt_oss_config,
                       .build = build_gpt_oss,
                       .weight_rules = gpt_oss_rules,
-                      .expected_unused = [](const std::string& name, const ModelConfig& c) {
-                        return c.tie_word_embeddings && name == "lm_head.weight";
-                      }};
+                      .expected_unused = tied_lm_head_unused};
 }
 
 }  // namespace loom::models

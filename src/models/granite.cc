@@ -6,6 +6,7 @@
 #include "models/config_json.h"
 #include "models/olmo2.h"
 #include "models/rope_config.h"
+#include "models/decoder_config.h"
 
 namespace loom::models {
 namespace {
@@ -58,14 +59,7 @@ Result<std::unique_ptr<CausalLM>> build_granite(const ModelConfig& c) {
   if (embedding == 0.0) return invalid_argument(c.source + ": embedding_multiplier 0 zeroes every embedding");
   const RopeSettings rope = rope_from_config(c);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    AttentionSettings a;
-    a.layer = static_cast<int>(i);
-    a.hidden = c.hidden_size;
-    a.num_heads = c.num_attention_heads;
-    a.num_kv_heads = c.num_key_value_heads;
-    a.head_dim = c.head_dim;
-    a.qkv_bias = a.o_bias = c.attention_bias;
-    a.norm_eps = c.rms_norm_eps;
+    AttentionSettings a = attention_from_config(c, i);
     a.scale = attention;
     a.rope = rope;
     s.layers.push_back(a);
@@ -82,9 +76,7 @@ Architecture granite_architecture() {
                       .resolve_config = {},
                       .build = build_granite,
                       .weight_rules = [](const ModelConfig&) { return WeightRules{}; },
-                      .expected_unused = [](const std::string& name, const ModelConfig& c) {
-                        return c.tie_word_embeddings && name == "lm_head.weight";
-                      }};
+                      .expected_unused = tied_lm_head_unused};
 }
 
 }  // namespace loom::models

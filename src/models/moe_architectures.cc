@@ -14,6 +14,7 @@
 // splits them back.
 #include "models/moe_architectures.h"
 #include "models/config_json.h"
+#include "models/decoder_config.h"
 
 #include <algorithm>
 #include <string>
@@ -234,9 +235,6 @@ WeightRules qwen_moe_rules(const std::string& family) {
   };
 }
 
-bool tied_lm_head_unused(const std::string& name, const ModelConfig& c) {
-  return c.tie_word_embeddings && name == "lm_head.weight";
-}
 
 }  // namespace
 

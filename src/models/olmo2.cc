@@ -8,6 +8,7 @@
 
 #include "models/config_json.h"
 #include "models/rope_config.h"
+#include "models/decoder_config.h"
 
 namespace loom::models {
 namespace {
@@ -48,16 +49,9 @@ Result<std::unique_ptr<CausalLM>> build_olmo2(const ModelConfig& c) {
   s.post_norms_only = true;
   const RopeSettings rope = rope_from_config(c);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    AttentionSettings a;
-    a.layer = static_cast<int>(i);
-    a.hidden = c.hidden_size;
-    a.num_heads = c.num_attention_heads;
-    a.num_kv_heads = c.num_key_value_heads;
-    a.head_dim = c.head_dim;
-    a.qkv_bias = a.o_bias = c.attention_bias;
+    AttentionSettings a = attention_from_config(c, i);
     a.qk_norm = true;
     a.qk_norm_whole = true;
-    a.norm_eps = c.rms_norm_eps;
     a.rope = rope;
     s.layers.push_back(a);
   }
@@ -73,9 +67,7 @@ Architecture olmo2_architecture() {
                       .resolve_config = {},
                       .build = build_olmo2,
                       .weight_rules = [](const ModelConfig&) { return WeightRules{}; },
-                      .expected_unused = [](const std::string& name, const ModelConfig& c) {
-                        return c.tie_word_embeddings && name == "lm_head.weight";
-                      }};
+                      .expected_unused = tied_lm_head_unused};
 }
 
 }  // namespace loom::models

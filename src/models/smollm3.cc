@@ -6,6 +6,7 @@
 
 #include "models/config_json.h"
 #include "models/rope_config.h"
+#include "models/decoder_config.h"
 
 namespace loom::models {
 namespace {
@@ -88,14 +89,7 @@ Result<std::unique_ptr<CausalLM>> build_smollm3(const ModelConfig& c) {
     if (type != "sliding_attention" && type != "full_attention")
       return invalid_argument(c.source + ": layer_types entry " + std::to_string(i) + " is '" + type +
                               "' (expected full_attention or sliding_attention)");
-    AttentionSettings a;
-    a.layer = static_cast<int>(i);
-    a.hidden = c.hidden_size;
-    a.num_heads = c.num_attention_heads;
-    a.num_kv_heads = c.num_key_value_heads;
-    a.head_dim = c.head_dim;
-    a.qkv_bias = a.o_bias = c.attention_bias;
-    a.norm_eps = c.rms_norm_eps;
+    AttentionSettings a = attention_from_config(c, i);
     a.use_rope = rope_layers.at(static_cast<size_t>(i)).get<int64_t>() != 0;
     if (type == "sliding_attention") {
       if (!c.sliding_window || *c.sliding_window <= 0)
@@ -118,9 +112,7 @@ Architecture smollm3_architecture() {
                       .resolve_config = {},
                       .build = build_smollm3,
                       .weight_rules = [](const ModelConfig&) { return WeightRules{}; },
-                      .expected_unused = [](const std::string& name, const ModelConfig& c) {
-                        return c.tie_word_embeddings && name == "lm_head.weight";
-                      }};
+                      .expected_unused = tied_lm_head_unused};
 }
 
 }  // namespace loom::models
