@@ -201,7 +201,7 @@ int64_t PagedKvCache::sliding_ring_pages(int64_t window) const {
 }
 
 KvFootprint kv_footprint(const KvCacheLayout& layout, int64_t length, int64_t page_size, int64_t max_step_tokens,
-                         DType dtype) {
+                         const graph::KvFormat& format) {
   if (page_size <= 0) throw Error(invalid_argument("kv_footprint: page_size must be positive"));
   const Grouping g = group_layers(layout);
   const int64_t logical = (std::max<int64_t>(0, length) + page_size - 1) / page_size;
@@ -212,7 +212,7 @@ KvFootprint kv_footprint(const KvCacheLayout& layout, int64_t length, int64_t pa
     f.paged_pages += held * static_cast<int64_t>(g.layers[gi].size());
   }
   f.full_pages = logical * layout.num_layers;
-  const int64_t page_bytes = static_cast<int64_t>(KvPageShape{page_size, layout.num_kv_heads, layout.head_dim, dtype}.page_bytes());
+  const int64_t page_bytes = static_cast<int64_t>(KvPageShape{page_size, layout.num_kv_heads, layout.head_dim, format}.page_bytes());
   f.paged_bytes = f.paged_pages * page_bytes;
   f.full_bytes = f.full_pages * page_bytes;
   return f;

@@ -56,13 +56,14 @@ void print_kv_per_sequence(const BenchFlags& f, const models::Model& model) {
   const int64_t tokens = f.kv_context > 0 ? f.kv_context : f.prompt_tokens + f.decode_tokens;
   const int64_t page = defaults.page_size;
   const int64_t step = 256;  // the step budget when max_batch_tokens is unset
+  const graph::KvFormat format = kv_format_from_flags(f.kv);
   const batching::KvFootprint kv =
-      batching::kv_footprint(batching::KvCacheLayout::from_model(model), tokens, page, step,
-                             batching::kv_cache_dtype_from_name(f.kv_cache_dtype).value());
+      batching::kv_footprint(batching::KvCacheLayout::from_model(model), tokens, page, step, format);
+  const std::string types = std::string(dtype_name(format.k)) + " / " + std::string(dtype_name(format.v));
   std::printf("\n| KV cache per sequence | tokens | paged (%lld-token pages, sliding layers keep their window) | "
               "full length | paged / full |\n|---|---|---|---|---|\n",
               static_cast<long long>(page));
-  std::printf("| %s | %lld | %.1f MiB | %.1f MiB | %.3f |\n", f.kv_cache_dtype.c_str(), static_cast<long long>(tokens),
+  std::printf("| %s | %lld | %.1f MiB | %.1f MiB | %.3f |\n", types.c_str(), static_cast<long long>(tokens),
               static_cast<double>(kv.paged_bytes) / (1 << 20), static_cast<double>(kv.full_bytes) / (1 << 20),
               kv.full_bytes > 0 ? static_cast<double>(kv.paged_bytes) / static_cast<double>(kv.full_bytes) : 0.0);
   std::fflush(stdout);

@@ -279,7 +279,7 @@ TEST(PagedKvCache, Gemma3PatternKeepsOnlyTheWindowOfItsSlidingLayers) {
   l.num_kv_heads = 4;
   l.head_dim = 256;
   for (int i = 0; i < l.num_layers; ++i) l.sliding_window.push_back((i + 1) % 6 != 0 ? 1024 : 0);
-  const KvFootprint f = kv_footprint(l, 32768, 256, 256, DType::kBF16);
+  const KvFootprint f = kv_footprint(l, 32768, 256, 256, graph::KvFormat{DType::kBF16, DType::kBF16});
   EXPECT_EQ(sliding_ring_pages(1024, 256, 256), 6);
   EXPECT_EQ(f.full_pages, 34 * 128);
   EXPECT_EQ(f.paged_pages, 5 * 128 + 29 * 6);
@@ -294,7 +294,7 @@ TEST(PagedKvCache, Gemma3PatternKeepsOnlyTheWindowOfItsSlidingLayers) {
   EXPECT_EQ(kv.pages_for_length(32768), f.paged_pages);
   EXPECT_FALSE(kv.block_sharing()) << "prefix caching is off while sliding layers drop their early pages";
   // Short requests hold every page, as a full cache would.
-  EXPECT_EQ(kv_footprint(l, 300, 256, 256, DType::kBF16).paged_pages, 34 * 2);
+  EXPECT_EQ(kv_footprint(l, 300, 256, 256, graph::KvFormat{DType::kBF16, DType::kBF16}).paged_pages, 34 * 2);
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ struct KvCacheLayout {
 // What one request of `length` tokens holds at most: in the paged cache (each
 // sliding layer a ring of sliding_ring_pages(), full layers every page) and in a
 // cache that keeps every position of every layer. Pages of page_size positions,
-// K and V in `dtype`; max_step_tokens as PagedKvCacheOptions.
+// K and V as `format` says; max_step_tokens as PagedKvCacheOptions.
 struct KvFootprint {
   int64_t paged_bytes = 0;
   int64_t full_bytes = 0;
@@ -50,7 +50,7 @@ struct KvFootprint {
   int64_t full_pages = 0;
 };
 KvFootprint kv_footprint(const KvCacheLayout& layout, int64_t length, int64_t page_size, int64_t max_step_tokens,
-                         DType dtype);
+                         const graph::KvFormat& format);
 // The ring a sliding layer of `window` keeps (PagedKvCache::sliding_ring_pages).
 int64_t sliding_ring_pages(int64_t window, int64_t page_size, int64_t max_step_tokens);
 
