@@ -88,8 +88,8 @@ async function main() {
     const model = await evaluate("document.getElementById('model').textContent");
     // A second, long turn stopped as soon as its first text arrives.
     let stopped = null;
-    if (process.env.LOOM_PAGE_STOP) {
-      await evaluate(`document.getElementById('max_tokens').value = '${process.env.LOOM_PAGE_STOP}';
+    if (process.env.PAGE_CLIENT_STOP_AFTER) {
+      await evaluate(`document.getElementById('max_tokens').value = '${process.env.PAGE_CLIENT_STOP_AFTER}';
         document.getElementById('input').value = 'Tell me more.'; document.getElementById('form').requestSubmit(); true`);
       const second = "document.querySelectorAll('.assistant')[1]";
       for (;;) {

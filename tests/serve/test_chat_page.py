@@ -35,7 +35,7 @@ class ChatPage(unittest.TestCase):
         proc = subprocess.run(["node", "--experimental-websocket", "--no-warnings", os.path.join(HERE, "chat_page_client.js"),
                                str(server.port), "page-key", PROMPT, str(max_tokens), shot],
                               capture_output=True, text=True, timeout=180,
-                              env=dict(os.environ, **({"LOOM_PAGE_STOP": str(stop_after)} if stop_after else {})))
+                              env=dict(os.environ, **({"PAGE_CLIENT_STOP_AFTER": str(stop_after)} if stop_after else {})))
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr + server.log()[-2000:])
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         with open(shot, "rb") as f:

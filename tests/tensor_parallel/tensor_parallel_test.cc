@@ -74,6 +74,10 @@ std::string why_not_splittable(const std::string& fixture, int n) {
   if (kv % n && n % kv) return "num_key_value_heads";  // more ranks than KV heads replicate them
   for (const char* key : {"intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"})
     if (c.contains(key) && c.at(key).get<int64_t>() % n) return "intermediate features";
+  // gpt-oss's MXFP4 experts split by 32-value blocks only.
+  const nlohmann::json q = c.value("quantization_config", nlohmann::json::object());
+  if (q.value("quant_method", "") == "mxfp4" && c.value("intermediate_size", int64_t{0}) / n % 32)
+    return "cuts its MXFP4 blocks of 32";
   return "";
 }
 
