@@ -4,6 +4,7 @@
 // call. Destroying the manager never holds the GIL while the loop ends (a
 // handler may be waiting for it).
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 
@@ -23,6 +24,27 @@ using batching::RequestOptions;
 
 constexpr double kWaitSlice = 0.05;  // seconds between checks for Ctrl-C
 
+// Teardowns left to threads of their own (a manager closed from its own result
+// handler). Python waits for them at exit (loom/__init__.py registers
+// wait_for_teardowns with atexit): an interpreter that finalizes while one still
+// joins its loop, whose handler is returning into Python, ends in std::terminate.
+struct PendingTeardowns {
+  std::mutex mu;
+  std::condition_variable cv;
+  int running = 0;
+};
+PendingTeardowns& pending_teardowns() {
+  static PendingTeardowns* p = new PendingTeardowns;  // never destroyed: threads may outlive exit
+  return *p;
+}
+
+void wait_for_teardowns(double timeout) {
+  PendingTeardowns& p = pending_teardowns();
+  py::gil_scoped_release release;  // the loops' handlers need the GIL to return
+  std::unique_lock<std::mutex> lk(p.mu);
+  p.cv.wait_for(lk, std::chrono::duration<double>(timeout), [&] { return p.running == 0; });
+}
+
 struct ManagerHandle {
   std::shared_ptr<ThreadPool> pool;  // the model's, kept while the manager may outlive the model
   ~ManagerHandle() { close(); }
@@ -35,7 +57,21 @@ struct ManagerHandle {
       // finishes the teardown once it has.
       doomed->destroy();
       drop();
-      std::thread([doomed, pool = pool] { doomed->destroy(); }).detach();
+      PendingTeardowns& p = pending_teardowns();
+      {
+        std::lock_guard<std::mutex> lk(p.mu);
+        ++p.running;
+      }
+      std::thread([doomed, pool = pool, &p]() mutable {
+        doomed->destroy();
+        doomed.reset();  // the manager and the pool go before the count says done
+        pool.reset();
+        {
+          std::lock_guard<std::mutex> lk(p.mu);
+          --p.running;
+        }
+        p.cv.notify_all();
+      }).detach();
       return;
     }
     if (PyGILState_Check()) {
@@ -166,6 +202,8 @@ py::dict stats(const ManagerHandle& h) {
 }  // namespace
 
 void register_manager(py::module_& m) {
+  m.def("_wait_for_teardowns", &wait_for_teardowns, py::arg("timeout"),
+        "Waits (up to timeout seconds) for managers closed from their own result handlers to finish tearing down");
   py::class_<RequestOptions>(m, "_RequestOptions")
       .def(py::init<>())
       .def_readwrite("request_id", &RequestOptions::request_id)

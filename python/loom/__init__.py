@@ -31,6 +31,12 @@ from . import exporters
 
 __version__ = _loom.__version__
 
+# A manager destroyed from its own result handler finishes tearing down on a thread of
+# its own; the interpreter must not finalize under it.
+import atexit as _atexit
+
+_atexit.register(_loom._wait_for_teardowns, 30.0)
+
 __all__ = [
     "AutoModelForCausalLM", "AutoTokenizer", "BaseStreamer", "BatchEncoding", "CancelledError", "CausalLMOutput",
     "ContinuousBatchingConfig", "ContinuousBatchingManager", "FailedPreconditionError", "GenerationConfig",
