@@ -78,12 +78,7 @@ Result<std::unique_ptr<CausalLM>> build_decoder(const ModelConfig& c, const Fami
     a.o_bias = t.reads_attention_bias && c.attention_bias;
     a.qk_norm = t.qk_norm;
     a.norm_eps = c.rms_norm_eps;
-    const bool sliding = static_cast<size_t>(i) < c.layer_types.size() && c.layer_types[static_cast<size_t>(i)] == "sliding_attention";
-    if (sliding) {
-      if (!c.sliding_window || *c.sliding_window <= 0)
-        return invalid_argument("config.json: layer " + std::to_string(i) + " uses sliding attention but sliding_window is unset");
-      a.sliding_window = *c.sliding_window;
-    }
+    LOOM_RETURN_IF_ERROR(apply_layer_window(a, c, i));
     a.rope = rope;
     s.layers.push_back(a);
   }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "loom/core/status.h"
 #include "loom/io/model_config.h"
 #include "loom/models/layers.h"
 
@@ -22,6 +23,19 @@ inline AttentionSettings attention_from_config(const ModelConfig& c, int64_t lay
   a.qkv_bias = a.o_bias = c.attention_bias;
   a.norm_eps = c.rms_norm_eps;
   return a;
+}
+
+// A layer whose layer_types entry is sliding_attention attends over config's window;
+// a sliding layer without a (positive) window is refused, as Transformers' mask does.
+inline Status apply_layer_window(AttentionSettings& a, const ModelConfig& c, int64_t layer) {
+  const size_t i = static_cast<size_t>(layer);
+  if (i >= c.layer_types.size() || c.layer_types[i] != "sliding_attention") return Status::Ok();
+  if (!c.sliding_window || *c.sliding_window <= 0)
+    return invalid_argument(c.source + ": layer " + std::to_string(layer) +
+                            " uses sliding attention but sliding_window is null (or not positive; with "
+                            "use_sliding_window false it is null)");
+  a.sliding_window = *c.sliding_window;
+  return Status::Ok();
 }
 
 // A checkpoint with tied embeddings may still hold lm_head.weight: it is not read.

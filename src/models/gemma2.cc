@@ -110,12 +110,7 @@ Result<std::unique_ptr<CausalLM>> build_gemma2(const ModelConfig& c) {
     AttentionSettings a = attention_from_config(c, i);
     a.scale = 1.0 / std::sqrt(*scalar);
     a.softcap = attn_cap.value_or(0.0);
-    if (type == "sliding_attention") {
-      // Transformers' sliding-window mask refuses a config without a window too.
-      if (!c.sliding_window) return invalid_argument(c.source + ": layer " + std::to_string(i) +
-                                                     " uses sliding attention but sliding_window is null");
-      a.sliding_window = *c.sliding_window;
-    }
+    LOOM_RETURN_IF_ERROR(apply_layer_window(a, c, i));
     a.rope = rope;
     s.layers.push_back(a);
   }

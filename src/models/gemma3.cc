@@ -197,10 +197,8 @@ Result<std::unique_ptr<CausalLM>> build_gemma3(const ModelConfig& c, bool condit
     a.qk_norm = true;
     a.qk_norm_weight_offset = 1.0;
     a.scale = 1.0 / std::sqrt(*scalar);
+    LOOM_RETURN_IF_ERROR(apply_layer_window(a, c, i));
     if (type == "sliding_attention") {
-      if (!c.sliding_window) return invalid_argument(c.source + ": layer " + std::to_string(i) +
-                                                     " uses sliding attention but sliding_window is null");
-      a.sliding_window = *c.sliding_window;
       a.rope = local;
     } else {
       a.rope = global;

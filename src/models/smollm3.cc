@@ -91,12 +91,7 @@ Result<std::unique_ptr<CausalLM>> build_smollm3(const ModelConfig& c) {
                               "' (expected full_attention or sliding_attention)");
     AttentionSettings a = attention_from_config(c, i);
     a.use_rope = rope_layers.at(static_cast<size_t>(i)).get<int64_t>() != 0;
-    if (type == "sliding_attention") {
-      if (!c.sliding_window || *c.sliding_window <= 0)
-        return invalid_argument(c.source + ": layer " + std::to_string(i) +
-                                " uses sliding attention but sliding_window is unset (or use_sliding_window false)");
-      a.sliding_window = *c.sliding_window;
-    }
+    LOOM_RETURN_IF_ERROR(apply_layer_window(a, c, i));
     a.rope = rope;
     s.layers.push_back(a);
   }
